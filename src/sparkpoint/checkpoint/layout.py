@@ -1,0 +1,132 @@
+"""Read access to one Spark 4.3 checkpoint directory, without a JVM."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparkpoint.checkpoint.logs import CommitLogEntry, OffsetLogEntry, QueryMetadata
+from sparkpoint.checkpoint.operators import OperatorMetadata, StateSchemaFile
+from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
+from sparkpoint.errors import CheckpointFormatError, NoCommittedBatchError
+from sparkpoint.storage.local import numbered_files
+
+PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
+SHUFFLE_PARTITIONS_CONF = "spark.sql.shuffle.partitions"
+
+
+@dataclass(frozen=True)
+class StoreLayout:
+    """Where one state store of an operator keeps its files, relative to the operator dir."""
+
+    name: str
+    # Joins keep each of their four stores in a subdirectory of the partition directory.
+    subdir: str | None
+
+    def partition_dir(self, operator_dir: Path, partition: int) -> Path:
+        base = operator_dir / str(partition)
+        return base / self.subdir if self.subdir else base
+
+
+@dataclass(frozen=True)
+class OperatorDir:
+    path: Path
+    metadata: OperatorMetadata
+
+    @property
+    def operator_id(self) -> int:
+        return self.metadata.operator_id
+
+    @property
+    def operator_name(self) -> str:
+        return self.metadata.operator_name
+
+    def stores(self) -> list[StoreLayout]:
+        names = [store.name for store in self.metadata.stores] or ["default"]
+        if names == ["default"]:
+            return [StoreLayout("default", None)]
+        return [StoreLayout(name, name) for name in names]
+
+    def schema(self, store: StoreLayout) -> StateSchemaFile | None:
+        """Schema v2 of a store, written by Spark in partition 0 only."""
+        path = store.partition_dir(self.path, 0) / "_metadata" / "schema"
+        if not path.is_file():
+            return None
+        return StateSchemaFile.parse(path.read_bytes(), str(path))
+
+
+class Checkpoint:
+    """A Spark streaming checkpoint on the local filesystem."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def exists(self) -> bool:
+        return (self.root / "metadata").is_file()
+
+    def metadata(self) -> QueryMetadata:
+        path = self.root / "metadata"
+        if not path.is_file():
+            raise CheckpointFormatError(
+                f"{path}: expected the query metadata file of a Spark checkpoint, found nothing"
+            )
+        return QueryMetadata.parse(path.read_bytes(), str(path))
+
+    def offset_ids(self) -> list[int]:
+        return numbered_files(self.root / "offsets")
+
+    def commit_ids(self) -> list[int]:
+        return numbered_files(self.root / "commits")
+
+    def latest_committed_batch(self) -> int | None:
+        ids = self.commit_ids()
+        return ids[-1] if ids else None
+
+    def require_latest_committed_batch(self) -> int:
+        batch = self.latest_committed_batch()
+        if batch is None:
+            raise NoCommittedBatchError(
+                f"{self.root}: the checkpoint has no committed batch yet; run the job until it "
+                "completes at least one batch"
+            )
+        return batch
+
+    def offsets(self, batch: int) -> OffsetLogEntry:
+        path = self.root / "offsets" / str(batch)
+        if not path.is_file():
+            raise CheckpointFormatError(
+                f"{path}: expected the offsets entry of batch {batch}, found nothing"
+            )
+        return OffsetLogEntry.parse(path.read_bytes(), str(path))
+
+    def commit(self, batch: int) -> CommitLogEntry:
+        path = self.root / "commits" / str(batch)
+        if not path.is_file():
+            raise CheckpointFormatError(
+                f"{path}: expected the commit entry of batch {batch}, found nothing"
+            )
+        return CommitLogEntry.parse(path.read_bytes(), str(path))
+
+    def operators(self) -> list[OperatorDir]:
+        state = self.root / "state"
+        if not state.is_dir():
+            return []
+        found = []
+        for entry in sorted(state.iterdir(), key=lambda p: (len(p.name), p.name)):
+            if not entry.name.isdigit():
+                continue
+            path = entry / "_metadata" / "metadata"
+            if not path.is_file():
+                raise CheckpointFormatError(
+                    f"{path}: expected operator metadata for state directory {entry.name}, "
+                    "found nothing; the checkpoint was written by a Spark older than 3.5"
+                )
+            found.append(OperatorDir(entry, OperatorMetadata.parse(path.read_bytes(), str(path))))
+        return found
+
+    def provider(self, batch: int) -> str:
+        """The state store provider recorded in a batch's offsets (it wins over the session)."""
+        return self.offsets(batch).conf.get(PROVIDER_CONF, HDFS_PROVIDER)
+
+    def is_rocksdb(self, batch: int) -> bool:
+        return self.provider(batch) == ROCKSDB_PROVIDER

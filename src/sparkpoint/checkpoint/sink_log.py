@@ -1,0 +1,53 @@
+"""Spark's file sink log (``<output>/_spark_metadata``), enough to give a fresh output
+directory an empty history.
+
+A job started from a snapshot resumes at batch N+1. Spark's file sink compacts its log every
+``compactInterval`` batches (batch c with (c+1) % interval == 0) and then needs the entries of
+batches max(0, c - interval) .. c-1, the first of them as ``<p>.compact`` when p is itself a
+compaction batch; a fresh output directory has none of them and the query fails with
+BATCH_METADATA_NOT_FOUND. Writing those entries empty is what the log would hold had the
+sink existed but received no files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sparkpoint.storage.local import write_atomic
+
+SINK_LOG_DIR = "_spark_metadata"
+SINK_LOG_VERSION = "v1"
+DEFAULT_COMPACT_INTERVAL = 10
+
+
+def is_compaction_batch(batch: int, interval: int) -> bool:
+    return (batch + 1) % interval == 0
+
+
+def batches_to_seed(last_batch: int, interval: int) -> list[int]:
+    """Batches <= ``last_batch`` that Spark will read when it next compacts or lists the log."""
+    if last_batch < 0:
+        return []
+    first_compaction = last_batch + 1
+    while not is_compaction_batch(first_compaction, interval):
+        first_compaction += 1
+    start = max(0, first_compaction - interval)
+    return list(range(start, last_batch + 1))
+
+
+def seed_empty_history(output_dir: Path, last_batch: int, interval: int) -> list[Path]:
+    """Write empty sink log entries for a fresh output dir; return what was written.
+
+    Nothing is written when the directory already has a sink log: then the job continues an
+    existing output and Spark's own log rules apply.
+    """
+    log_dir = output_dir / SINK_LOG_DIR
+    if log_dir.is_dir() and any(not p.name.startswith(".") for p in log_dir.iterdir()):
+        return []
+    written = []
+    for batch in batches_to_seed(last_batch, interval):
+        name = f"{batch}.compact" if is_compaction_batch(batch, interval) else str(batch)
+        path = log_dir / name
+        write_atomic(path, SINK_LOG_VERSION.encode())
+        written.append(path)
+    return written

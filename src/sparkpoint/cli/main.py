@@ -1,0 +1,216 @@
+"""``sparkpoint`` command line: parsing, rendering, exit codes. Logic lives in ``api``."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from sparkpoint import api
+from sparkpoint.cli import render
+from sparkpoint.errors import EXIT_UNEXPECTED, EXIT_VALIDATION, SparkpointError
+from sparkpoint.storage.home import Home
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _echo(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def _fail(error: SparkpointError) -> None:
+    click.echo(f"error: {error}", err=True)
+    sys.exit(error.exit_code)
+
+
+def handle_errors(func: F) -> F:
+    """Typed errors become one line and their exit code; anything else exit 1, one line."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except SparkpointError as exc:
+            _fail(exc)
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
+            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            click.echo(f"error: unexpected {exc.__class__.__name__}: {first}", err=True)
+            sys.exit(EXIT_UNEXPECTED)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
+    result = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected key=value, found {item!r}", param_hint=option)
+        result[key] = value
+    return result
+
+
+def _home(ctx: click.Context) -> Home:
+    home: Home = ctx.obj["home"]
+    return home
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--home", "home", default=None, metavar="DIR",
+              help="sparkpoint home (default: $SPARKPOINT_HOME, else ./.sparkpoint)")
+@click.pass_context
+def cli(ctx: click.Context, home: str | None) -> None:
+    """Savepoints for Spark Structured Streaming jobs."""
+    logging.basicConfig(level=logging.WARNING, format="warning: %(message)s")
+    ctx.ensure_object(dict)
+    ctx.obj["home"] = Home.resolve(home)
+
+
+@cli.command()
+@click.argument("job_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--job", required=True, help="Job name; its checkpoint lives in the home.")
+@click.option("--param", "params", multiple=True, metavar="K=V", help="Job parameter.")
+@click.option("--conf", "confs", multiple=True, metavar="K=V", help="Spark setting.")
+@click.option("--master", default=None, help="Spark master URL (default local[2]).")
+@click.option("--from-snapshot", default=None, metavar="SNAP",
+              help="Start this new job from a snapshot's state and offsets.")
+@click.option("--until-caught-up", is_flag=True,
+              help="Process the input available at start, then stop.")
+@click.option("--max-batches", type=click.IntRange(min=1), default=None,
+              help="Stop after N batches.")
+@click.pass_context
+@handle_errors
+def run(ctx: click.Context, job_file: Path, job: str, params: tuple[str, ...],
+        confs: tuple[str, ...], master: str | None, from_snapshot: str | None,
+        until_caught_up: bool, max_batches: int | None) -> None:
+    """Run JOB_FILE as job JOB until stopped (Ctrl-C stops cleanly)."""
+    if until_caught_up and max_batches is not None:
+        raise click.UsageError("use either --until-caught-up or --max-batches, not both")
+    api.run(
+        _home(ctx), job_file, job, params=_pairs(params, "--param"),
+        conf=_pairs(confs, "--conf"), master=master, from_snapshot=from_snapshot,
+        until_caught_up=until_caught_up, max_batches=max_batches, echo=_echo,
+    )
+
+
+@cli.group()
+def jobs() -> None:
+    """Jobs known to this home."""
+
+
+@jobs.command("list")
+@json_option
+@click.pass_context
+@handle_errors
+def jobs_list(ctx: click.Context, as_json: bool) -> None:
+    views = api.jobs_list(_home(ctx))
+    if as_json:
+        click.echo(render.as_json([view.to_dict() for view in views]))
+    else:
+        click.echo(render.job_list_text(views))
+
+
+@jobs.command("show")
+@click.argument("name")
+@json_option
+@click.pass_context
+@handle_errors
+def jobs_show(ctx: click.Context, name: str, as_json: bool) -> None:
+    view = api.job_view(_home(ctx), name)
+    click.echo(render.as_json(view.to_dict()) if as_json else render.job_show_text(view))
+
+
+@cli.group()
+def snapshot() -> None:
+    """Named, durable snapshots of a job's state and offsets."""
+
+
+@snapshot.command("create")
+@click.argument("job")
+@click.argument("name")
+@click.option("--cancel", is_flag=True, help="Stop a running job, then snapshot its last batch.")
+@json_option
+@click.pass_context
+@handle_errors
+def snapshot_create(ctx: click.Context, job: str, name: str, cancel: bool, as_json: bool) -> None:
+    """Snapshot JOB's latest committed batch as NAME (the job may keep running)."""
+    manifest = api.snapshot_create(_home(ctx), job, name, cancel=cancel, echo=_echo)
+    if as_json:
+        click.echo(render.as_json(render.snapshot_row(manifest)))
+    else:
+        click.echo(f"snapshot '{manifest.name}' of job '{job}' at batch {manifest.batch_id}: "
+                   f"{render.human_bytes(manifest.total_bytes)}, {len(manifest.files)} files")
+
+
+@snapshot.command("list")
+@click.option("--job", default=None, help="Only this job's snapshots.")
+@json_option
+@click.pass_context
+@handle_errors
+def snapshot_list(ctx: click.Context, job: str | None, as_json: bool) -> None:
+    manifests = api.snapshot_list(_home(ctx), job)
+    if as_json:
+        click.echo(render.as_json([render.snapshot_row(m) for m in manifests]))
+    else:
+        click.echo(render.snapshot_list_text(manifests))
+
+
+@snapshot.command("show")
+@click.argument("name")
+@json_option
+@click.pass_context
+@handle_errors
+def snapshot_show(ctx: click.Context, name: str, as_json: bool) -> None:
+    manifest = api.snapshot_show(_home(ctx), name)
+    if as_json:
+        click.echo(render.as_json(render.snapshot_show_dict(manifest)))
+    else:
+        click.echo(render.snapshot_show_text(manifest))
+
+
+@snapshot.command("verify")
+@click.argument("name")
+@json_option
+@click.pass_context
+@handle_errors
+def snapshot_verify(ctx: click.Context, name: str, as_json: bool) -> None:
+    problems = api.snapshot_verify(_home(ctx), name)
+    if as_json:
+        click.echo(render.as_json(render.problems_dict(name, problems)))
+    elif problems:
+        for problem in problems:
+            click.echo(f"DAMAGED {problem.path}: {problem.message}")
+    else:
+        click.echo(f"snapshot '{name}' is complete and intact")
+    if problems:
+        sys.exit(EXIT_VALIDATION)
+
+
+@snapshot.command("delete")
+@click.argument("name")
+@click.pass_context
+@handle_errors
+def snapshot_delete(ctx: click.Context, name: str) -> None:
+    api.snapshot_delete(_home(ctx), name)
+    click.echo(f"snapshot '{name}' deleted")
+
+
+def main() -> None:
+    cli(prog_name="sparkpoint")
+
+
+if __name__ == "__main__":
+    main()

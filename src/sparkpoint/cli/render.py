@@ -1,0 +1,130 @@
+"""Text and JSON renderings of what the reading commands return."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sparkpoint.api import JobView
+from sparkpoint.checkpoint.operators import schema_ddl
+from sparkpoint.snapshot.manifest import Manifest
+from sparkpoint.snapshot.store import Problem
+
+
+def human_bytes(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"
+
+
+def as_json(value: Any) -> str:
+    return json.dumps(value, indent=2)
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines.extend("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def snapshot_row(manifest: Manifest) -> dict[str, Any]:
+    return {
+        "name": manifest.name,
+        "job": manifest.job,
+        "created_at": manifest.created_at,
+        "batch_id": manifest.batch_id,
+        "bytes": manifest.total_bytes,
+        "operators": len(manifest.operators),
+        "sources": len(manifest.sources),
+    }
+
+
+def snapshot_list_text(manifests: list[Manifest]) -> str:
+    if not manifests:
+        return "no snapshots"
+    rows = [[m.created_at, human_bytes(m.total_bytes), m.job, m.name, str(m.batch_id)]
+            for m in manifests]
+    return table(["TIME", "SIZE", "JOB", "NAME", "BATCH"], rows)
+
+
+def snapshot_show_dict(manifest: Manifest) -> dict[str, Any]:
+    data = manifest.model_dump(mode="json")
+    data.pop("files")
+    data["files"] = len(manifest.files)
+    return data
+
+
+def snapshot_show_text(manifest: Manifest) -> str:
+    out = [
+        f"snapshot  {manifest.name}",
+        f"job       {manifest.job}",
+        f"created   {manifest.created_at}",
+        f"batch     {manifest.batch_id}",
+        f"spark     {manifest.spark_version}, {manifest.state_store_provider.rsplit('.', 1)[-1]}, "
+        f"{manifest.shuffle_partitions} shuffle partitions",
+        f"size      {human_bytes(manifest.total_bytes)} in {len(manifest.files)} files",
+        "",
+        "sources:",
+    ]
+    for source in manifest.sources:
+        out.append(f"  {source.name}: {json.dumps(source.offset)}")
+    out.append("operators:")
+    for op in manifest.operators:
+        rows = "?" if op.rows is None else str(op.rows)
+        out.append(f"  {op.name}  (id {op.operator_id}, {op.kind}, {op.partitions} partitions, "
+                   f"{rows} rows, {human_bytes(op.bytes)})")
+        for store in op.stores:
+            prefix = "    " if store.name == "default" else f"    [{store.name}] "
+            if store.key_schema is not None:
+                out.append(f"{prefix}key:   {schema_ddl(store.key_schema)}")
+            if store.value_schema is not None:
+                out.append(f"{prefix}value: {schema_ddl(store.value_schema)}")
+    return "\n".join(out)
+
+
+def problems_dict(name: str, problems: list[Problem]) -> dict[str, Any]:
+    return {
+        "snapshot": name,
+        "ok": not problems,
+        "problems": [{"path": p.path, "message": p.message} for p in problems],
+    }
+
+
+def job_list_text(views: list[JobView]) -> str:
+    if not views:
+        return "no jobs"
+    rows = [[v.record.name, v.status, "-" if v.batch is None else str(v.batch),
+             v.record.run_id or "-", v.record.lineage.from_snapshot or "-"] for v in views]
+    return table(["JOB", "STATE", "BATCH", "RUN ID", "FROM SNAPSHOT"], rows)
+
+
+def job_show_text(view: JobView) -> str:
+    record = view.record
+    out = [
+        f"job       {record.name}",
+        f"state     {view.status}" + (f" (pid {record.pid})" if view.status == "running" else ""),
+        f"batch     {'-' if view.batch is None else view.batch}",
+        f"run id    {record.run_id or '-'}",
+        f"job file  {record.job_file}",
+        f"params    {' '.join(f'{k}={v}' for k, v in record.params.items()) or '-'}",
+    ]
+    if record.error:
+        out.append(f"error     {record.error}")
+    lineage = record.lineage
+    if lineage.from_snapshot:
+        out.append(f"lineage   from snapshot '{lineage.from_snapshot}' of job "
+                   f"'{lineage.snapshot_job}' at batch {lineage.snapshot_batch}")
+    out.append("operators:")
+    for op in record.operators:
+        named = "" if op.named_by_user else "  (derived name)"
+        out.append(f"  {op.name}  (id {op.operator_id}, {op.spark_operator_name}){named}")
+    out.append("runs:")
+    for run in record.runs[-10:]:
+        out.append(f"  {run.started_at}  {run.status:8}  batches {run.first_batch}->"
+                   f"{run.last_batch}  {run.run_id}")
+    return "\n".join(out)

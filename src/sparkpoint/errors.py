@@ -1,0 +1,96 @@
+"""One root exception with stable codes and CLI exit codes.
+
+Messages name the path or entry, what was expected, what was found, and what to do.
+Only the CLI catches broadly; everything else raises one of these.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_UNEXPECTED = 1
+EXIT_USAGE = 2
+EXIT_VALIDATION = 3
+EXIT_PRECONDITION = 4
+
+
+class SparkpointError(Exception):
+    """Root of every error sparkpoint raises on purpose."""
+
+    code: str = "SPARKPOINT_ERROR"
+    exit_code: int = EXIT_UNEXPECTED
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {self.message}"
+
+
+class UsageError(SparkpointError):
+    code = "USAGE"
+    exit_code = EXIT_USAGE
+
+
+class InvalidNameError(UsageError):
+    code = "INVALID_NAME"
+
+
+class JobFileError(SparkpointError):
+    """The job file cannot be loaded or its `build` misbehaves."""
+
+    code = "JOB_FILE"
+    exit_code = EXIT_VALIDATION
+
+
+class ValidationError(SparkpointError):
+    code = "VALIDATION_FAILED"
+    exit_code = EXIT_VALIDATION
+
+
+class UnknownJobError(SparkpointError):
+    code = "UNKNOWN_JOB"
+    exit_code = EXIT_PRECONDITION
+
+
+class UnknownSnapshotError(SparkpointError):
+    code = "UNKNOWN_SNAPSHOT"
+    exit_code = EXIT_PRECONDITION
+
+
+class PreconditionError(SparkpointError):
+    """Refused because of the state of things (job running, name taken...)."""
+
+    code = "PRECONDITION"
+    exit_code = EXIT_PRECONDITION
+
+
+class NameTakenError(PreconditionError):
+    code = "NAME_TAKEN"
+
+
+class JobRunningError(PreconditionError):
+    code = "JOB_RUNNING"
+
+
+class NoCommittedBatchError(PreconditionError):
+    code = "NO_COMMITTED_BATCH"
+
+
+class CheckpointFormatError(SparkpointError):
+    """A file of a Spark checkpoint is not in a format this version understands."""
+
+    code = "CHECKPOINT_FORMAT"
+    exit_code = EXIT_VALIDATION
+
+
+class SnapshotDamagedError(SparkpointError):
+    code = "SNAPSHOT_DAMAGED"
+    exit_code = EXIT_VALIDATION
+
+
+class SparkQueryError(SparkpointError):
+    """The streaming query failed inside Spark; the message is Spark's first line."""
+
+    code = "QUERY_FAILED"
+    exit_code = EXIT_UNEXPECTED

@@ -1,0 +1,49 @@
+"""``JobContext``: what a job's ``build`` function receives besides the SparkSession."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sparkpoint.errors import JobFileError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+@dataclass
+class StatefulDeclaration:
+    name: str
+    frame: DataFrame
+
+
+@dataclass
+class JobContext:
+    """Parameters from ``--param`` and the names a job gives its stateful operators."""
+
+    job: str
+    params: Mapping[str, str] = field(default_factory=dict)
+    declarations: list[StatefulDeclaration] = field(default_factory=list)
+
+    def param(self, key: str, default: str | None = None) -> str | None:
+        """The value of ``--param key=value``, else ``default``."""
+        return self.params.get(key, default)
+
+    def require_param(self, key: str) -> str:
+        value = self.params.get(key)
+        if value is None:
+            raise JobFileError(
+                f"job '{self.job}' needs --param {key}=...; pass it on the command line"
+            )
+        return value
+
+    def stateful(self, name: str, frame: DataFrame) -> DataFrame:
+        """Name the outermost stateful operator of ``frame``; its state follows this name."""
+        if any(existing.name == name for existing in self.declarations):
+            raise JobFileError(
+                f"job '{self.job}': the stateful name '{name}' is used twice; each stateful "
+                "operator needs its own name"
+            )
+        self.declarations.append(StatefulDeclaration(name, frame))
+        return frame

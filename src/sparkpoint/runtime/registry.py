@@ -1,0 +1,141 @@
+"""The job registry: one ``job.json`` per job under ``<home>/jobs/<name>/``.
+
+The running process owns its record; other processes only read it, or drop request files
+into ``control/`` which the running process polls.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sparkpoint.checkpoint.layout import Checkpoint
+from sparkpoint.errors import UnknownJobError
+from sparkpoint.storage.home import Home
+from sparkpoint.storage.local import write_atomic
+
+JOB_FILE = "job.json"
+STOP_REQUEST = "stop"
+
+Status = Literal["new", "running", "stopped", "failed", "drained"]
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class OperatorRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    operator_id: int
+    spark_operator_name: str
+    named_by_user: bool
+
+
+class Lineage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    from_snapshot: str | None = None
+    snapshot_job: str | None = None
+    snapshot_batch: int | None = None
+
+
+class RunRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    run_id: str
+    started_at: str
+    ended_at: str | None = None
+    status: Status
+    first_batch: int | None = None
+    last_batch: int | None = None
+    error: str | None = None
+
+
+class JobRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    format_version: Literal[1] = 1
+    name: str
+    job_file: str
+    params: dict[str, str] = Field(default_factory=dict)
+    conf: dict[str, str] = Field(default_factory=dict)
+    master: str | None = None
+    status: Status = "new"
+    pid: int | None = None
+    run_id: str | None = None
+    error: str | None = None
+    operators: list[OperatorRecord] = Field(default_factory=list)
+    lineage: Lineage = Field(default_factory=Lineage)
+    runs: list[RunRecord] = Field(default_factory=list)
+    created_at: str = Field(default_factory=now_iso)
+
+    def effective_status(self) -> Status:
+        """A record left 'running' by a process that died is a failed run."""
+        if self.status == "running" and (self.pid is None or not pid_alive(self.pid)):
+            return "failed"
+        return self.status
+
+    def operator_names(self) -> dict[int, str]:
+        return {op.operator_id: op.name for op in self.operators}
+
+
+class JobRegistry:
+    def __init__(self, home: Home) -> None:
+        self.home = home
+
+    def record_path(self, job: str) -> Path:
+        return self.home.job_dir(job) / JOB_FILE
+
+    def exists(self, job: str) -> bool:
+        return self.record_path(job).is_file()
+
+    def names(self) -> list[str]:
+        if not self.home.jobs_dir.is_dir():
+            return []
+        return sorted(
+            entry.name for entry in self.home.jobs_dir.iterdir()
+            if (entry / JOB_FILE).is_file()
+        )
+
+    def get(self, job: str) -> JobRecord:
+        path = self.record_path(job)
+        if not path.is_file():
+            known = ", ".join(self.names()) or "none"
+            raise UnknownJobError(
+                f"job '{job}' not found in {self.home.jobs_dir} (jobs: {known}); "
+                "start it with 'sparkpoint run JOB.py --job NAME'"
+            )
+        data: dict[str, Any] = json.loads(path.read_text("utf-8"))
+        return JobRecord.model_validate(data)
+
+    def save(self, record: JobRecord) -> None:
+        text = json.dumps(record.model_dump(mode="json"), indent=2) + "\n"
+        write_atomic(self.record_path(record.name), text.encode("utf-8"))
+
+    def checkpoint(self, job: str) -> Checkpoint:
+        return Checkpoint(self.home.checkpoint_dir(job))
+
+    def control_dir(self, job: str) -> Path:
+        return self.home.job_dir(job) / "control"
+
+    def request_stop(self, job: str) -> None:
+        write_atomic(self.control_dir(job) / STOP_REQUEST, now_iso().encode())
+
+    def stop_requested(self, job: str) -> bool:
+        return (self.control_dir(job) / STOP_REQUEST).is_file()
+
+    def clear_stop_request(self, job: str) -> None:
+        (self.control_dir(job) / STOP_REQUEST).unlink(missing_ok=True)

@@ -1,0 +1,252 @@
+"""Running a job: build its writer, own its checkpoint, name and trigger, watch it.
+
+The process that runs a job owns ``job.json`` while it runs (pid, run id, status) and polls
+``control/`` for requests from other processes, so ``snapshot create --cancel`` can stop it
+right after its latest committed batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from sparkpoint.errors import JobRunningError, SparkpointError, SparkQueryError
+from sparkpoint.runtime.context import JobContext
+from sparkpoint.runtime.jobfile import build_writer
+from sparkpoint.runtime.registry import (
+    JobRecord,
+    JobRegistry,
+    Lineage,
+    OperatorRecord,
+    RunRecord,
+    now_iso,
+    pid_alive,
+)
+from sparkpoint.spark.plan import PlannedOperator, stateful_operators
+from sparkpoint.spark.session import apply_query_conf, create_session
+from sparkpoint.spark.sink import file_sink_path
+from sparkpoint.storage.home import Home
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.5
+LOCK_FILE = "run.lock"
+
+@dataclass(frozen=True)
+class PlannedJob:
+    """What is known of a job once built and planned, before its query starts."""
+
+    operators: list[PlannedOperator]
+    file_sink: Path | None
+    conf: Mapping[str, str]
+
+
+# Called after the plan is known and before the query starts; may build the checkpoint.
+Prepare = Callable[[PlannedJob], Lineage | None]
+
+
+@dataclass
+class RunOptions:
+    job: str
+    job_file: Path
+    params: Mapping[str, str] = field(default_factory=dict)
+    conf: Mapping[str, str] = field(default_factory=dict)
+    master: str | None = None
+    until_caught_up: bool = False
+    max_batches: int | None = None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    job: str
+    run_id: str
+    status: str
+    first_batch: int | None
+    last_batch: int | None
+    batches_run: int
+
+
+def spark_error_summary(exc: BaseException) -> str:
+    """Spark's own message without the JVM stack trace."""
+    text = str(exc).strip()
+    kept = []
+    for line in text.splitlines():
+        if line.strip().startswith(("JVM stacktrace", "at ", "Caused by")) or line.startswith("\t"):
+            break
+        kept.append(line.strip())
+    summary = " ".join(part for part in kept if part)
+    return summary[:2000] if summary else exc.__class__.__name__
+
+
+@contextlib.contextmanager
+def _job_lock(registry: JobRegistry, job: str) -> Iterator[None]:
+    """Exclusive right to run a job; a lock left by a dead process is taken over."""
+    path = registry.home.job_dir(job) / LOCK_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for _attempt in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            text = path.read_text().strip()
+            holder = int(text) if text.isdigit() else None
+            if holder is not None and pid_alive(holder) and holder != os.getpid():
+                raise JobRunningError(
+                    f"job '{job}' is already running (pid {holder}); stop it first, or snapshot "
+                    "it with 'sparkpoint snapshot create'"
+                ) from None
+            path.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "w") as handle:
+            handle.write(str(os.getpid()))
+        break
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        # A first run refused before anything was recorded leaves no trace.
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()
+
+
+class _StopSignal:
+    """SIGINT/SIGTERM ask the query to stop at the next poll instead of killing the JVM."""
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> _StopSignal:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        self.requested.set()
+
+    def __exit__(self, *_exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+
+
+def _batches_seen(query: StreamingQuery) -> set[int]:
+    return {int(progress["batchId"]) for progress in query.recentProgress}
+
+
+def run_job(
+    home: Home,
+    options: RunOptions,
+    spark: SparkSession | None = None,
+    prepare: Prepare | None = None,
+    echo: Callable[[str], None] = print,
+) -> RunResult:
+    registry = JobRegistry(home)
+    job = options.job
+    home.job_dir(job)  # validates the name before anything is written
+    with _job_lock(registry, job):
+        if registry.exists(job):
+            record = registry.get(job)
+            if record.effective_status() == "running":
+                raise JobRunningError(f"job '{job}' is already running (pid {record.pid})")
+            record.job_file = str(options.job_file)
+            record.params = dict(options.params)
+            record.conf = dict(options.conf)
+            record.master = options.master
+        else:
+            record = JobRecord(
+                name=job, job_file=str(options.job_file), params=dict(options.params),
+                conf=dict(options.conf), master=options.master,
+            )
+        registry.clear_stop_request(job)
+        session = spark or create_session(options.master, options.conf, f"sparkpoint:{job}")
+        apply_query_conf(session, options.conf)
+        ctx = JobContext(job=job, params=dict(options.params))
+        writer = build_writer(options.job_file, session, ctx)
+        operators = stateful_operators(writer._df, ctx.declarations)
+        planned = PlannedJob(operators, file_sink_path(writer), dict(options.conf))
+        lineage = prepare(planned) if prepare else None
+        if lineage is not None:
+            record.lineage = lineage
+        checkpoint = registry.checkpoint(job)
+        first_batch = checkpoint.latest_committed_batch()
+        run = RunRecord(run_id=str(uuid.uuid4()), started_at=now_iso(), status="running",
+                        first_batch=first_batch)
+        record.status, record.pid, record.run_id, record.error = "running", os.getpid(), run.run_id, None
+        record.operators = [
+            OperatorRecord(name=op.name, operator_id=op.operator_id,
+                           spark_operator_name=op.spark_operator_name,
+                           named_by_user=op.named_by_user)
+            for op in operators
+        ]
+        record.runs.append(run)
+        registry.save(record)
+        echo(f"job '{job}' run {run.run_id} starting at batch "
+             f"{0 if first_batch is None else first_batch + 1}")
+        writer = writer.option("checkpointLocation", str(checkpoint.root)).queryName(job)
+        if options.until_caught_up:
+            writer = writer.trigger(availableNow=True)
+        error: SparkpointError | None = None
+        batches: set[int] = set()
+        try:
+            with _StopSignal() as stop_signal:
+                query = writer.start()
+                while query.isActive:
+                    query.awaitTermination(POLL_SECONDS)
+                    batches = _batches_seen(query)
+                    if stop_signal.requested.is_set() or registry.stop_requested(job):
+                        echo(f"job '{job}': stop requested, stopping after the last committed "
+                             "batch")
+                        query.stop()
+                    elif options.max_batches is not None and len(batches) >= options.max_batches:
+                        query.stop()
+                batches |= _batches_seen(query)
+                failure = query.exception()
+                if failure is not None:
+                    error = SparkQueryError(f"job '{job}' failed: {spark_error_summary(failure)}")
+        except SparkpointError as exc:
+            error = exc
+        except Exception as exc:
+            error = SparkQueryError(f"job '{job}' failed: {spark_error_summary(exc)}")
+        finally:
+            registry.clear_stop_request(job)
+            last = checkpoint.latest_committed_batch()
+            run.ended_at, run.last_batch = now_iso(), last
+            run.status = "failed" if error else "stopped"
+            run.error = error.message if error else None
+            record.status, record.pid, record.error = run.status, None, run.error
+            record.runs[-1] = run
+            registry.save(record)
+        if error is not None:
+            raise error
+        echo(f"job '{job}' stopped at batch {last} ({len(batches)} batches in this run)")
+        return RunResult(job, run.run_id, run.status, first_batch, last, len(batches))
+
+
+def wait_until_stopped(registry: JobRegistry, job: str, timeout_s: float) -> JobRecord:
+    """Poll the record of a job asked to stop until its process reports it stopped."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        record = registry.get(job)
+        if record.effective_status() != "running":
+            return record
+        if time.monotonic() > deadline:
+            raise JobRunningError(
+                f"job '{job}' did not stop within {timeout_s:.0f}s (pid {record.pid}); it may be "
+                "inside a long batch: retry, or stop it with Ctrl-C"
+            )
+        time.sleep(0.2)

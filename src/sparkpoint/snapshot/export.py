@@ -1,0 +1,230 @@
+"""Export the latest committed batch of a checkpoint as a snapshot, without a JVM.
+
+1. Pick batch N = the newest ``commits/N``; everything Spark wrote for N is immutable from
+   then on, so a running job can keep going while we copy.
+2. Copy ``metadata``, ``offsets/N-1``, ``offsets/N``, ``commits/N`` and the source logs up to
+   the committed offsets.
+3. Per operator copy its metadata and schema files and one self-contained state version
+   N+1 per partition: RocksDB's zip and the SSTs it lists; for the HDFS provider the deltas
+   are compacted into one ``<N+1>.snapshot``.
+4. Write the manifest (checksums of every file) last, in the staging directory the caller
+   publishes by renaming.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sparkpoint.checkpoint.layout import SHUFFLE_PARTITIONS_CONF, Checkpoint, OperatorDir
+from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER, locate_version
+from sparkpoint.snapshot.manifest import (
+    CHECKPOINT_SUBDIR,
+    MANIFEST_FILE,
+    FileEntry,
+    Manifest,
+    OperatorEntry,
+    SourceEntry,
+    StoreEntry,
+    operator_kind,
+)
+from sparkpoint.storage.local import copy_file, is_hidden_or_temp, sha256_of, write_atomic
+
+_COPY_THREADS = 4
+
+
+@dataclass
+class _Plan:
+    """Files to copy (source -> path relative to the snapshot's checkpoint dir)."""
+
+    copies: list[tuple[Path, str]] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What the job registry knows that the checkpoint does not."""
+
+    job: str
+    operator_names: Mapping[int, str]
+    job_file: str | None
+    params: Mapping[str, str]
+    spark_version: str
+
+
+def _trimmed_source_log(source_dir: Path, offset: str | None) -> list[Path]:
+    """Source log files up to the committed offset (later ones belong to uncommitted batches)."""
+    limit: int | None = None
+    if offset is not None:
+        try:
+            parsed = json.loads(offset)
+        except json.JSONDecodeError:
+            parsed = None
+        if isinstance(parsed, dict) and isinstance(parsed.get("logOffset"), int):
+            limit = parsed["logOffset"]
+    keep = []
+    for entry in sorted(source_dir.iterdir()):
+        if not entry.is_file() or is_hidden_or_temp(entry.name):
+            continue
+        stem = entry.name.removesuffix(".compact")
+        # A compact file folds earlier entries in; it must stay even past the limit.
+        if limit is not None and stem.isdigit() and int(stem) > limit and stem == entry.name:
+            continue
+        keep.append(entry)
+    return keep
+
+
+def _plan_metadata_files(operator: OperatorDir, rel: str, plan: _Plan) -> None:
+    for sub in ("_metadata", "_stateSchema"):
+        base = operator.path / sub
+        if not base.is_dir():
+            continue
+        for path in sorted(base.rglob("*")):
+            if path.is_file() and not path.name.startswith("."):
+                plan.copies.append((path, f"{rel}/{path.relative_to(operator.path).as_posix()}"))
+
+
+def _export_operator(
+    operator: OperatorDir,
+    version: int,
+    rocksdb: bool,
+    out_checkpoint: Path,
+    plan: _Plan,
+) -> tuple[int | None, int]:
+    """Plan copies (RocksDB) or write compacted files (HDFS); return (rows, state bytes)."""
+    rel = f"state/{operator.operator_id}"
+    _plan_metadata_files(operator, rel, plan)
+    rows: int | None = 0
+    state_bytes = 0
+    for store in operator.stores():
+        for partition in range(operator.metadata.num_partitions):
+            pdir = store.partition_dir(operator.path, partition)
+            prel = store.partition_dir(Path(rel), partition).as_posix()
+            schema = pdir / "_metadata" / "schema"
+            if schema.is_file():
+                plan.copies.append((schema, f"{prel}/_metadata/schema"))
+            if rocksdb:
+                located = locate_version(pdir, version)
+                for name in located.relative_files():
+                    source = pdir / name
+                    plan.copies.append((source, f"{prel}/{name}"))
+                    state_bytes += source.stat().st_size
+                if rows is not None and located.num_keys is not None:
+                    rows += located.num_keys
+                else:
+                    rows = None
+            else:
+                from sparkpoint.checkpoint import hdfs_state
+
+                state = hdfs_state.load_version(pdir, version)
+                written = hdfs_state.write_snapshot(out_checkpoint / prel, version, state)
+                plan.written.append(f"{prel}/{version}.snapshot")
+                state_bytes += written
+                if rows is not None:
+                    rows += len(state)
+    return rows, state_bytes
+
+
+def export_checkpoint(
+    checkpoint: Checkpoint,
+    staging: Path,
+    snapshot_name: str,
+    info: JobInfo,
+    progress: Callable[[str], None] | None = None,
+) -> Manifest:
+    """Write a complete snapshot into ``staging`` (manifest last) and return its manifest."""
+    say = progress or (lambda _msg: None)
+    batch = checkpoint.require_latest_committed_batch()
+    offsets = checkpoint.offsets(batch)
+    rocksdb = checkpoint.provider(batch) == ROCKSDB_PROVIDER
+    out = staging / CHECKPOINT_SUBDIR
+    out.mkdir(parents=True, exist_ok=True)
+    plan = _Plan()
+    plan.copies.append((checkpoint.root / "metadata", "metadata"))
+    for log_batch in (batch - 1, batch):
+        if log_batch >= 0 and (checkpoint.root / "offsets" / str(log_batch)).is_file():
+            plan.copies.append((checkpoint.root / "offsets" / str(log_batch), f"offsets/{log_batch}"))
+    plan.copies.append((checkpoint.root / "commits" / str(batch), f"commits/{batch}"))
+
+    source_offsets = offsets.source_offsets()
+    sources_root = checkpoint.root / "sources"
+    if sources_root.is_dir():
+        for source_dir in sorted(p for p in sources_root.iterdir() if p.is_dir()):
+            for path in _trimmed_source_log(source_dir, source_offsets.get(source_dir.name)):
+                plan.copies.append((path, f"sources/{source_dir.name}/{path.name}"))
+
+    operator_entries = []
+    for operator in checkpoint.operators():
+        say(f"operator {operator.operator_id} ({operator.operator_name})")
+        rows, state_bytes = _export_operator(operator, batch + 1, rocksdb, out, plan)
+        stores = []
+        for store in operator.stores():
+            schema = operator.schema(store)
+            stores.append(
+                StoreEntry(
+                    name=store.name,
+                    key_schema=schema.key_schema if schema else None,
+                    value_schema=schema.value_schema if schema else None,
+                )
+            )
+        operator_entries.append(
+            OperatorEntry(
+                name=info.operator_names.get(
+                    operator.operator_id, f"{operator.operator_name}_{operator.operator_id}"
+                ),
+                operator_id=operator.operator_id,
+                kind=operator_kind(operator.operator_name),
+                spark_operator_name=operator.operator_name,
+                stores=stores,
+                partitions=operator.metadata.num_partitions,
+                rows=rows,
+                bytes=state_bytes,
+            )
+        )
+
+    say(f"copying {len(plan.copies)} files")
+    with ThreadPoolExecutor(_COPY_THREADS) as pool:
+        copied = list(pool.map(lambda item: (item[1], copy_file(item[0], out / item[1])), plan.copies))
+    files = [FileEntry(path=f"{CHECKPOINT_SUBDIR}/{rel}", bytes=size, sha256=digest)
+             for rel, (size, digest) in copied]
+    for rel in plan.written:
+        path = out / rel
+        files.append(
+            FileEntry(path=f"{CHECKPOINT_SUBDIR}/{rel}", bytes=path.stat().st_size,
+                      sha256=sha256_of(path))
+        )
+    files.sort(key=lambda entry: entry.path)
+
+    conf = offsets.conf
+    shuffle = conf.get(SHUFFLE_PARTITIONS_CONF)
+    manifest = Manifest(
+        name=snapshot_name,
+        job=info.job,
+        created_at=dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
+        batch_id=batch,
+        spark_version=info.spark_version,
+        state_store_provider=checkpoint.provider(batch),
+        shuffle_partitions=int(shuffle) if shuffle is not None else None,
+        query_id=checkpoint.metadata().query_id,
+        watermark_ms=checkpoint.commit(batch).next_batch_watermark_ms,
+        job_file=info.job_file,
+        params=dict(info.params),
+        sources=[
+            SourceEntry(name=name, offset=None if value is None else json.loads(value))
+            for name, value in source_offsets.items()
+        ],
+        operators=operator_entries,
+        files=files,
+        total_bytes=sum(entry.bytes for entry in files),
+    )
+    write_atomic(staging / MANIFEST_FILE, manifest.to_json().encode("utf-8"))
+    return manifest
+
+
+def discard(staging: Path) -> None:
+    shutil.rmtree(staging, ignore_errors=True)

@@ -1,0 +1,124 @@
+"""The snapshot manifest: sparkpoint's own file, strict and versioned."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ValidationError as PydanticValidationError
+
+from sparkpoint.errors import SnapshotDamagedError
+
+MANIFEST_FILE = "manifest.json"
+CHECKPOINT_SUBDIR = "checkpoint"
+FORMAT_VERSION = 1
+
+# Spark's operator names mapped to the kinds users reason about.
+OPERATOR_KINDS = {
+    "stateStoreSave": "aggregation",
+    "dedupe": "dedupe",
+    "dedupeWithinWatermark": "dedupe_within_watermark",
+    "symmetricHashJoin": "stream_stream_join",
+    "sessionWindowStateStoreSaveExec": "session_window",
+    "flatMapGroupsWithState": "flat_map_groups_with_state",
+    "applyInPandasWithState": "flat_map_groups_with_state",
+    "transformWithStateExec": "transform_with_state",
+    "transformWithStateInPySparkExec": "transform_with_state",
+    "transformWithStateInPandasExec": "transform_with_state",
+}
+
+
+def operator_kind(spark_operator_name: str) -> str:
+    return OPERATOR_KINDS.get(spark_operator_name, spark_operator_name)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FileEntry(_Strict):
+    path: str
+    bytes: int
+    sha256: str
+
+
+class SourceEntry(_Strict):
+    name: str
+    offset: Any = Field(description="the source's offset as Spark records it (parsed JSON)")
+
+
+class StoreEntry(_Strict):
+    name: str
+    key_schema: dict[str, Any] | None
+    value_schema: dict[str, Any] | None
+
+
+class OperatorEntry(_Strict):
+    name: str
+    operator_id: int
+    kind: str
+    spark_operator_name: str
+    stores: list[StoreEntry]
+    partitions: int
+    rows: int | None
+    bytes: int
+
+
+class Manifest(_Strict):
+    format_version: Literal[1] = FORMAT_VERSION
+    name: str
+    job: str
+    created_at: str
+    batch_id: int
+    spark_version: str
+    state_store_provider: str
+    shuffle_partitions: int | None
+    query_id: str
+    watermark_ms: int
+    job_file: str | None
+    params: dict[str, str]
+    sources: list[SourceEntry]
+    operators: list[OperatorEntry]
+    files: list[FileEntry]
+    total_bytes: int
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=False) + "\n"
+
+    def operator(self, name: str) -> OperatorEntry | None:
+        return next((op for op in self.operators if op.name == name), None)
+
+    def source(self, name: str) -> SourceEntry | None:
+        return next((src for src in self.sources if src.name == name), None)
+
+
+def read_manifest(snapshot_dir: Path) -> Manifest:
+    path = snapshot_dir / MANIFEST_FILE
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except FileNotFoundError as exc:
+        raise SnapshotDamagedError(
+            f"{path}: expected the snapshot manifest, found nothing; the snapshot is incomplete, "
+            "delete it with 'sparkpoint snapshot delete'"
+        ) from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise SnapshotDamagedError(
+            f"{path}: expected a JSON manifest, found unreadable content ({exc}); "
+            "the snapshot is damaged: delete it and create it again from the job"
+        ) from exc
+    version = data.get("format_version") if isinstance(data, dict) else None
+    if version != FORMAT_VERSION:
+        raise SnapshotDamagedError(
+            f"{path}: expected manifest format_version {FORMAT_VERSION}, found {version!r}; "
+            "it was written by another sparkpoint version"
+        )
+    try:
+        return Manifest.model_validate(data)
+    except PydanticValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise SnapshotDamagedError(
+            f"{path}: manifest field '{where}': {first['msg']}; the snapshot is damaged"
+        ) from exc

@@ -1,0 +1,181 @@
+"""The snapshot store under ``<home>/snapshots``: create, list, read, verify, delete.
+
+A snapshot is published by renaming a fully written staging directory (manifest included)
+to its name, so a reader sees either nothing or a complete snapshot. A killed create leaves
+only a staging directory, which ``list`` ignores and a later create removes.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparkpoint.checkpoint.layout import Checkpoint
+from sparkpoint.errors import NameTakenError, SnapshotDamagedError, UnknownSnapshotError
+from sparkpoint.snapshot.export import JobInfo, discard, export_checkpoint
+from sparkpoint.snapshot.manifest import (
+    CHECKPOINT_SUBDIR,
+    MANIFEST_FILE,
+    Manifest,
+    read_manifest,
+)
+from sparkpoint.storage.home import Home, validate_name
+from sparkpoint.storage.local import fsync_dir, sha256_of, walk_files
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    message: str
+
+
+class SnapshotStore:
+    def __init__(self, home: Home) -> None:
+        self.home = home
+
+    def path(self, name: str) -> Path:
+        return self.home.snapshot_dir(name)
+
+    def exists(self, name: str) -> bool:
+        return (self.path(name) / MANIFEST_FILE).is_file()
+
+    def _clean_abandoned_staging(self) -> None:
+        """Remove staging dirs whose creating process is gone (killed mid-create)."""
+        staging = self.home.staging_dir
+        if not staging.is_dir():
+            return
+        for entry in staging.iterdir():
+            pid_text = entry.name.split(".", 1)[0]
+            if pid_text.isdigit() and not _pid_alive(int(pid_text)):
+                shutil.rmtree(entry, ignore_errors=True)
+
+    def create(
+        self,
+        name: str,
+        checkpoint: Checkpoint,
+        info: JobInfo,
+        progress: Callable[[str], None] | None = None,
+    ) -> Manifest:
+        validate_name(name, "snapshot")
+        if self.path(name).exists():
+            raise NameTakenError(
+                f"snapshot '{name}' already exists at {self.path(name)}; choose another name or "
+                "delete it first with 'sparkpoint snapshot delete'"
+            )
+        self._clean_abandoned_staging()
+        staging = self.home.staging_dir / f"{os.getpid()}.{name}.{uuid.uuid4().hex[:8]}"
+        staging.mkdir(parents=True)
+        try:
+            manifest = export_checkpoint(checkpoint, staging, name, info, progress)
+            fsync_dir(staging)
+            try:
+                # rename() refuses a non-empty target, which closes the race with another create.
+                os.rename(staging, self.path(name))
+            except OSError as exc:
+                if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise NameTakenError(
+                        f"snapshot '{name}' was created by another process meanwhile; "
+                        "choose another name"
+                    ) from exc
+                raise
+            fsync_dir(self.home.snapshots_dir)
+        except BaseException:
+            discard(staging)
+            raise
+        return manifest
+
+    def names(self) -> list[str]:
+        root = self.home.snapshots_dir
+        if not root.is_dir():
+            return []
+        return sorted(
+            entry.name
+            for entry in root.iterdir()
+            if not entry.name.startswith(".") and (entry / MANIFEST_FILE).is_file()
+        )
+
+    def manifests(self, job: str | None = None) -> list[Manifest]:
+        found = [read_manifest(self.path(name)) for name in self.names()]
+        if job is not None:
+            found = [m for m in found if m.job == job]
+        return sorted(found, key=lambda m: (m.created_at, m.name))
+
+    def get(self, name: str) -> Manifest:
+        validate_name(name, "snapshot")
+        if not self.path(name).is_dir():
+            known = ", ".join(self.names()) or "none"
+            raise UnknownSnapshotError(
+                f"snapshot '{name}' not found in {self.home.snapshots_dir} (snapshots: {known}); "
+                "see 'sparkpoint snapshot list'"
+            )
+        return read_manifest(self.path(name))
+
+    def checkpoint_path(self, name: str) -> Path:
+        return self.path(name) / CHECKPOINT_SUBDIR
+
+    def delete(self, name: str) -> None:
+        self.get(name)
+        target = self.path(name)
+        # Rename first so that a half-deleted snapshot is never listed.
+        doomed = self.home.staging_dir / f"deleted.{name}.{uuid.uuid4().hex[:8]}"
+        doomed.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(target, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+
+    def verify(self, name: str) -> list[Problem]:
+        """Every listed file present with its size and checksum, and nothing unlisted."""
+        validate_name(name, "snapshot")
+        root = self.path(name)
+        if not root.is_dir():
+            self.get(name)
+        try:
+            manifest = read_manifest(root)
+        except SnapshotDamagedError as exc:
+            return [Problem(str(root / MANIFEST_FILE), exc.message)]
+        problems = []
+        listed = set()
+        for entry in manifest.files:
+            path = root / entry.path
+            listed.add(entry.path)
+            if not path.is_file():
+                problems.append(Problem(str(path), "listed in the manifest, missing on disk"))
+                continue
+            size = path.stat().st_size
+            if size != entry.bytes:
+                problems.append(
+                    Problem(str(path), f"expected {entry.bytes} bytes, found {size}")
+                )
+                continue
+            digest = sha256_of(path)
+            if digest != entry.sha256:
+                problems.append(
+                    Problem(str(path), f"expected sha256 {entry.sha256[:16]}..., found "
+                            f"{digest[:16]}...: the file was modified or corrupted")
+                )
+        for path in walk_files(root / CHECKPOINT_SUBDIR):
+            rel = path.relative_to(root).as_posix()
+            if rel not in listed and not path.name.startswith("."):
+                problems.append(Problem(str(path), "not listed in the manifest"))
+        batch = manifest.batch_id
+        for required in (f"offsets/{batch}", f"commits/{batch}", "metadata"):
+            if f"{CHECKPOINT_SUBDIR}/{required}" not in listed:
+                problems.append(
+                    Problem(str(root / CHECKPOINT_SUBDIR / required),
+                            "required for a runnable checkpoint, not in the manifest")
+                )
+        return problems

@@ -1,0 +1,177 @@
+"""What a job's query will look like, learned from Spark's own planner without running it.
+
+Spark assigns stateful operator ids top-down from the sink while planning; the explain path
+(``queryExecutionForExplain``) runs the same rules, so its ids are the ids the query uses.
+Named frames (``ctx.stateful``) are matched to operators of the whole plan by a signature:
+operator kind, key columns, the source attributes beneath it (their exprIds are stable across
+plans built from the same sources) and the stateful operators beneath it. Output exprIds are
+not usable: planning the whole query re-creates derived attributes (``window``) and prunes
+columns below dedupes.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sparkpoint.errors import JobFileError
+from sparkpoint.runtime.context import StatefulDeclaration
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PlannedOperator:
+    operator_id: int
+    spark_operator_name: str
+    name: str
+    named_by_user: bool
+    output_ids: tuple[int, ...]
+    output_names: tuple[str, ...]
+
+
+def _children(node: Any) -> list[Any]:
+    seq = node.children()
+    return [seq.apply(i) for i in range(seq.size())]
+
+
+def _stateful_nodes(plan: Any) -> list[Any]:
+    """Pre-order walk; a node is stateful when it carries a StatefulOperatorStateInfo.
+
+    Aggregations appear twice (StateStoreSave above StateStoreRestore, same operator id):
+    the first one met, the writer, stands for the operator.
+    """
+    found = []
+    seen: set[int] = set()
+    stack = [plan]
+    while stack:
+        node = stack.pop()
+        try:
+            info = node.stateInfo()
+        except Exception:  # py4j raises when the node has no such method
+            info = None
+        if info is not None and info.isDefined():
+            operator_id = int(info.get().operatorId())
+            if operator_id not in seen:
+                seen.add(operator_id)
+                found.append(node)
+        stack.extend(reversed(_children(node)))
+    return found
+
+
+_KEY_METHODS = ("keyExpressions", "groupingAttributes", "leftKeys", "rightKeys")
+_EXPR_ID = re.compile(r"#\d+(-T\d+ms)?")
+
+
+def _seq(value: Any) -> list[Any]:
+    return [value.apply(i) for i in range(value.size())]
+
+
+def _keys(node: Any) -> tuple[str, ...]:
+    keys: list[str] = []
+    for method in _KEY_METHODS:
+        try:
+            exprs = _seq(getattr(node, method)())
+        except Exception:  # not every operator has every kind of key
+            continue
+        keys.extend(_EXPR_ID.sub("", str(expr.toString())) for expr in exprs)
+    return tuple(keys)
+
+
+def _leaf_ids(node: Any) -> tuple[int, ...]:
+    ids: set[int] = set()
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        children = _children(current)
+        if not children:
+            ids.update(_output(current)[0])
+        stack.extend(children)
+    return tuple(sorted(ids))
+
+
+def _signature(node: Any) -> tuple[Any, ...]:
+    below = tuple((str(n.shortName()), _keys(n)) for n in _stateful_nodes(node)[1:])
+    return (str(node.shortName()), _keys(node), _leaf_ids(node), below)
+
+
+def _output(node: Any) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    seq = node.output()
+    attrs = [seq.apply(i) for i in range(seq.size())]
+    return tuple(int(a.exprId().id()) for a in attrs), tuple(str(a.name()) for a in attrs)
+
+
+def _executed_plan(frame: DataFrame) -> Any:
+    return frame._jdf.queryExecution().queryExecutionForExplain().executedPlan()
+
+
+def derived_name(spark_operator_name: str, keys: tuple[str, ...]) -> str:
+    """A deterministic name for an unnamed operator: its kind and key columns."""
+    return f"{spark_operator_name}({','.join(keys)})"
+
+
+def stateful_operators(
+    frame: DataFrame, declarations: list[StatefulDeclaration]
+) -> list[PlannedOperator]:
+    nodes = _stateful_nodes(_executed_plan(frame))
+    planned: list[dict[str, Any]] = []
+    for node in nodes:
+        ids, names = _output(node)
+        planned.append(
+            {
+                "operator_id": int(node.stateInfo().get().operatorId()),
+                "spark_operator_name": str(node.shortName()),
+                "output_ids": ids,
+                "output_names": names,
+                "signature": _signature(node),
+                "name": None,
+            }
+        )
+    for declaration in declarations:
+        declared_nodes = _stateful_nodes(_executed_plan(declaration.frame))
+        if not declared_nodes:
+            raise JobFileError(
+                f"ctx.stateful('{declaration.name}', ...): expected a DataFrame whose plan ends "
+                "in a stateful operator (aggregation, dropDuplicates, join, ...), found none"
+            )
+        top_kind = str(declared_nodes[0].shortName())
+        wanted = _signature(declared_nodes[0])
+        candidates = [op for op in planned if op["signature"] == wanted]
+        if len(candidates) != 1:
+            raise JobFileError(
+                f"ctx.stateful('{declaration.name}', ...): its operator ({top_kind}) is not part "
+                "of the returned query, or is ambiguous; name a frame the sink depends on"
+            )
+        if candidates[0]["name"] is not None:
+            raise JobFileError(
+                f"ctx.stateful('{declaration.name}', ...) names the same operator as "
+                f"'{candidates[0]['name']}'"
+            )
+        candidates[0]["name"] = declaration.name
+    result = []
+    for op in sorted(planned, key=lambda item: item["operator_id"]):
+        named = op["name"] is not None
+        name = op["name"] or derived_name(op["spark_operator_name"], op["signature"][1])
+        if not named:
+            log.warning(
+                "stateful operator %s (Spark operator id %d) has no name; using the derived "
+                "name '%s'. Name it with ctx.stateful(name, df) so that its state survives "
+                "changes to the job",
+                op["spark_operator_name"], op["operator_id"], name,
+            )
+        result.append(
+            PlannedOperator(
+                operator_id=op["operator_id"],
+                spark_operator_name=op["spark_operator_name"],
+                name=name,
+                named_by_user=named,
+                output_ids=op["output_ids"],
+                output_names=op["output_names"],
+            )
+        )
+    return result

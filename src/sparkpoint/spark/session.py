@@ -1,0 +1,53 @@
+"""Building the SparkSession a managed job runs in, and the SQL confs sparkpoint owns."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
+SOURCE_EVOLUTION_CONF = "spark.sql.streaming.queryEvolution.enableSourceEvolution"
+
+# Session-level settings: loopback only, no UI unless asked for.
+SESSION_DEFAULTS = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+# Query-level settings every managed job needs; user --conf wins where it makes sense.
+QUERY_DEFAULTS = {
+    SOURCE_EVOLUTION_CONF: "true",
+    PROVIDER_CONF: ROCKSDB_PROVIDER,
+}
+
+
+def _log_config_option() -> str:
+    path = Path(__file__).resolve().parent.parent / "resources" / "log4j2.properties"
+    return f"-Dlog4j.configurationFile=file:{path}"
+
+
+def create_session(master: str | None, conf: Mapping[str, str], app_name: str) -> SparkSession:
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name).master(master or "local[2]")
+    defaults = {**SESSION_DEFAULTS, "spark.driver.extraJavaOptions": _log_config_option()}
+    for key, value in {**defaults, **conf}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def apply_query_conf(spark: SparkSession, conf: Mapping[str, str]) -> None:
+    """Set the SQL confs a query records in its offsets log (they win on restart)."""
+    for key, value in {**QUERY_DEFAULTS, **conf}.items():
+        if key.startswith("spark.sql."):
+            spark.conf.set(key, value)

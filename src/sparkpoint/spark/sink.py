@@ -1,0 +1,43 @@
+"""What sink a job's DataStreamWriter writes to, read from Spark's writer object."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sparkpoint.storage.local import to_path
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import DataStreamWriter
+
+FILE_FORMATS = {"parquet", "json", "csv", "orc", "text", "avro"}
+
+
+def _private_field(obj: Any, name: str) -> Any:
+    """Spark keeps the writer's format and options private; Java reflection reads them."""
+    cls = obj.getClass()
+    while cls is not None:
+        try:
+            field = cls.getDeclaredField(name)
+        except Exception:  # py4j wraps NoSuchFieldException
+            cls = cls.getSuperclass()
+            continue
+        field.setAccessible(True)
+        return field.get(obj)
+    return None
+
+
+def file_sink_path(writer: DataStreamWriter) -> Path | None:
+    """The output directory of a file sink, or None for any other sink."""
+    jwriter = writer._jwrite
+    source = _private_field(jwriter, "source")
+    if source is None or str(source).lower() not in FILE_FORMATS:
+        return None
+    options = _private_field(jwriter, "extraOptions")
+    path = options.get("path") if options is not None else None
+    if path is None or not path.isDefined():
+        return None
+    location = str(path.get())
+    if "://" in location and not location.startswith("file:"):
+        return None
+    return to_path(location)

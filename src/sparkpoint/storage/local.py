@@ -1,0 +1,108 @@
+"""Filesystem access for sparkpoint's home and Spark checkpoints.
+
+Only local paths (and ``file:`` URIs) are supported in this version; every module goes
+through these helpers so that a Hadoop-compatible implementation can replace them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlparse
+
+from sparkpoint.errors import UsageError
+
+_COPY_CHUNK = 1 << 20
+
+
+def to_path(location: str | os.PathLike[str]) -> Path:
+    """Turn a path or ``file:`` URI into an absolute local path."""
+    text = os.fspath(location)
+    if "://" in text or text.startswith("file:"):
+        parsed = urlparse(text)
+        if parsed.scheme != "file":
+            raise UsageError(
+                f"{text}: only local paths and file: URIs are supported as sparkpoint homes "
+                f"and checkpoints in this version, found scheme '{parsed.scheme}'; "
+                "use a local directory"
+            )
+        text = parsed.path
+    return Path(text).expanduser().absolute()
+
+
+def is_hidden_or_temp(name: str) -> bool:
+    """Hadoop's ``.crc`` siblings, ``.tmp`` files and dot-files are not data."""
+    return name.startswith(".") or name.startswith("_") or name.endswith(".tmp")
+
+
+def numbered_files(directory: Path) -> list[int]:
+    """Batch ids of files named by a plain number, as in Spark's metadata logs."""
+    if not directory.is_dir():
+        return []
+    ids = []
+    for entry in directory.iterdir():
+        if entry.is_file() and entry.name.isdigit():
+            ids.append(int(entry.name))
+    return sorted(ids)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write under a temp name in the same directory, then rename over the target."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def copy_file(src: Path, dst: Path) -> tuple[int, str]:
+    """Copy one file, returning (bytes, sha256) computed while copying."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    size = 0
+    with open(src, "rb") as reader, open(dst, "wb") as writer:
+        while chunk := reader.read(_COPY_CHUNK):
+            digest.update(chunk)
+            writer.write(chunk)
+            size += len(chunk)
+    shutil.copystat(src, dst)
+    return size, digest.hexdigest()
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as reader:
+        while chunk := reader.read(_COPY_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def tree_size(root: Path) -> int:
+    return sum(p.stat().st_size for p in walk_files(root))
+
+
+def walk_files(root: Path) -> Iterator[Path]:
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            yield Path(dirpath) / name
+
+
+def remove_tree(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        shutil.rmtree(path)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# Spark and Python must agree on the wall clock zone for timestamps to compare.
+os.environ["TZ"] = "UTC"
+time.tzset()
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+SHUFFLE_PARTITIONS = "2"
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One SparkSession for the whole test session, created the way sparkpoint creates one."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from sparkpoint.spark.session import create_session
+
+    session = create_session("local[2]", {"spark.sql.shuffle.partitions": SHUFFLE_PARTITIONS},
+                             "sparkpoint-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> object:
+    from sparkpoint.storage.home import Home
+
+    return Home(tmp_path / "home")
