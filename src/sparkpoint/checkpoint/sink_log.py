@@ -51,3 +51,31 @@ def seed_empty_history(output_dir: Path, last_batch: int, interval: int) -> list
         write_atomic(path, SINK_LOG_VERSION.encode())
         written.append(path)
     return written
+
+
+def committed_files(output_dir: Path) -> list[str]:
+    """Paths of the files a file sink committed, as Spark's readers see them.
+
+    The newest ``.compact`` entry folds in everything before it; later entries add to it.
+    """
+    import json
+
+    log_dir = output_dir / SINK_LOG_DIR
+    if not log_dir.is_dir():
+        return []
+    entries: dict[int, Path] = {}
+    for path in log_dir.iterdir():
+        stem = path.name.removesuffix(".compact")
+        if stem.isdigit() and not path.name.startswith("."):
+            entries[int(stem)] = path
+    compacts = [b for b, p in entries.items() if p.name.endswith(".compact")]
+    start = max(compacts, default=0)
+    files: list[str] = []
+    for batch in sorted(b for b in entries if b >= start):
+        lines = entries[batch].read_text("utf-8").split("\n")[1:]
+        for line in lines:
+            if line.strip():
+                record = json.loads(line)
+                if record.get("action", "add") == "add":
+                    files.append(str(record["path"]))
+    return files

@@ -46,10 +46,12 @@ def load_build(job_file: Path) -> Any:
     return build
 
 
-def build_writer(job_file: Path, spark: SparkSession, ctx: JobContext) -> DataStreamWriter:
+def build_writer(
+    build: Any, job_file: Path, spark: SparkSession, ctx: JobContext
+) -> DataStreamWriter:
+    """Call a loaded ``build`` and check that it returned an unstarted DataStreamWriter."""
     from pyspark.sql.streaming import DataStreamWriter
 
-    build = load_build(job_file)
     try:
         writer = build(spark, ctx)
     except JobFileError:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from sparkpoint.errors import JobRunningError, SparkpointError, SparkQueryError
 from sparkpoint.runtime.context import JobContext
-from sparkpoint.runtime.jobfile import build_writer
+from sparkpoint.runtime.jobfile import build_writer, load_build
 from sparkpoint.runtime.registry import (
     JobRecord,
     JobRegistry,
@@ -171,10 +171,11 @@ def run_job(
                 conf=dict(options.conf), master=options.master,
             )
         registry.clear_stop_request(job)
+        build = load_build(options.job_file)  # a broken job file fails before a JVM starts
         session = spark or create_session(options.master, options.conf, f"sparkpoint:{job}")
         apply_query_conf(session, options.conf)
         ctx = JobContext(job=job, params=dict(options.params))
-        writer = build_writer(options.job_file, session, ctx)
+        writer = build_writer(build, options.job_file, session, ctx)
         operators = stateful_operators(writer._df, ctx.declarations)
         planned = PlannedJob(operators, file_sink_path(writer), dict(options.conf))
         lineage = prepare(planned) if prepare else None

@@ -1,0 +1,81 @@
+"""Driving the ``sparkpoint`` CLI as a user would: a separate process, real exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparkpoint.storage.home import Home
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYSPARK_PYTHON"] = sys.executable
+    return env
+
+
+def command(home: Home, *args: str) -> list[str]:
+    return [sys.executable, "-m", "sparkpoint.cli.main", "--home", str(home.root), *args]
+
+
+def sparkpoint(home: Home, *args: str, timeout: float = 300) -> Result:
+    done = subprocess.run(command(home, *args), capture_output=True, text=True,
+                          timeout=timeout, env=_env())
+    return Result(done.returncode, done.stdout, done.stderr)
+
+
+def start(home: Home, *args: str, log: Path) -> subprocess.Popen[bytes]:
+    handle = open(log, "wb")  # noqa: SIM115 - lives as long as the process
+    return subprocess.Popen(command(home, *args), stdout=handle, stderr=subprocess.STDOUT,
+                            env=_env())
+
+
+def committed_log_offset(home: Home, job: str, source: str) -> int | None:
+    """The file-source log offset of the job's latest committed batch."""
+    ckpt = home.checkpoint_dir(job)
+    commits = [int(p.name) for p in (ckpt / "commits").glob("*") if p.name.isdigit()] \
+        if (ckpt / "commits").is_dir() else []
+    if not commits:
+        return None
+    text = (ckpt / "offsets" / str(max(commits))).read_text()
+    for line in text.split("\n")[2:]:
+        name, _, body = line.partition(":")
+        if name == source and body != "-":
+            value: int = json.loads(body)["logOffset"]
+            return value
+    return None
+
+
+def files_committed(home: Home, job: str, source: str) -> int:
+    offset = committed_log_offset(home, job, source)
+    if offset is None:
+        return 0
+    log = home.checkpoint_dir(job) / "sources" / source
+    return sum(len(p.read_text().splitlines()) - 1 for p in log.iterdir()
+               if p.name.isdigit() and int(p.name) <= offset)
+
+
+def wait_for(predicate: Any, timeout: float, what: str, log: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    detail = log.read_text()[-3000:] if log is not None and log.exists() else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{detail}")
