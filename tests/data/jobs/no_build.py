@@ -1,0 +1,3 @@
+"""A job file that forgot its build function."""
+
+VALUE = 1

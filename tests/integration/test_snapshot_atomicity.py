@@ -1,0 +1,61 @@
+"""kill -9 at any moment of `snapshot create` leaves no snapshot that `list` shows, and a
+later create, of any name, works."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from sparkpoint import api
+from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER
+from sparkpoint.storage.home import Home
+from sparkpoint.testing import write_clicks
+from tests.conftest import EXAMPLES
+from tests.support.cli import command, sparkpoint
+
+pytestmark = pytest.mark.spark
+KILLS = 8
+
+
+@pytest.mark.parametrize("provider", ["rocksdb", HDFS_PROVIDER], ids=["rocksdb", "hdfs"])
+def test_kill_9_during_create_leaves_no_partial_snapshot(
+    spark: object, home: Home, tmp_path: Path, provider: str
+) -> None:
+    conf = {} if provider == "rocksdb" else {
+        "spark.sql.streaming.stateStore.providerClass": provider}
+    write_clicks(tmp_path / "in", range(0, 6), events=200)
+    api.run(home, EXAMPLES / "clicks_job.py", "big",
+            params={"input": str(tmp_path / "in"), "output": str(tmp_path / "out")},
+            conf=conf, until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+
+    started = time.monotonic()
+    assert sparkpoint(home, "snapshot", "create", "big", "timing").code == 0
+    full = time.monotonic() - started
+    rng = random.Random(2026)
+    survivors = {"timing"}
+    for attempt in range(KILLS):
+        name = f"k{attempt}"
+        proc = subprocess.Popen(command(home, "snapshot", "create", "big", name),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.05, full))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        listed = {row["name"] for row in sparkpoint(home, "snapshot", "list", "--json").json()}
+        assert listed - survivors <= {name}
+        if name in listed:  # the kill came after the publishing rename
+            survivors.add(name)
+            assert sparkpoint(home, "snapshot", "verify", name).code == 0
+    for name in survivors:
+        assert sparkpoint(home, "snapshot", "verify", name).code == 0
+    # Any name works afterwards, including those whose create was killed.
+    for name in ("after", "k0"):
+        if name not in survivors:
+            result = sparkpoint(home, "snapshot", "create", "big", name)
+            assert result.code == 0, result.err
+    staging = home.staging_dir
+    assert not staging.exists() or not any(staging.iterdir())
