@@ -100,7 +100,7 @@ def output_rows(spark: SparkSession, path: Path, files: list[str] | None = None)
 
 def sink_files_up_to(path: Path, batch: int) -> list[str]:
     """Files a file sink committed in batches 0..``batch`` (needs an uncompacted sink log)."""
-    files = []
+    files: list[str] = []
     log = path / "_spark_metadata"
     for entry in sorted(log.iterdir()):
         if entry.name.isdigit() and int(entry.name) <= batch:

@@ -71,7 +71,8 @@ def test_operators_and_schemas_of_a_dedupe_feeding_an_aggregation() -> None:
     store = operators[0].stores()[0]
     schema = operators[0].schema(store)
     assert schema is not None
-    assert schema_ddl(schema.key_schema) == "window struct<start: timestamp, end: timestamp>, user string"
+    key = schema_ddl(schema.key_schema)
+    assert key == "window struct<start: timestamp, end: timestamp>, user string"
     assert schema_ddl(schema.value_schema) == "count long"
 
 
@@ -119,7 +120,9 @@ _offset_json = st.dictionaries(st.text("abc_", min_size=1, max_size=6), _json_sc
     ),
     st.integers(min_value=0, max_value=2**45),
 )
-def test_offsets_v2_round_trip(sources: list[tuple[str, dict[str, object] | None]], wm: int) -> None:
+def test_offsets_v2_round_trip(
+    sources: list[tuple[str, dict[str, object] | None]], wm: int
+) -> None:
     import json
 
     entry = OffsetLogEntry(

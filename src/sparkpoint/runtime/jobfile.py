@@ -14,7 +14,7 @@ from sparkpoint.runtime.context import JobContext
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import DataStreamWriter
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 
 def load_build(job_file: Path) -> Any:
@@ -50,7 +50,7 @@ def build_writer(
     build: Any, job_file: Path, spark: SparkSession, ctx: JobContext
 ) -> DataStreamWriter:
     """Call a loaded ``build`` and check that it returned an unstarted DataStreamWriter."""
-    from pyspark.sql.streaming import DataStreamWriter
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
 
     try:
         writer = build(spark, ctx)

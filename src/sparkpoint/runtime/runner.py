@@ -38,11 +38,11 @@ from sparkpoint.storage.home import Home
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger(__name__)
 
-POLL_SECONDS = 0.5
+POLL_SECONDS = 1
 LOCK_FILE = "run.lock"
 
 @dataclass(frozen=True)
@@ -185,7 +185,8 @@ def run_job(
         first_batch = checkpoint.latest_committed_batch()
         run = RunRecord(run_id=str(uuid.uuid4()), started_at=now_iso(), status="running",
                         first_batch=first_batch)
-        record.status, record.pid, record.run_id, record.error = "running", os.getpid(), run.run_id, None
+        record.status, record.pid, record.error = "running", os.getpid(), None
+        record.run_id = run.run_id
         record.operators = [
             OperatorRecord(name=op.name, operator_id=op.operator_id,
                            spark_operator_name=op.spark_operator_name,

@@ -148,7 +148,8 @@ def export_checkpoint(
     plan.copies.append((checkpoint.root / "metadata", "metadata"))
     for log_batch in (batch - 1, batch):
         if log_batch >= 0 and (checkpoint.root / "offsets" / str(log_batch)).is_file():
-            plan.copies.append((checkpoint.root / "offsets" / str(log_batch), f"offsets/{log_batch}"))
+            source = checkpoint.root / "offsets" / str(log_batch)
+            plan.copies.append((source, f"offsets/{log_batch}"))
     plan.copies.append((checkpoint.root / "commits" / str(batch), f"commits/{batch}"))
 
     source_offsets = offsets.source_offsets()
@@ -189,7 +190,9 @@ def export_checkpoint(
 
     say(f"copying {len(plan.copies)} files")
     with ThreadPoolExecutor(_COPY_THREADS) as pool:
-        copied = list(pool.map(lambda item: (item[1], copy_file(item[0], out / item[1])), plan.copies))
+        copied = list(
+            pool.map(lambda item: (item[1], copy_file(item[0], out / item[1])), plan.copies)
+        )
     files = [FileEntry(path=f"{CHECKPOINT_SUBDIR}/{rel}", bytes=size, sha256=digest)
              for rel, (size, digest) in copied]
     for rel in plan.written:

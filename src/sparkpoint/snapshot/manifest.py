@@ -67,7 +67,7 @@ class OperatorEntry(_Strict):
 
 
 class Manifest(_Strict):
-    format_version: Literal[1] = FORMAT_VERSION
+    format_version: Literal[1] = 1
     name: str
     job: str
     created_at: str

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from sparkpoint.storage.local import to_path
 
 if TYPE_CHECKING:
-    from pyspark.sql.streaming import DataStreamWriter
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 FILE_FORMATS = {"parquet", "json", "csv", "orc", "text", "avro"}
 
