@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import os
 import random
+import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -53,6 +54,21 @@ def clicks_for_slice(index: int, events: int = 20, seed: int = 7) -> list[Click]
     return clicks + repeats
 
 
+_last_mtime_ns = 0
+
+
+def _next_mtime_ns() -> int:
+    """Strictly increasing modification times, 2 ms apart at least.
+
+    Spark's file source orders new files by modification time in milliseconds; files written
+    within the same millisecond would be read in directory-listing order, and a later slice
+    read first moves the watermark past an earlier one, whose events are then dropped.
+    """
+    global _last_mtime_ns
+    _last_mtime_ns = max(time.time_ns(), _last_mtime_ns + 2_000_000)
+    return _last_mtime_ns
+
+
 def write_clicks(directory: Path, indexes: Iterable[int], events: int = 20) -> list[Click]:
     """Write one file per slice (atomically, as file sources require); return the events."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -61,6 +77,8 @@ def write_clicks(directory: Path, indexes: Iterable[int], events: int = 20) -> l
         clicks = clicks_for_slice(index, events)
         tmp = directory / f".clicks-{index:05d}.json.tmp"
         tmp.write_text("\n".join(c.to_json() for c in clicks) + "\n")
+        mtime = _next_mtime_ns()
+        os.utime(tmp, ns=(mtime, mtime))
         os.replace(tmp, directory / f"clicks-{index:05d}.json")
         written.extend(clicks)
     return written

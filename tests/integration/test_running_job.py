@@ -92,3 +92,41 @@ def test_second_run_of_a_running_job_is_refused(home: Home, tmp_path: Path) -> N
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=120)
+
+
+def test_killed_job_shows_failed_and_runs_again(home: Home, tmp_path: Path) -> None:
+    inp, out = tmp_path / "in", tmp_path / "out"
+    events = write_clicks(inp, range(0, 2))
+    params = ["--param", f"input={inp}", "--param", f"output={out}"]
+    log = tmp_path / "job.log"
+    proc = start(home, "run", str(JOB), "--job", "killed", *params, *CONF, log=log)
+    try:
+        wait_for(lambda: files_committed(home, "killed", "clicks") == 2, 180, "2 files", log)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    shown = sparkpoint(home, "jobs", "show", "killed", "--json").json()
+    assert shown["status"] == "failed"
+    events += write_clicks(inp, range(2, 4))
+    again = sparkpoint(home, "run", str(JOB), "--job", "killed", *params, *CONF,
+                       "--until-caught-up")
+    assert again.code == 0, again.err[-2000:]
+    assert sparkpoint(home, "jobs", "show", "killed", "--json").json()["status"] == "stopped"
+    from sparkpoint.checkpoint.sink_log import committed_files
+
+    assert committed_files(out)  # the output is readable and was continued
+
+
+def test_max_batches_stops_after_that_many_committed_batches(
+    spark: object, home: Home, tmp_path: Path
+) -> None:
+    inp, out = tmp_path / "in", tmp_path / "out"
+    events = write_clicks(inp, range(0, 6))
+    params = {"input": str(inp), "output": str(out), "files_per_batch": "1"}
+    first = api.run(home, JOB, "limited", params=params, max_batches=2,
+                    spark=spark)  # type: ignore[arg-type]
+    assert first.last_batch == 1
+    assert files_committed(home, "limited", "clicks") == 2
+    api.run(home, JOB, "limited", params=params, until_caught_up=True,
+            spark=spark)  # type: ignore[arg-type]
+    assert output_rows(spark, out) == expected_hourly_counts(events)  # type: ignore[arg-type]

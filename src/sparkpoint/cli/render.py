@@ -125,6 +125,8 @@ def job_show_text(view: JobView) -> str:
         out.append(f"  {op.name}  (id {op.operator_id}, {op.spark_operator_name}){named}")
     out.append("runs:")
     for run in record.runs[-10:]:
-        out.append(f"  {run.started_at}  {run.status:8}  batches {run.first_batch}->"
-                   f"{run.last_batch}  {run.run_id}")
+        first = "new" if run.first_batch is None else f"after {run.first_batch}"
+        last = "-" if run.last_batch is None else str(run.last_batch)
+        out.append(f"  {run.started_at}  {run.status:8}  started {first}, last batch {last}  "
+                   f"{run.run_id}")
     return "\n".join(out)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sparkpoint.errors import JobRunningError, SparkpointError, SparkQueryError
 from sparkpoint.runtime.context import JobContext
@@ -146,6 +146,44 @@ def _batches_seen(query: StreamingQuery) -> set[int]:
     return {int(progress["batchId"]) for progress in query.recentProgress}
 
 
+def _batch_counter(
+    spark: SparkSession, query_name: str, limit: int
+) -> tuple[threading.Event, Callable[[], None]]:
+    """An event set as soon as ``limit`` batches of the named query have completed.
+
+    Progress events reach the driver's listener within milliseconds of a batch's commit, so
+    the stop that follows abandons (uncommitted) at most a batch that just started; polling
+    the query would let whole batches slip through.
+    """
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    reached = threading.Event()
+
+    class Counter(StreamingQueryListener):
+        def __init__(self) -> None:
+            self.count = 0
+
+        def onQueryStarted(self, event: object) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            if event.progress.name != query_name:
+                return
+            self.count += 1
+            if self.count >= limit:
+                reached.set()
+
+        def onQueryIdle(self, event: object) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            pass
+
+    listener = Counter()
+    spark.streams.addListener(listener)
+    return reached, lambda: spark.streams.removeListener(listener)
+
+
 def run_job(
     home: Home,
     options: RunOptions,
@@ -202,17 +240,22 @@ def run_job(
             writer = writer.trigger(availableNow=True)
         error: SparkpointError | None = None
         batches: set[int] = set()
+        limit_reached, remove_counter = (
+            _batch_counter(session, job, options.max_batches)
+            if options.max_batches is not None
+            else (threading.Event(), lambda: None)
+        )
         try:
             with _StopSignal() as stop_signal:
                 query = writer.start()
                 while query.isActive:
-                    query.awaitTermination(POLL_SECONDS)
+                    if limit_reached.wait(POLL_SECONDS):
+                        query.stop()
+                        break
                     batches = _batches_seen(query)
                     if stop_signal.requested.is_set() or registry.stop_requested(job):
                         echo(f"job '{job}': stop requested, stopping after the last committed "
                              "batch")
-                        query.stop()
-                    elif options.max_batches is not None and len(batches) >= options.max_batches:
                         query.stop()
                 batches |= _batches_seen(query)
                 failure = query.exception()
@@ -223,6 +266,7 @@ def run_job(
         except Exception as exc:
             error = SparkQueryError(f"job '{job}' failed: {spark_error_summary(exc)}")
         finally:
+            remove_counter()
             registry.clear_stop_request(job)
             last = checkpoint.latest_committed_batch()
             run.ended_at, run.last_batch = now_iso(), last
