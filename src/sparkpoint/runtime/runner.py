@@ -155,7 +155,7 @@ def _batch_counter(
     the stop that follows abandons (uncommitted) at most a batch that just started; polling
     the query would let whole batches slip through.
     """
-    from pyspark.sql.streaming import StreamingQueryListener
+    from pyspark.sql.streaming.listener import StreamingQueryListener
 
     reached = threading.Event()
 
