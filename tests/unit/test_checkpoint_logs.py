@@ -135,3 +135,20 @@ def test_offsets_v2_round_trip(
     again = OffsetLogEntry.parse(entry.to_bytes(), "x")
     assert again == entry
     assert again.batch_watermark_ms == wm
+
+
+@pytest.mark.parametrize("root", GOLDEN, ids=lambda p: p.name)
+def test_file_source_log_round_trips_and_lists_input_files(root: Path) -> None:
+    from sparkpoint.checkpoint.source_log import FileSourceLogEntry, file_source_log_offset
+
+    entries = sorted((root / "sources" / "clicks").iterdir())
+    assert entries
+    for path in entries:
+        data = path.read_bytes()
+        entry = FileSourceLogEntry.parse(data, str(path))
+        assert entry.to_bytes() == data
+        assert all(f["path"].startswith("file:///") for f in entry.files)
+        assert all(f["batchId"] == int(path.name) for f in entry.files)
+    assert file_source_log_offset('{"logOffset":7}') == 7
+    assert file_source_log_offset('{"topic":{"0":1}}') is None
+    assert file_source_log_offset(None) is None

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from sparkpoint.checkpoint.layout import SHUFFLE_PARTITIONS_CONF, Checkpoint, OperatorDir
 from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER, locate_version
+from sparkpoint.checkpoint.source_log import file_source_log_offset
 from sparkpoint.snapshot.manifest import (
     CHECKPOINT_SUBDIR,
     MANIFEST_FILE,
@@ -59,14 +60,7 @@ class JobInfo:
 
 def _trimmed_source_log(source_dir: Path, offset: str | None) -> list[Path]:
     """Source log files up to the committed offset (later ones belong to uncommitted batches)."""
-    limit: int | None = None
-    if offset is not None:
-        try:
-            parsed = json.loads(offset)
-        except json.JSONDecodeError:
-            parsed = None
-        if isinstance(parsed, dict) and isinstance(parsed.get("logOffset"), int):
-            limit = parsed["logOffset"]
+    limit = file_source_log_offset(offset)
     keep = []
     for entry in sorted(source_dir.iterdir()):
         if not entry.is_file() or is_hidden_or_temp(entry.name):
