@@ -109,7 +109,7 @@ def test_damaged_snapshot_is_reported_and_refused(stopped_job: Home, tmp_path: P
 
     verify = sparkpoint(copy, "snapshot", "verify", "base")
     assert verify.code == 3
-    assert victim in verify.out and "sha256" in verify.out
+    assert victim in verify.out and "checksum mismatch" in verify.out
     as_json = sparkpoint(copy, "snapshot", "verify", "base", "--json")
     assert as_json.code == 3 and as_json.json()["ok"] is False
 

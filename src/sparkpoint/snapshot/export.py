@@ -17,7 +17,6 @@ import datetime as dt
 import json
 import shutil
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,9 +33,19 @@ from sparkpoint.snapshot.manifest import (
     StoreEntry,
     operator_kind,
 )
-from sparkpoint.storage.local import copy_file, is_hidden_or_temp, sha256_of, write_atomic
+from sparkpoint.storage.local import (
+    checksum_of,
+    copy_file,
+    is_hidden_or_temp,
+    link_or_copy,
+    write_atomic,
+)
 
-_COPY_THREADS = 4
+_IMMUTABLE_SUFFIXES = (".sst", ".zip", ".changelog", ".delta", ".snapshot")
+
+
+def _is_immutable_state_file(rel: str) -> bool:
+    return rel.startswith("state/") and rel.endswith(_IMMUTABLE_SUFFIXES)
 
 
 @dataclass
@@ -183,18 +192,16 @@ def export_checkpoint(
         )
 
     say(f"copying {len(plan.copies)} files")
-    with ThreadPoolExecutor(_COPY_THREADS) as pool:
-        copied = list(
-            pool.map(lambda item: (item[1], copy_file(item[0], out / item[1])), plan.copies)
-        )
-    files = [FileEntry(path=f"{CHECKPOINT_SUBDIR}/{rel}", bytes=size, sha256=digest)
-             for rel, (size, digest) in copied]
-    for rel in plan.written:
-        path = out / rel
-        files.append(
-            FileEntry(path=f"{CHECKPOINT_SUBDIR}/{rel}", bytes=path.stat().st_size,
-                      sha256=sha256_of(path))
-        )
+    for source, rel in plan.copies:
+        if _is_immutable_state_file(rel):
+            link_or_copy(source, out / rel)
+        else:
+            copy_file(source, out / rel)
+    files = []
+    for rel in [rel for _source, rel in plan.copies] + plan.written:
+        # Checksums are taken of what the snapshot holds, not of what it was copied from.
+        size, digest = checksum_of(out / rel)
+        files.append(FileEntry(path=f"{CHECKPOINT_SUBDIR}/{rel}", bytes=size, xxh3_128=digest))
     files.sort(key=lambda entry: entry.path)
 
     conf = offsets.conf

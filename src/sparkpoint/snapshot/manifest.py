@@ -41,7 +41,7 @@ class _Strict(BaseModel):
 class FileEntry(_Strict):
     path: str
     bytes: int
-    sha256: str
+    xxh3_128: str
 
 
 class SourceEntry(_Strict):

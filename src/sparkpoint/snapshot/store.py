@@ -25,7 +25,7 @@ from sparkpoint.snapshot.manifest import (
     read_manifest,
 )
 from sparkpoint.storage.home import Home, validate_name
-from sparkpoint.storage.local import fsync_dir, sha256_of, walk_files
+from sparkpoint.storage.local import checksum_of, fsync_dir, walk_files
 
 
 def _pid_alive(pid: int) -> bool:
@@ -161,11 +161,12 @@ class SnapshotStore:
                     Problem(str(path), f"expected {entry.bytes} bytes, found {size}")
                 )
                 continue
-            digest = sha256_of(path)
-            if digest != entry.sha256:
+            _size, digest = checksum_of(path)
+            if digest != entry.xxh3_128:
                 problems.append(
-                    Problem(str(path), f"expected sha256 {entry.sha256[:16]}..., found "
-                            f"{digest[:16]}...: the file was modified or corrupted")
+                    Problem(str(path), f"checksum mismatch: expected xxh3-128 "
+                            f"{entry.xxh3_128[:16]}..., found {digest[:16]}...: the file was "
+                            "modified or corrupted")
                 )
         for path in walk_files(root / CHECKPOINT_SUBDIR):
             rel = path.relative_to(root).as_posix()

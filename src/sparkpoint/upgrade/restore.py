@@ -18,7 +18,7 @@ from sparkpoint.checkpoint.logs import QueryMetadata
 from sparkpoint.checkpoint.operators import OperatorMetadata
 from sparkpoint.errors import NameTakenError, ValidationError
 from sparkpoint.snapshot.manifest import CHECKPOINT_SUBDIR, Manifest
-from sparkpoint.storage.local import copy_file, fsync_dir, write_atomic
+from sparkpoint.storage.local import fsync_dir, link_or_copy, write_atomic
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,8 @@ def build_checkpoint(
             parts = rel.parts
             if parts[0] == "state" and int(parts[1]) in moved:
                 rel = Path("state", str(moved[int(parts[1])]), *parts[2:])
-            copy_file(source / Path(entry.path).relative_to(CHECKPOINT_SUBDIR), staging / rel)
+            # Links are safe both ways: Spark only adds, renames over and deletes files.
+            link_or_copy(source / Path(entry.path).relative_to(CHECKPOINT_SUBDIR), staging / rel)
         for old_id, new_id in moved.items():
             if old_id == new_id:
                 continue
