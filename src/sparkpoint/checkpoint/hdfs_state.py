@@ -1,0 +1,541 @@
+"""Pure-Python reader and writer for the state files of Spark's HDFSBackedStateStoreProvider.
+
+A state store partition directory (``state/<opId>/<partition>/``, or
+``state/<opId>/<partition>/<storeName>/`` for stream-stream joins) holds one ``<v>.delta``
+per committed batch (``v = batchId + 1``) and, from time to time, a ``<v>.snapshot`` holding
+the full state at version ``v``.
+
+Both kinds of file are the same byte format, written through Spark's default state store
+codec (``spark.sql.streaming.stateStore.compression.codec=lz4``), i.e. lz4-java's
+``LZ4BlockOutputStream``:
+
+* a sequence of blocks, each ``b"LZ4Block"``, one token byte (high nibble ``0x10`` raw or
+  ``0x20`` LZ4, low nibble ``log2(blockSize) - 10``), compressed length, decompressed length
+  and checksum (three little-endian int32), then the block bytes. The checksum is XXH32 of the
+  decompressed bytes with seed ``0x9747B28C``, masked to its low 28 bits (lz4-java's
+  ``StreamingXXHash32.asChecksum()`` does the masking);
+* the stream closes with an empty raw block (zero lengths, zero checksum). Spark reads with
+  ``stopOnEmptyBlock=false``, so several such streams back to back read as one.
+
+Decompressed and concatenated, the blocks hold big-endian records
+``int32 keyLen, key, int32 valueLen, value``; ``valueLen == -1`` (no value bytes follow) records
+the removal of the key, and ``keyLen == -1`` ends the records. Keys and values are
+``UnsafeRow`` bytes and are handled here as opaque bytes.
+
+The state files of a query that ran with ``spark.sql.streaming.stateStore.rowChecksum.enabled``
+(off by default) embed a CRC32C in keys of removals and in values; this module does not decode
+that encoding, so ``load_version`` on such a store does not match Spark's view.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import struct
+from collections.abc import Iterable
+from pathlib import Path
+
+import lz4.block
+import lz4.frame
+import xxhash
+
+from sparkpoint.errors import CheckpointFormatError, UsageError
+
+__all__ = [
+    "DEFAULT_BLOCK_SIZE",
+    "load_version",
+    "read_records",
+    "write_records",
+    "write_snapshot",
+]
+
+MAGIC = b"LZ4Block"
+_HEADER = struct.Struct("<8sBiiI")
+HEADER_LENGTH = _HEADER.size  # 21
+
+METHOD_RAW = 0x10
+METHOD_LZ4 = 0x20
+COMPRESSION_LEVEL_BASE = 10
+MIN_BLOCK_SIZE = 64
+MAX_BLOCK_SIZE = 1 << (COMPRESSION_LEVEL_BASE + 0x0F)
+
+# spark.io.compression.lz4.blockSize default.
+DEFAULT_BLOCK_SIZE = 32 * 1024
+
+XXHASH_SEED = 0x9747B28C
+CHECKSUM_MASK = 0x0FFFFFFF
+
+_INT = struct.Struct(">i")
+_END_OF_RECORDS = _INT.pack(-1)
+
+# Largest block an LZ4 frame can carry; see _compress_block.
+_FRAME_MAX_BLOCK = 4 * 1024 * 1024
+_FRAME_MAGIC = b"\x04\x22\x4d\x18"
+
+# Spark opens "<version>.delta" by number, so only canonical decimal names can be loaded.
+_STATE_FILE = re.compile(r"^(0|[1-9][0-9]*)\.(delta|snapshot)$")
+
+# First bytes of the other codecs Spark accepts for state files, to name the codec in errors.
+_OTHER_CODECS = (
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+    (b"\x82SNAPPY\x00", "snappy"),
+    (b"ZV", "lzf"),
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading
+
+
+def read_records(data: bytes, path: str) -> list[tuple[bytes, bytes | None]]:
+    """Parse one ``.delta`` or ``.snapshot`` file into ``(key, value)`` records in file order.
+
+    ``value`` is ``None`` for a removal. Every block checksum is verified. ``path`` is only
+    used in error messages.
+
+    Stricter than Spark where only a damaged file differs: the file must end exactly with an
+    end-of-stream block (Spark stops quietly at a missing or partial block header), nothing may
+    follow the ``-1`` that ends the records (Spark ignores it), and a negative value length
+    other than ``-1`` is refused (Spark takes any negative length as a removal).
+
+    Raises:
+        CheckpointFormatError: the bytes are not a well-formed state file.
+    """
+    payload = _decode_blocks(data, path)
+    return _parse_records(payload, path)
+
+
+def _fail(path: str, message: str) -> CheckpointFormatError:
+    return CheckpointFormatError(f"{path}: {message}")
+
+
+def _codec_hint(data: bytes) -> str:
+    for magic, codec in _OTHER_CODECS:
+        if data.startswith(magic):
+            return (
+                f" (the file starts like a {codec} stream: this reader only handles "
+                "spark.sql.streaming.stateStore.compression.codec=lz4)"
+            )
+    return ""
+
+
+def _decode_blocks(data: bytes, path: str) -> bytes:
+    size = len(data)
+    if size == 0:
+        raise _fail(path, "empty file; expected LZ4 blocks ending with an end-of-stream block")
+    view = memoryview(data)
+    parts: list[bytes] = []
+    offset = 0
+    ended = False
+    while offset < size:
+        if size - offset < HEADER_LENGTH:
+            raise _fail(
+                path,
+                f"truncated LZ4 block header at byte {offset}: expected {HEADER_LENGTH} bytes, "
+                f"found {size - offset}",
+            )
+        magic, token, compressed_len, original_len, check = _HEADER.unpack_from(data, offset)
+        if magic != MAGIC:
+            hint = _codec_hint(data) if offset == 0 else ""
+            raise _fail(
+                path,
+                f"bad LZ4 block magic at byte {offset}: expected {MAGIC!r}, found {magic!r}{hint}",
+            )
+        method = token & 0xF0
+        if method not in (METHOD_RAW, METHOD_LZ4):
+            raise _fail(
+                path,
+                f"bad LZ4 block token at byte {offset + 8}: expected compression method 0x10 "
+                f"(raw) or 0x20 (lz4), found token 0x{token:02x}",
+            )
+        max_len = 1 << (COMPRESSION_LEVEL_BASE + (token & 0x0F))
+        # The same consistency rules lz4-java's LZ4BlockInputStream enforces.
+        if (
+            original_len < 0
+            or compressed_len < 0
+            or original_len > max_len
+            or (original_len == 0) != (compressed_len == 0)
+            or (method == METHOD_RAW and original_len != compressed_len)
+        ):
+            raise _fail(
+                path,
+                f"inconsistent LZ4 block header at byte {offset}: token 0x{token:02x}, "
+                f"compressed length {compressed_len}, decompressed length {original_len}; "
+                f"expected non-negative lengths, both zero or both non-zero, at most {max_len} "
+                "decompressed bytes, and equal lengths for a raw block",
+            )
+        body_start = offset + HEADER_LENGTH
+        if original_len == 0:
+            if check != 0:
+                raise _fail(
+                    path,
+                    f"end-of-stream LZ4 block at byte {offset} has checksum 0x{check:08x}; "
+                    "expected 0",
+                )
+            ended = True
+            offset = body_start
+            continue
+        ended = False
+        body_end = body_start + compressed_len
+        if body_end > size:
+            raise _fail(
+                path,
+                f"truncated LZ4 block at byte {offset}: expected {compressed_len} bytes of "
+                f"block data, found {size - body_start}",
+            )
+        body = view[body_start:body_end]
+        if method == METHOD_RAW:
+            block = bytes(body)
+        else:
+            try:
+                block = _decompress(body, original_len)
+            except lz4.block.LZ4BlockError as exc:
+                raise _fail(
+                    path,
+                    f"corrupt LZ4 data in block at byte {offset}: expected {compressed_len} "
+                    f"bytes decompressing to {original_len}; lz4 says: {exc}",
+                ) from exc
+        actual = xxhash.xxh32_intdigest(block, seed=XXHASH_SEED) & CHECKSUM_MASK
+        if actual != check:
+            raise _fail(
+                path,
+                f"checksum mismatch in LZ4 block at byte {offset}: header says 0x{check:08x}, "
+                f"data hashes to 0x{actual:08x}",
+            )
+        parts.append(block)
+        offset = body_end
+    if not ended:
+        raise _fail(
+            path,
+            f"missing LZ4 end-of-stream block: expected an empty block at byte {size}, "
+            "found end of file (the file is probably truncated)",
+        )
+    return b"".join(parts)
+
+
+def _decompress(body: memoryview, original_len: int) -> bytes:
+    block: bytes = lz4.block.decompress(body, uncompressed_size=original_len)
+    return block
+
+
+def _parse_records(payload: bytes, path: str) -> list[tuple[bytes, bytes | None]]:
+    records: list[tuple[bytes, bytes | None]] = []
+    size = len(payload)
+    unpack = _INT.unpack_from
+    pos = 0
+
+    def need(count: int, what: str) -> None:
+        if pos + count > size:
+            raise _fail(
+                path,
+                f"records end early: expected {what} ({count} bytes) at decompressed byte {pos} "
+                f"of record {len(records)}, found {size - pos} bytes",
+            )
+
+    while True:
+        need(4, "a key length")
+        (key_len,) = unpack(payload, pos)
+        pos += 4
+        if key_len == -1:
+            break
+        if key_len < 0:
+            raise _fail(
+                path,
+                f"bad key length {key_len} at decompressed byte {pos - 4} of record "
+                f"{len(records)}: expected >= 0, or -1 to end the records",
+            )
+        need(key_len, "key bytes")
+        key = payload[pos : pos + key_len]
+        pos += key_len
+        need(4, "a value length")
+        (value_len,) = unpack(payload, pos)
+        pos += 4
+        if value_len == -1:
+            records.append((key, None))
+            continue
+        if value_len < 0:
+            raise _fail(
+                path,
+                f"bad value length {value_len} at decompressed byte {pos - 4} of record "
+                f"{len(records)}: expected >= 0, or -1 for a removal",
+            )
+        need(value_len, "value bytes")
+        records.append((key, payload[pos : pos + value_len]))
+        pos += value_len
+    if pos != size:
+        raise _fail(
+            path,
+            f"{size - pos} unexpected bytes after the end-of-records marker (-1) at decompressed "
+            f"byte {pos - 4}; expected the data to end there",
+        )
+    return records
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
+
+
+def write_records(
+    records: Iterable[tuple[bytes, bytes | None]], *, block_size: int = DEFAULT_BLOCK_SIZE
+) -> bytes:
+    """Serialize records into the bytes of a ``.delta``/``.snapshot`` file Spark can load.
+
+    A ``None`` value writes a removal (only meaningful in a ``.delta``: Spark refuses a
+    removal inside a ``.snapshot``). ``block_size`` mirrors ``spark.io.compression.lz4.blockSize``.
+
+    Byte identity: the output is byte-for-byte what Spark 4.3 writes for the same records in
+    the same order, on JVMs where lz4-java uses its bundled native liblz4
+    (``LZ4Factory.fastestInstance()`` reports JNI, as checked on Linux x86_64), for block
+    sizes up to 4 MiB. Blocks are cut at every ``block_size`` bytes of the uncompressed record
+    stream, as ``LZ4BlockOutputStream`` does, and each block is compressed with liblz4's
+    ``LZ4_compress_default`` algorithm. A JVM that falls back to lz4-java's pure-Java
+    compressor produces different (equally valid) bytes. Spark's own snapshots list entries in
+    its hash map's order, so a snapshot written from a ``dict`` matches Spark's bytes only if
+    the order does.
+    """
+    level = _compression_level(block_size)
+    pieces: list[bytes] = []
+    append = pieces.append
+    pack = _INT.pack
+    for key, value in records:
+        append(pack(len(key)))
+        append(key)
+        if value is None:
+            append(_END_OF_RECORDS)
+        else:
+            append(pack(len(value)))
+            append(value)
+    append(_END_OF_RECORDS)
+    payload = b"".join(pieces)
+
+    out: list[bytes] = []
+    for start in range(0, len(payload), block_size):
+        chunk = payload[start : start + block_size]
+        check = xxhash.xxh32_intdigest(chunk, seed=XXHASH_SEED) & CHECKSUM_MASK
+        compressed = _compress_block(chunk)
+        if compressed is None:
+            out.append(_HEADER.pack(MAGIC, METHOD_RAW | level, len(chunk), len(chunk), check))
+            out.append(chunk)
+        else:
+            out.append(_HEADER.pack(MAGIC, METHOD_LZ4 | level, len(compressed), len(chunk), check))
+            out.append(compressed)
+    out.append(_HEADER.pack(MAGIC, METHOD_RAW | level, 0, 0, 0))
+    return b"".join(out)
+
+
+def _compression_level(block_size: int) -> int:
+    if not MIN_BLOCK_SIZE <= block_size <= MAX_BLOCK_SIZE:
+        raise UsageError(
+            f"LZ4 block size {block_size} is out of range: expected {MIN_BLOCK_SIZE} to "
+            f"{MAX_BLOCK_SIZE} bytes"
+        )
+    # ceil(log2(block_size)) - 10, floored at 0, as in LZ4BlockOutputStream.
+    return max(0, (block_size - 1).bit_length() - COMPRESSION_LEVEL_BASE)
+
+
+def _compress_block(chunk: bytes) -> bytes | None:
+    """LZ4-compress one block, or None where lz4-java would store it raw.
+
+    lz4-java (native) calls ``LZ4_compress_default``, which hashes positions of inputs under
+    64 KiB into a 16-bit table. ``lz4.block.compress`` goes through the streaming API and its
+    32-bit table, so its output differs. LZ4 frame compression of a single independent block
+    at level 0 runs ``LZ4_compress_fast_extState_fastReset`` on a fresh context, the same
+    algorithm as ``LZ4_compress_default``, so the block inside such a frame is exactly what
+    Spark writes. The frame compressor gives up when the result would not be smaller than the
+    input and then stores the block uncompressed: the same rule lz4-java applies.
+    """
+    if len(chunk) > _FRAME_MAX_BLOCK:
+        # No frame block is that large; still valid LZ4, just not Spark's exact bytes.
+        packed: bytes = lz4.block.compress(chunk, mode="default", store_size=False)
+        return packed if len(packed) < len(chunk) else None
+    frame: bytes = lz4.frame.compress(
+        chunk,
+        compression_level=0,
+        block_size=_frame_block_size(len(chunk)),
+        block_linked=False,
+        content_checksum=False,
+        block_checksum=False,
+        store_size=False,
+    )
+    if frame[:4] != _FRAME_MAGIC:
+        raise AssertionError(f"lz4.frame produced no LZ4 frame (starts with {frame[:4]!r})")
+    flags = frame[4]
+    pos = 7 + (8 if flags & 0x08 else 0) + (4 if flags & 0x01 else 0)
+    (block_header,) = struct.unpack_from("<I", frame, pos)
+    pos += 4
+    length = block_header & 0x7FFFFFFF
+    if block_header & 0x80000000 or length >= len(chunk):
+        return None
+    if struct.unpack_from("<I", frame, pos + length)[0] != 0:
+        raise AssertionError("lz4.frame split one block into several")
+    return frame[pos : pos + length]
+
+
+def _frame_block_size(length: int) -> int:
+    for limit, size_id in (
+        (64 * 1024, lz4.frame.BLOCKSIZE_MAX64KB),
+        (256 * 1024, lz4.frame.BLOCKSIZE_MAX256KB),
+        (1024 * 1024, lz4.frame.BLOCKSIZE_MAX1MB),
+    ):
+        if length <= limit:
+            return int(size_id)
+    return int(lz4.frame.BLOCKSIZE_MAX4MB)
+
+
+# --------------------------------------------------------------------------------------------
+# Directories
+
+
+def _list_state_files(partition_dir: Path) -> tuple[set[int], set[int]]:
+    """(delta versions, snapshot versions) present, named as Spark names them.
+
+    Anything else (``.crc`` sidecars, ``_metadata``, hidden temp files) is ignored, as Spark's
+    listing ignores it.
+    """
+    try:
+        names = [entry.name for entry in os.scandir(partition_dir) if entry.is_file()]
+    except FileNotFoundError as exc:
+        raise CheckpointFormatError(
+            f"{partition_dir}: state store directory not found; expected a directory of "
+            "<version>.delta / <version>.snapshot files"
+        ) from exc
+    except NotADirectoryError as exc:
+        raise CheckpointFormatError(
+            f"{partition_dir}: expected a state store directory, found a file"
+        ) from exc
+    deltas: set[int] = set()
+    snapshots: set[int] = set()
+    for name in names:
+        match = _STATE_FILE.match(name)
+        if match is not None:
+            (deltas if match.group(2) == "delta" else snapshots).add(int(match.group(1)))
+    return deltas, snapshots
+
+
+def _ranges(versions: Iterable[int]) -> str:
+    ordered = sorted(versions)
+    if not ordered:
+        return "none"
+    spans: list[str] = []
+    start = prev = ordered[0]
+    for version in ordered[1:]:
+        if version != prev + 1:
+            spans.append(str(start) if start == prev else f"{start}-{prev}")
+            start = version
+        prev = version
+    spans.append(str(start) if start == prev else f"{start}-{prev}")
+    return ", ".join(spans)
+
+
+def load_version(partition_dir: Path, version: int) -> dict[bytes, bytes]:
+    """The state of one store at ``version``, exactly as Spark loads it from files.
+
+    Takes the newest ``<s>.snapshot`` with ``s <= version`` (none: start empty at ``s = 0``),
+    then applies the puts and removes of ``<s+1>.delta`` .. ``<version>.delta`` in order.
+    Version 0 is the empty state. Values are returned as stored (Spark additionally floors a
+    loaded value's length to a multiple of 8 to cope with rows written before Spark 2.3).
+
+    Unlike Spark with ``stateStore.autoSnapshotRepair.enabled``, a damaged snapshot is
+    reported rather than worked around with an older one.
+
+    Raises:
+        CheckpointFormatError: the directory is missing, a needed delta is missing, or a file
+            is malformed (including a removal inside a snapshot, which Spark refuses).
+        UsageError: ``version`` is negative.
+    """
+    if version < 0:
+        raise UsageError(f"state store version must be >= 0, got {version}")
+    deltas, snapshots = _list_state_files(partition_dir)
+    state: dict[bytes, bytes] = {}
+    if version == 0:
+        return state
+    start = max((s for s in snapshots if s <= version), default=0)
+    if start > 0:
+        snapshot_path = partition_dir / f"{start}.snapshot"
+        for key, value in read_records(_read_file(snapshot_path), str(snapshot_path)):
+            if value is None:
+                raise CheckpointFormatError(
+                    f"{snapshot_path}: snapshot contains a removal record for a key of "
+                    f"{len(key)} bytes; expected only key/value records (Spark refuses to "
+                    "load this snapshot)"
+                )
+            state[key] = value
+    missing = [d for d in range(start + 1, version + 1) if d not in deltas]
+    if missing:
+        base = f"snapshot {start}" if start else "an empty state (no snapshot <= version)"
+        raise CheckpointFormatError(
+            f"{partition_dir}: cannot load state version {version}: expected delta files "
+            f"{start + 1}..{version} on top of {base}, missing "
+            f"{_ranges(missing)}.delta; found deltas {_ranges(deltas)}, snapshots "
+            f"{_ranges(snapshots)}"
+        )
+    for delta in range(start + 1, version + 1):
+        delta_path = partition_dir / f"{delta}.delta"
+        for key, value in read_records(_read_file(delta_path), str(delta_path)):
+            if value is None:
+                state.pop(key, None)
+            else:
+                state[key] = value
+    return state
+
+
+def _read_file(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError as exc:
+        raise CheckpointFormatError(f"{path}: state file disappeared while loading") from exc
+
+
+def write_snapshot(partition_dir_out: Path, version: int, state: dict[bytes, bytes]) -> int:
+    """Write ``state`` as ``<version>.snapshot`` in ``partition_dir_out``; return its size.
+
+    The file is written under a hidden temporary name in the same directory and moved into
+    place with ``os.replace``, so readers see the old file or the complete new one. Spark's
+    listing ignores the temporary name (it is not ``<digits>.<kind>``), so a crash leaves
+    nothing Spark would trip over. No ``.crc`` sidecar is written: Spark loads a state file
+    without one. A sidecar left from an earlier file of the same name is removed first (before
+    the new file appears), so no checksum in the directory disagrees with its file; Spark 4.3
+    did not check the sidecar of a local state file, but Hadoop readers that verify would.
+
+    Raises:
+        UsageError: ``version`` is below 1 (Spark never reads a snapshot for version 0).
+    """
+    if version < 1:
+        raise UsageError(f"snapshot version must be >= 1, got {version}")
+    data = write_records(state.items())
+    partition_dir_out.mkdir(parents=True, exist_ok=True)
+    name = f"{version}.snapshot"
+    for sidecar in (f".{name}.crc", f"{name}.crc"):
+        with contextlib.suppress(FileNotFoundError):
+            (partition_dir_out / sidecar).unlink()
+    tmp_name = partition_dir_out / f".{name}.{secrets.token_hex(8)}.tmp"
+    # Not mkstemp: its 0600 mode would outlive the rename, unlike Spark's umask-based files.
+    fd = os.open(tmp_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, partition_dir_out / name)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+        raise
+    _fsync_dir(partition_dir_out)
+    return len(data)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        # Some file systems refuse fsync on directories; the rename itself already happened.
+        pass
+    finally:
+        os.close(fd)
