@@ -23,8 +23,16 @@ def spark() -> Iterator[object]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from sparkpoint.spark.session import create_session
 
-    session = create_session("local[2]", {"spark.sql.shuffle.partitions": SHUFFLE_PARTITIONS},
-                             "sparkpoint-tests")
+    session = create_session(
+        "local[2]",
+        {
+            "spark.sql.shuffle.partitions": SHUFFLE_PARTITIONS,
+            # The state store maintenance thread keeps the interval of the first stateful query
+            # in the JVM; a short one lets HDFS-provider tests see Spark write snapshot files.
+            "spark.sql.streaming.stateStore.maintenanceInterval": "500ms",
+        },
+        "sparkpoint-tests",
+    )
     yield session
     session.stop()
 

@@ -1,0 +1,215 @@
+"""Assemble a new job's checkpoint from the snapshots a validated resume point names.
+
+The new checkpoint continues at batch N = the newest batch among the snapshots used, so that
+no source goes back in time; each resumed operator's state is copied to the new job's operator
+id (its metadata patched) with its state files renumbered to version N+1, the version batch N
+commits. Resumed sources keep their offsets under their new names (offsets v2); sources that
+initialize are left out of the offsets log, which Spark treats as a new source starting at its
+own starting position. New operators get their metadata and an empty version N+1 in every
+partition. Snapshots are only read.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparkpoint.checkpoint.layout import Checkpoint
+from sparkpoint.checkpoint.logs import (
+    CommitLogEntry,
+    OffsetLogEntry,
+    QueryMetadata,
+    SourceOffset,
+    compact_json,
+)
+from sparkpoint.checkpoint.operators import OperatorMetadata
+from sparkpoint.errors import NameTakenError, ValidationError
+from sparkpoint.snapshot.manifest import CHECKPOINT_SUBDIR, Manifest
+from sparkpoint.storage.local import fsync_dir, link_or_copy, write_atomic
+from sparkpoint.upgrade.validate import UpgradePlan
+
+_VERSIONED = re.compile(r"^(\d+)\.(zip|snapshot|delta|changelog)$")
+
+# Writes an empty committed state store version into a partition (or store) directory.
+EmptyStateWriter = Callable[[Path, int], None]
+
+
+@dataclass(frozen=True)
+class NewOperatorLayout:
+    """What Spark's operator metadata needs for an operator that starts empty."""
+
+    operator_id: int
+    spark_operator_name: str
+    stores: tuple[tuple[str, int], ...]  # (store name, numColsPrefixKey)
+
+
+@dataclass(frozen=True)
+class UsedSnapshot:
+    manifest: Manifest
+    directory: Path
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        return Checkpoint(self.directory / CHECKPOINT_SUBDIR)
+
+
+@dataclass(frozen=True)
+class AssembleResult:
+    batch_id: int | None
+    partitions: int | None
+
+
+def _shifted_name(name: str, shift: int) -> str:
+    match = _VERSIONED.match(name)
+    if not match or shift == 0:
+        return name
+    return f"{int(match.group(1)) + shift}.{match.group(2)}"
+
+
+def _copy_operator(src: Path, dst: Path, new_id: int, shift: int) -> None:
+    for path in sorted(src.rglob("*")):
+        if not path.is_file():
+            continue
+        rel = path.relative_to(src)
+        link_or_copy(path, dst / rel.parent / _shifted_name(rel.name, shift))
+    meta = dst / "_metadata" / "metadata"
+    metadata = OperatorMetadata.parse(meta.read_bytes(), str(meta))
+    # Replace the link by a new file: the snapshot's copy must keep its own id.
+    write_atomic(meta, metadata.with_operator_id(new_id).to_bytes())
+
+
+def _operator_metadata(layout: NewOperatorLayout, partitions: int) -> bytes:
+    body = {
+        "operatorInfo": {"operatorId": layout.operator_id,
+                         "operatorName": layout.spark_operator_name},
+        "stateStoreInfo": [
+            {"storeName": name, "numColsPrefixKey": prefix, "numPartitions": partitions}
+            for name, prefix in layout.stores
+        ],
+    }
+    return f"v1\n{compact_json(body)}".encode()
+
+
+def assemble_checkpoint(
+    target: Path,
+    plan: UpgradePlan,
+    snapshots: Mapping[str, UsedSnapshot],
+    new_operators: Mapping[str, NewOperatorLayout],
+    empty_state: EmptyStateWriter,
+) -> AssembleResult:
+    """Write the new checkpoint at ``target`` (absent or empty) for a valid ``plan``."""
+    if not plan.ok:
+        raise ValidationError("the resume point has problems: " + "; ".join(plan.problems))
+    if target.exists() and any(target.iterdir()):
+        raise NameTakenError(f"{target}: a checkpoint already exists there; choose a new job")
+    used = sorted(
+        {row.origin["snapshot"] for row in plan.sources
+         if row.origin is not None and row.action == "resume"}
+        | {row.origin["snapshot"] for row in plan.operators
+           if row.origin is not None and row.action == "resume"}
+    )
+    if not used:
+        return AssembleResult(None, None)
+    batch = max(snapshots[name].manifest.batch_id for name in used)
+    primary = next(snapshots[name] for name in used
+                   if snapshots[name].manifest.batch_id == batch)
+    providers = {snapshots[name].manifest.state_store_provider for name in used}
+    if len(providers) > 1:
+        raise ValidationError(
+            f"the snapshots {', '.join(used)} were written by different state store providers "
+            f"({', '.join(sorted(providers))}); resume from snapshots of one provider"
+        )
+    staging = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"
+    try:
+        _write(staging, batch, primary, plan, snapshots, new_operators, empty_state, used)
+        fsync_dir(staging)
+        if target.exists():
+            target.rmdir()
+        os.rename(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    partitions = primary.manifest.shuffle_partitions
+    return AssembleResult(batch, partitions)
+
+
+def _write(
+    out: Path,
+    batch: int,
+    primary: UsedSnapshot,
+    plan: UpgradePlan,
+    snapshots: Mapping[str, UsedSnapshot],
+    new_operators: Mapping[str, NewOperatorLayout],
+    empty_state: EmptyStateWriter,
+    used: list[str],
+) -> None:
+    watermark = min(snapshots[name].manifest.watermark_ms for name in used)
+
+    # Offsets N-1 and N: Spark rebuilds the committed offsets from both on restart.
+    for offset_batch, back in ((batch - 1, 1), (batch, 0)):
+        if offset_batch < 0:
+            continue
+        base_ckpt = primary.checkpoint
+        base_batch = primary.manifest.batch_id - back
+        if base_batch < 0:
+            continue
+        base = base_ckpt.offsets(base_batch)
+        metadata = base.metadata
+        if back == 0:
+            # With several snapshots the slowest event time wins, as Spark's default
+            # multipleWatermarkPolicy (min) would have it: no row becomes late by the merge.
+            metadata["batchWatermarkMs"] = min(
+                snapshots[n].checkpoint.offsets(snapshots[n].manifest.batch_id)
+                .batch_watermark_ms for n in used
+            )
+        metadata.setdefault("sourceMetadataInfo", {})
+        lines = []
+        for row in plan.sources:
+            if row.action != "resume" or row.origin is None:
+                continue
+            snap = snapshots[row.origin["snapshot"]]
+            snap_batch = snap.manifest.batch_id - back
+            if snap_batch < 0:
+                continue
+            offsets = snap.checkpoint.offsets(snap_batch).source_offsets()
+            lines.append(SourceOffset(row.name, offsets.get(row.origin["source"])))
+        entry = OffsetLogEntry(2, compact_json(metadata), tuple(lines))
+        write_atomic(out / "offsets" / str(offset_batch), entry.to_bytes())
+    commit = CommitLogEntry(1, compact_json({"nextBatchWatermarkMs": watermark}))
+    write_atomic(out / "commits" / str(batch), commit.to_bytes())
+    write_atomic(out / "metadata", QueryMetadata.for_id(str(uuid.uuid4())).to_bytes())
+
+    for row in plan.sources:
+        if row.action != "resume" or row.origin is None:
+            continue
+        snap = snapshots[row.origin["snapshot"]]
+        log = snap.checkpoint.root / "sources" / row.origin["source"]
+        if log.is_dir():
+            for path in sorted(log.iterdir()):
+                if path.is_file():
+                    link_or_copy(path, out / "sources" / row.name / path.name)
+
+    partitions = primary.manifest.shuffle_partitions or 0
+    for op_row in plan.operators:
+        if op_row.action == "resume" and op_row.origin is not None:
+            snap = snapshots[op_row.origin["snapshot"]]
+            old = snap.manifest.operator(op_row.origin["operator"])
+            assert old is not None and op_row.operator_id is not None
+            shift = batch - snap.manifest.batch_id
+            _copy_operator(snap.checkpoint.root / "state" / str(old.operator_id),
+                           out / "state" / str(op_row.operator_id), op_row.operator_id, shift)
+        elif op_row.action == "initialize":
+            layout = new_operators[op_row.name]
+            op_dir = out / "state" / str(layout.operator_id)
+            write_atomic(op_dir / "_metadata" / "metadata", _operator_metadata(layout, partitions))
+            for store, _prefix in layout.stores:
+                for partition in range(partitions):
+                    pdir = op_dir / str(partition)
+                    if len(layout.stores) > 1 or store != "default":
+                        pdir = pdir / store
+                    empty_state(pdir, batch + 1)

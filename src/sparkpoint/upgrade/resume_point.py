@@ -1,0 +1,184 @@
+"""The resume point file (YAML or JSON): which snapshot state and offsets a new job takes.
+
+```yaml
+version: 1
+sources:
+  clicks:      {mode: resume, snapshot: s1, source: clicks}
+  impressions: {mode: initialize, start: earliest}   # or latest, {timestamp: ..}, {offset: ..}
+state:
+  hourly_counts: {mode: resume, snapshot: s1, operator: hourly_counts}
+  dedup_clicks:  {mode: initialize}
+drop:
+  - {snapshot: s1, operator: legacy_totals}
+```
+
+Parsing reports every problem at once, each naming its entry; nothing else is checked here
+(what exists in the job and in the snapshots is the validator's business).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import ValidationError as PydanticValidationError
+
+from sparkpoint.errors import ValidationError
+
+FORMAT_VERSION = 1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TimestampStart(_Strict):
+    timestamp: str
+
+
+class OffsetStart(_Strict):
+    offset: Any
+
+
+StartPosition = Literal["earliest", "latest"] | TimestampStart | OffsetStart
+
+
+class ResumeSource(_Strict):
+    mode: Literal["resume"]
+    snapshot: str
+    source: str | None = Field(default=None, description="name in the snapshot (default: same)")
+
+
+class InitializeSource(_Strict):
+    mode: Literal["initialize"]
+    start: StartPosition = "earliest"
+
+
+class ResumeState(_Strict):
+    mode: Literal["resume"]
+    snapshot: str
+    operator: str | None = Field(default=None, description="name in the snapshot (default: same)")
+
+
+class InitializeState(_Strict):
+    mode: Literal["initialize"]
+
+
+class DropEntry(_Strict):
+    snapshot: str
+    operator: str
+
+
+SourceEntry = Annotated[ResumeSource | InitializeSource, Field(discriminator="mode")]
+StateEntry = Annotated[ResumeState | InitializeState, Field(discriminator="mode")]
+
+
+class ResumePoint(_Strict):
+    version: Literal[1] = 1
+    sources: dict[str, SourceEntry] = Field(default_factory=dict)
+    state: dict[str, StateEntry] = Field(default_factory=dict)
+    drop: list[DropEntry] = Field(default_factory=list)
+
+    def snapshots(self) -> list[str]:
+        """Every snapshot the resume point refers to, in first-mention order."""
+        names: list[str] = []
+        for entry in [*self.sources.values(), *self.state.values(), *self.drop]:
+            snapshot = getattr(entry, "snapshot", None)
+            if snapshot is not None and snapshot not in names:
+                names.append(snapshot)
+        return names
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None)
+
+
+_ADAPTER = TypeAdapter(ResumePoint)
+
+
+def _where(location: tuple[int | str, ...]) -> str:
+    # Drop pydantic's union tags ("resume", "initialize", "TimestampStart"...) from paths.
+    parts = [str(p) for p in location
+             if p not in ("resume", "initialize", "TimestampStart", "OffsetStart")
+             and not str(p).startswith(("literal[", "function-"))]
+    return ".".join(parts) or "(top level)"
+
+
+def parse_resume_point(data: Any, origin: str) -> ResumePoint:
+    if not isinstance(data, dict):
+        raise ValidationError(
+            f"{origin}: expected a mapping with 'version', 'sources', 'state', 'drop', found "
+            f"{type(data).__name__}"
+        )
+    version = data.get("version")
+    if version != FORMAT_VERSION:
+        raise ValidationError(
+            f"{origin}: expected 'version: {FORMAT_VERSION}', found {version!r}; this sparkpoint "
+            "reads resume point format version 1"
+        )
+    try:
+        return _ADAPTER.validate_python(data)
+    except PydanticValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            problems.append(f"{_where(tuple(error['loc']))}: {error['msg']}")
+        unique = list(dict.fromkeys(problems))
+        raise ValidationError(
+            f"{origin}: {len(unique)} problem(s) in the resume point: " + "; ".join(unique)
+        ) from exc
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of two equal keys; two entries for one name must be refused."""
+
+
+def _construct_unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Any:
+    seen: set[Any] = set()
+    for key_node, _value in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise ValidationError(
+                f"line {key_node.start_mark.line + 1}: '{key}' has two entries; each source and "
+                "operator must have exactly one"
+            )
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping
+)
+
+
+def _reject_duplicate_json_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    for key in keys:
+        if keys.count(key) > 1:
+            raise ValidationError(
+                f"'{key}' has two entries; each source and operator must have exactly one"
+            )
+    return dict(pairs)
+
+
+def load_resume_point(path: Path) -> ResumePoint:
+    try:
+        text = path.read_text("utf-8")
+    except FileNotFoundError as exc:
+        raise ValidationError(f"{path}: resume point file not found") from exc
+    try:
+        if path.suffix == ".json":
+            data = json.loads(text, object_pairs_hook=_reject_duplicate_json_keys)
+        else:
+            data = yaml.load(text, Loader=_UniqueKeyLoader)
+    except ValidationError as exc:
+        raise ValidationError(f"{path}: {exc.message}") from exc
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise ValidationError(
+            f"{path}: expected YAML or JSON, found a syntax error: {str(exc).splitlines()[0]}"
+        ) from exc
+    return parse_resume_point(data, str(path))

@@ -1,0 +1,310 @@
+"""Check a resume point against the new job and the snapshots it names; build the plan.
+
+Every problem is collected (not just the first), each naming the entry it concerns, so a
+user fixes a resume point in one pass. Nothing here touches the filesystem beyond reading
+snapshot manifests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkpoint.snapshot.manifest import Manifest, OperatorEntry, operator_kind
+from sparkpoint.upgrade.resume_point import (
+    InitializeSource,
+    InitializeState,
+    ResumePoint,
+    ResumeSource,
+    ResumeState,
+)
+
+
+@dataclass(frozen=True)
+class NewSource:
+    name: str
+    named_by_user: bool = True
+
+
+@dataclass(frozen=True)
+class NewStore:
+    name: str
+    key_schema: dict[str, Any] | None
+    value_schema: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class NewOperator:
+    name: str
+    operator_id: int
+    spark_operator_name: str
+    stores: tuple[NewStore, ...] = ()
+    named_by_user: bool = True
+
+    @property
+    def kind(self) -> str:
+        return operator_kind(self.spark_operator_name)
+
+
+@dataclass(frozen=True)
+class JobShape:
+    """What sparkpoint learned from the new job's plan."""
+
+    sources: tuple[NewSource, ...]
+    operators: tuple[NewOperator, ...]
+    partitions: int | None = None
+
+
+@dataclass
+class SourceRow:
+    name: str
+    action: str
+    origin: dict[str, str] | None
+    start: Any = None
+    offset: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "action": self.action, "from": self.origin,
+                "start": self.start, "offset": self.offset}
+
+
+@dataclass
+class OperatorRow:
+    name: str
+    action: str
+    origin: dict[str, str] | None
+    compatible: bool
+    reason: str
+    operator_id: int | None = None
+    kind: str | None = None
+    repartition: tuple[int, int] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "action": self.action, "from": self.origin,
+                "compatible": self.compatible, "reason": self.reason,
+                "operator_id": self.operator_id, "kind": self.kind}
+
+
+@dataclass
+class UpgradePlan:
+    sources: list[SourceRow] = field(default_factory=list)
+    operators: list[OperatorRow] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "sources": [s.to_dict() for s in self.sources],
+                "operators": [o.to_dict() for o in self.operators],
+                "problems": self.problems, "warnings": self.warnings}
+
+
+def _strip(spark_type: Any) -> Any:
+    """A Spark JSON type with nullability and metadata removed: what must stay equal."""
+    if isinstance(spark_type, dict):
+        kind = spark_type.get("type")
+        if kind == "struct":
+            return ("struct", tuple((f["name"], _strip(f["type"])) for f in spark_type["fields"]))
+        if kind == "array":
+            return ("array", _strip(spark_type["elementType"]))
+        if kind == "map":
+            return ("map", _strip(spark_type["keyType"]), _strip(spark_type["valueType"]))
+        return kind
+    return spark_type
+
+
+def _describe(schema: dict[str, Any]) -> str:
+    from sparkpoint.checkpoint.operators import schema_ddl
+
+    return schema_ddl(schema)
+
+
+def compatibility(old: OperatorEntry, new: NewOperator) -> str | None:
+    """Why ``new`` cannot take ``old``'s state, or None when it can."""
+    if old.spark_operator_name != new.spark_operator_name:
+        return (f"operator kind changed: snapshot has {old.kind} ({old.spark_operator_name}), "
+                f"the job has {new.kind} ({new.spark_operator_name})")
+    new_stores = {store.name: store for store in new.stores}
+    for store in old.stores:
+        target = new_stores.get(store.name)
+        if target is None:
+            continue
+        label = "" if store.name == "default" else f" of store {store.name}"
+        if store.key_schema is not None and target.key_schema is not None and \
+                _strip(store.key_schema) != _strip(target.key_schema):
+            return (f"key schema{label} changed: snapshot has ({_describe(store.key_schema)}), "
+                    f"the job has ({_describe(target.key_schema)})")
+        if store.value_schema is not None and target.value_schema is not None and \
+                _strip(store.value_schema) != _strip(target.value_schema):
+            return (f"value schema{label} changed (a different aggregate or state type): "
+                    f"snapshot has ({_describe(store.value_schema)}), the job has "
+                    f"({_describe(target.value_schema)})")
+    return None
+
+
+def validate(
+    job: JobShape, resume_point: ResumePoint, manifests: Mapping[str, Manifest | None]
+) -> UpgradePlan:
+    """``manifests`` maps every snapshot the resume point names to its manifest (None: absent)."""
+    plan = UpgradePlan()
+    problems = plan.problems
+    for name in resume_point.snapshots():
+        if manifests.get(name) is None:
+            problems.append(f"snapshot '{name}' does not exist (see 'sparkpoint snapshot list')")
+
+    def snapshot(name: str) -> Manifest | None:
+        return manifests.get(name)
+
+    # Sources: one entry each, resumed ones must exist in their snapshot.
+    job_sources = {s.name: s for s in job.sources}
+    for source in job.sources:
+        if not source.named_by_user:
+            plan.warnings.append(
+                f"source '{source.name}' has no name; name it with spark.readStream.name(...) so "
+                "that its offsets follow it across changes")
+        entry = resume_point.sources.get(source.name)
+        if entry is None:
+            problems.append(f"sources.{source.name}: the job reads source '{source.name}' but the "
+                            "resume point has no entry for it (add mode: resume or initialize)")
+            continue
+        if isinstance(entry, InitializeSource):
+            start = entry.start if isinstance(entry.start, str) else entry.start.model_dump()
+            plan.sources.append(SourceRow(source.name, "initialize", None, start=start))
+            continue
+        assert isinstance(entry, ResumeSource)
+        old_name = entry.source or source.name
+        origin = {"snapshot": entry.snapshot, "source": old_name}
+        manifest = snapshot(entry.snapshot)
+        if manifest is None:
+            plan.sources.append(SourceRow(source.name, "resume", origin))
+            continue
+        old_source = manifest.source(old_name)
+        if old_source is None:
+            known = ", ".join(s.name for s in manifest.sources) or "none"
+            problems.append(f"sources.{source.name}: snapshot '{entry.snapshot}' has no source "
+                            f"'{old_name}' (it has: {known})")
+            continue
+        plan.sources.append(SourceRow(source.name, "resume", origin, offset=old_source.offset))
+    for name in resume_point.sources:
+        if name not in job_sources:
+            problems.append(f"sources.{name}: the job has no source '{name}' (it reads: "
+                            f"{', '.join(job_sources) or 'none'}); remove the entry")
+
+    # Operators: one entry each; resumed ones must exist and be compatible.
+    job_operators = {op.name: op for op in job.operators}
+    resumed_by: dict[tuple[str, str], list[str]] = {}
+    for op in job.operators:
+        if not op.named_by_user:
+            plan.warnings.append(
+                f"stateful operator '{op.name}' (Spark operator {op.operator_id}) has a derived "
+                "name; name it with ctx.stateful(name, df) so that its state survives changes")
+        state_entry = resume_point.state.get(op.name)
+        if state_entry is None:
+            problems.append(f"state.{op.name}: the job has stateful operator '{op.name}' "
+                            f"({op.kind}) but the resume point has no entry for it (add mode: "
+                            "resume or initialize)")
+            continue
+        if isinstance(state_entry, InitializeState):
+            plan.operators.append(OperatorRow(op.name, "initialize", None, True,
+                                              "new operator: starts with empty state",
+                                              op.operator_id, op.kind))
+            continue
+        assert isinstance(state_entry, ResumeState)
+        entry_snapshot = state_entry.snapshot
+        old_name = state_entry.operator or op.name
+        origin = {"snapshot": entry_snapshot, "operator": old_name}
+        resumed_by.setdefault((entry_snapshot, old_name), []).append(op.name)
+        manifest = snapshot(entry_snapshot)
+        if manifest is None:
+            plan.operators.append(OperatorRow(op.name, "resume", origin, False,
+                                              f"snapshot '{entry_snapshot}' does not exist",
+                                              op.operator_id, op.kind))
+            continue
+        old = manifest.operator(old_name)
+        if old is None:
+            known = ", ".join(o.name for o in manifest.operators) or "none"
+            reason = f"snapshot '{entry_snapshot}' has no operator '{old_name}' (it has: {known})"
+            problems.append(f"state.{op.name}: {reason}")
+            plan.operators.append(OperatorRow(op.name, "resume", origin, False, reason,
+                                              op.operator_id, op.kind))
+            continue
+        why = compatibility(old, op)
+        if why is not None:
+            problems.append(f"state.{op.name}: cannot resume from {entry_snapshot}/{old_name}: "
+                            f"{why}")
+            plan.operators.append(OperatorRow(op.name, "resume", origin, False, why,
+                                              op.operator_id, op.kind))
+            continue
+        rows = "?" if old.rows is None else str(old.rows)
+        reason = f"state of {entry_snapshot}/{old_name} ({rows} rows)"
+        row = OperatorRow(op.name, "resume", origin, True, reason, op.operator_id, op.kind)
+        if job.partitions is not None and old.partitions != job.partitions:
+            row.repartition = (old.partitions, job.partitions)
+            row.reason += f", repartitioned from {old.partitions} to {job.partitions} partitions"
+        plan.operators.append(row)
+    for name in resume_point.state:
+        if name not in job_operators:
+            problems.append(f"state.{name}: the job has no stateful operator '{name}' (it has: "
+                            f"{', '.join(job_operators) or 'none'}); remove the entry or list the "
+                            "old state under drop")
+    for (snap, old_name), targets in resumed_by.items():
+        if len(targets) > 1:
+            problems.append(f"state of {snap}/{old_name} is resumed by {len(targets)} operators "
+                            f"({', '.join(targets)}); one operator's state can go to one place")
+
+    # Every operator of every snapshot used is resumed or deliberately dropped.
+    dropped: set[tuple[str, str]] = set()
+    for index, drop in enumerate(resume_point.drop):
+        key = (drop.snapshot, drop.operator)
+        manifest = snapshot(drop.snapshot)
+        if manifest is not None and manifest.operator(drop.operator) is None:
+            problems.append(f"drop[{index}]: snapshot '{drop.snapshot}' has no operator "
+                            f"'{drop.operator}'")
+            continue
+        if key in resumed_by:
+            problems.append(f"drop[{index}]: {drop.snapshot}/{drop.operator} is both dropped and "
+                            f"resumed by {', '.join(resumed_by[key])}")
+            continue
+        dropped.add(key)
+        gone = manifest.operator(drop.operator) if manifest is not None else None
+        plan.operators.append(OperatorRow(drop.operator, "drop", {"snapshot": drop.snapshot,
+                                          "operator": drop.operator}, True,
+                                          "state deliberately left behind", None,
+                                          gone.kind if gone is not None else None))
+    for snap in resume_point.snapshots():
+        manifest = snapshot(snap)
+        if manifest is None:
+            continue
+        for left in manifest.operators:
+            if (snap, left.name) not in resumed_by and (snap, left.name) not in dropped:
+                rows = "?" if left.rows is None else str(left.rows)
+                problems.append(
+                    f"snapshot '{snap}' operator '{left.name}' ({left.kind}, {rows} rows) is "
+                    "neither resumed nor dropped: resume it into an operator of the job or add "
+                    f"{{snapshot: {snap}, operator: {left.name}}} to drop")
+    return plan
+
+
+def default_resume_point(job: JobShape, snapshot_name: str, manifest: Manifest) -> ResumePoint:
+    """Same-named sources and operators resume from the snapshot; the rest initialize
+    (sources from ``earliest``). Snapshot operators the job lacks are not dropped: state is
+    left behind only when the user says so, so validation will name them."""
+    sources: dict[str, Any] = {}
+    for source in job.sources:
+        if manifest.source(source.name) is not None:
+            sources[source.name] = {"mode": "resume", "snapshot": snapshot_name,
+                                    "source": source.name}
+        else:
+            sources[source.name] = {"mode": "initialize", "start": "earliest"}
+    state: dict[str, Any] = {}
+    for op in job.operators:
+        if manifest.operator(op.name) is not None:
+            state[op.name] = {"mode": "resume", "snapshot": snapshot_name, "operator": op.name}
+        else:
+            state[op.name] = {"mode": "initialize"}
+    return ResumePoint.model_validate({"version": 1, "sources": sources, "state": state,
+                                       "drop": []})
