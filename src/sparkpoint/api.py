@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import version as package_version
@@ -10,12 +12,19 @@ from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.sink_log import DEFAULT_COMPACT_INTERVAL, seed_empty_history
-from sparkpoint.errors import NameTakenError, PreconditionError, SnapshotDamagedError
+from sparkpoint.errors import (
+    NameTakenError,
+    PreconditionError,
+    SnapshotDamagedError,
+    UsageError,
+    ValidationError,
+)
 from sparkpoint.runtime.registry import JobRecord, JobRegistry, Lineage
 from sparkpoint.runtime.runner import (
     PlannedJob,
     RunOptions,
     RunResult,
+    plan_job,
     run_job,
     wait_until_stopped,
 )
@@ -23,7 +32,9 @@ from sparkpoint.snapshot.export import JobInfo
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.store import Problem, SnapshotStore
 from sparkpoint.storage.home import Home, validate_name
-from sparkpoint.upgrade.restore import build_checkpoint, check_same_operators
+from sparkpoint.upgrade.restore import build_new_checkpoint, job_shape, resolve
+from sparkpoint.upgrade.resume_point import load_resume_point
+from sparkpoint.upgrade.validate import UpgradePlan, default_resume_point
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -37,6 +48,19 @@ def _quiet(_message: str) -> None:
     pass
 
 
+def _check_snapshots_intact(store: SnapshotStore, names: list[str]) -> None:
+    """Refuse damaged snapshots before any JVM starts (unknown ones are validation's job)."""
+    for name in names:
+        if not store.exists(name):
+            continue
+        problems = store.verify(name)
+        if problems:
+            raise SnapshotDamagedError(
+                f"snapshot '{name}' is damaged: {problems[0].path}: {problems[0].message}; "
+                f"run 'sparkpoint snapshot verify {name}'"
+            )
+
+
 def run(
     home: Home,
     job_file: Path,
@@ -45,55 +69,127 @@ def run(
     conf: Mapping[str, str] | None = None,
     master: str | None = None,
     from_snapshot: str | None = None,
+    resume_point: Path | None = None,
     until_caught_up: bool = False,
     max_batches: int | None = None,
     spark: SparkSession | None = None,
     echo: Echo = _quiet,
 ) -> RunResult:
-    """Run a job; with ``from_snapshot`` it starts as a new job from that snapshot's state."""
+    """Run a job. With ``from_snapshot`` or ``resume_point`` it starts as a new job whose
+    checkpoint is built from snapshots; validation failures change nothing (exit 3)."""
     validate_name(job, "job")
+    if from_snapshot is not None and resume_point is not None:
+        raise UsageError("use either --from-snapshot or --resume-point, not both")
     options = RunOptions(
         job=job, job_file=job_file.absolute(), params=dict(params or {}), conf=dict(conf or {}),
         master=master, until_caught_up=until_caught_up, max_batches=max_batches,
     )
     registry = JobRegistry(home)
     prepare = None
-    if from_snapshot is not None:
+    if from_snapshot is not None or resume_point is not None:
         store = SnapshotStore(home)
-        manifest = store.get(from_snapshot)
+        point = load_resume_point(resume_point) if resume_point is not None else None
+        if from_snapshot is not None:
+            store.get(from_snapshot)
         if registry.exists(job) or registry.checkpoint(job).exists():
             raise NameTakenError(
-                f"job '{job}' already exists; a job started from a snapshot must be new: choose "
-                "another --job name (or drop --from-snapshot to continue the existing job)"
+                f"job '{job}' already exists; a job started from snapshots must be new: choose "
+                "another --job name (or drop --from-snapshot/--resume-point to continue it)"
             )
-        problems = store.verify(from_snapshot)
-        if problems:
-            raise SnapshotDamagedError(
-                f"snapshot '{from_snapshot}' is damaged: {problems[0].path}: "
-                f"{problems[0].message}; run 'sparkpoint snapshot verify {from_snapshot}'"
-            )
-        snapshot_dir = store.path(from_snapshot)
+        _check_snapshots_intact(store, point.snapshots() if point else [from_snapshot or ""])
         target = registry.checkpoint(job).root
 
         def prepare(planned: PlannedJob) -> Lineage:
-            operators = planned.operators
-            check_same_operators(
-                manifest, {op.name: op.spark_operator_name for op in operators}, from_snapshot
+            resolution = resolve(store, planned, point, from_snapshot)
+            for warning in resolution.plan.warnings:
+                echo(f"warning: {warning}")
+            if not resolution.plan.ok:
+                raise ValidationError(
+                    f"the job cannot resume ({len(resolution.plan.problems)} problem(s)); "
+                    "nothing was created:\n  " + "\n  ".join(resolution.plan.problems))
+            result = build_new_checkpoint(planned, resolution, target, echo)
+            used = sorted(resolution.snapshots)
+            if result.batch_id is not None:
+                echo(f"built checkpoint for job '{job}' from {', '.join(used)} "
+                     f"(batch {result.batch_id})")
+                if planned.file_sink is not None:
+                    interval = int(planned.conf.get(COMPACT_INTERVAL_CONF,
+                                                    DEFAULT_COMPACT_INTERVAL))
+                    if seed_empty_history(planned.file_sink, result.batch_id, interval):
+                        echo(f"gave the new output {planned.file_sink} an empty sink history "
+                             f"up to batch {result.batch_id}")
+            first = resolution.snapshots[used[0]].manifest if used else None
+            return Lineage(
+                from_snapshot=from_snapshot or (",".join(used) or None),
+                snapshot_job=first.job if first else None,
+                snapshot_batch=result.batch_id,
+                resume_point=str(resume_point) if resume_point is not None else None,
             )
-            build_checkpoint(snapshot_dir, manifest, target,
-                             {op.name: op.operator_id for op in operators})
-            if planned.file_sink is not None:
-                interval = int(planned.conf.get(COMPACT_INTERVAL_CONF, DEFAULT_COMPACT_INTERVAL))
-                seeded = seed_empty_history(planned.file_sink, manifest.batch_id, interval)
-                if seeded:
-                    echo(f"gave the new output {planned.file_sink} an empty sink history up to "
-                         f"batch {manifest.batch_id}")
-            echo(f"built checkpoint for job '{job}' from snapshot '{from_snapshot}' "
-                 f"(batch {manifest.batch_id})")
-            return Lineage(from_snapshot=from_snapshot, snapshot_job=manifest.job,
-                           snapshot_batch=manifest.batch_id)
 
     return run_job(home, options, spark=spark, prepare=prepare, echo=echo)
+
+
+def plan(
+    home: Home,
+    job_file: Path,
+    params: Mapping[str, str] | None = None,
+    conf: Mapping[str, str] | None = None,
+    master: str | None = None,
+    from_snapshot: str | None = None,
+    resume_point: Path | None = None,
+    spark: SparkSession | None = None,
+    echo: Echo = _quiet,
+) -> UpgradePlan:
+    """Dry run: what would resume, initialize or be dropped, and every problem. Starts no
+    query and writes only scratch files, including Spark's own restart check."""
+    if (from_snapshot is None) == (resume_point is None):
+        raise UsageError("give exactly one of --from-snapshot SNAP or --resume-point FILE")
+    point = load_resume_point(resume_point) if resume_point is not None else None
+    store = SnapshotStore(home)
+    if from_snapshot is not None:
+        store.get(from_snapshot)
+    _check_snapshots_intact(store, point.snapshots() if point else [from_snapshot or ""])
+    planned = plan_job("plan", job_file.absolute(), dict(params or {}), dict(conf or {}),
+                       master, spark)
+    resolution = resolve(store, planned, point, from_snapshot)
+    if resolution.plan.ok:
+        scratch = Path(tempfile.mkdtemp(prefix="sparkpoint-plan-")) / "checkpoint"
+        try:
+            build_new_checkpoint(planned, resolution, scratch, echo, publish=False)
+        except ValidationError:
+            pass  # the problem is in the plan already
+        finally:
+            shutil.rmtree(scratch.parent, ignore_errors=True)
+    return resolution.plan
+
+
+def resume_point_build(
+    home: Home,
+    job_file: Path,
+    snapshot: str,
+    params: Mapping[str, str] | None = None,
+    conf: Mapping[str, str] | None = None,
+    master: str | None = None,
+    spark: SparkSession | None = None,
+) -> str:
+    """The default resume point as YAML: same names resume, new ones initialize; snapshot
+    operators the job lacks are listed in comments, to drop deliberately."""
+    store = SnapshotStore(home)
+    manifest = store.get(snapshot)
+    planned = plan_job("resume-point", job_file.absolute(), dict(params or {}),
+                       dict(conf or {}), master, spark)
+    shape, _layouts = job_shape(planned)
+    point = default_resume_point(shape, snapshot, manifest)
+    text = f"# resume point for {job_file.name} from snapshot '{snapshot}' (job " \
+           f"'{manifest.job}', batch {manifest.batch_id})\n" + point.to_yaml()
+    names = {op.name for op in shape.operators}
+    left = [op for op in manifest.operators if op.name not in names]
+    if left:
+        text += ("# state of the snapshot that no operator of the job resumes; drop it "
+                 "deliberately, or resume it under another name in state:\n# drop:\n")
+        text += "".join(f"#   - {{snapshot: {snapshot}, operator: {op.name}}}  # {op.kind}, "
+                        f"{op.rows} rows\n" for op in left)
+    return text
 
 
 def snapshot_create(

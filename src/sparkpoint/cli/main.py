@@ -87,6 +87,8 @@ def cli(ctx: click.Context, home: str | None) -> None:
 @click.option("--master", default=None, help="Spark master URL (default local[2]).")
 @click.option("--from-snapshot", default=None, metavar="SNAP",
               help="Start this new job from a snapshot's state and offsets.")
+@click.option("--resume-point", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="FILE", help="Start this new job as a resume point file says.")
 @click.option("--until-caught-up", is_flag=True,
               help="Process the input available at start, then stop.")
 @click.option("--max-batches", type=click.IntRange(min=1), default=None,
@@ -95,15 +97,74 @@ def cli(ctx: click.Context, home: str | None) -> None:
 @handle_errors
 def run(ctx: click.Context, job_file: Path, job: str, params: tuple[str, ...],
         confs: tuple[str, ...], master: str | None, from_snapshot: str | None,
-        until_caught_up: bool, max_batches: int | None) -> None:
+        resume_point: Path | None, until_caught_up: bool, max_batches: int | None) -> None:
     """Run JOB_FILE as job JOB until stopped (Ctrl-C stops cleanly)."""
     if until_caught_up and max_batches is not None:
         raise click.UsageError("use either --until-caught-up or --max-batches, not both")
     api.run(
         _home(ctx), job_file, job, params=_pairs(params, "--param"),
         conf=_pairs(confs, "--conf"), master=master, from_snapshot=from_snapshot,
-        until_caught_up=until_caught_up, max_batches=max_batches, echo=_echo,
+        resume_point=resume_point, until_caught_up=until_caught_up, max_batches=max_batches,
+        echo=_echo,
     )
+
+
+def _job_options(func: F) -> F:
+    for option in reversed([
+        click.option("--param", "params", multiple=True, metavar="K=V", help="Job parameter."),
+        click.option("--conf", "confs", multiple=True, metavar="K=V", help="Spark setting."),
+        click.option("--master", default=None, help="Spark master URL (default local[2])."),
+    ]):
+        func = option(func)
+    return func
+
+
+@cli.command("plan")
+@click.argument("job_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--from-snapshot", default=None, metavar="SNAP")
+@click.option("--resume-point", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="FILE")
+@_job_options
+@json_option
+@click.pass_context
+@handle_errors
+def plan_command(ctx: click.Context, job_file: Path, from_snapshot: str | None,
+                 resume_point: Path | None, params: tuple[str, ...], confs: tuple[str, ...],
+                 master: str | None, as_json: bool) -> None:
+    """Dry run: what resumes, initializes, is dropped, and every problem (exit 3 if any)."""
+    result = api.plan(_home(ctx), job_file, params=_pairs(params, "--param"),
+                      conf=_pairs(confs, "--conf"), master=master, from_snapshot=from_snapshot,
+                      resume_point=resume_point, echo=_echo)
+    click.echo(render.as_json(result.to_dict()) if as_json else render.plan_text(result))
+    if not result.ok:
+        sys.exit(EXIT_VALIDATION)
+
+
+@cli.group("resume-point")
+def resume_point_group() -> None:
+    """Resume points: which snapshot state and offsets a new job takes."""
+
+
+@resume_point_group.command("build")
+@click.argument("job_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("snapshot")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write to FILE instead of standard output.")
+@_job_options
+@click.pass_context
+@handle_errors
+def resume_point_build(ctx: click.Context, job_file: Path, snapshot: str, output: Path | None,
+                       params: tuple[str, ...], confs: tuple[str, ...],
+                       master: str | None) -> None:
+    """Write the default resume point of JOB_FILE from SNAPSHOT, for you to edit."""
+    text = api.resume_point_build(_home(ctx), job_file, snapshot,
+                                  params=_pairs(params, "--param"),
+                                  conf=_pairs(confs, "--conf"), master=master)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text)
+        click.echo(f"wrote {output}", err=True)
 
 
 @cli.group()

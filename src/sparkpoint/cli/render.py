@@ -9,6 +9,7 @@ from sparkpoint.api import JobView
 from sparkpoint.checkpoint.operators import schema_ddl
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.store import Problem
+from sparkpoint.upgrade.validate import UpgradePlan
 
 
 def human_bytes(size: int) -> str:
@@ -129,4 +130,27 @@ def job_show_text(view: JobView) -> str:
         last = "-" if run.last_batch is None else str(run.last_batch)
         out.append(f"  {run.started_at}  {run.status:8}  started {first}, last batch {last}  "
                    f"{run.run_id}")
+    return "\n".join(out)
+
+
+def plan_text(plan: UpgradePlan) -> str:
+    out = ["sources:"]
+    for source in plan.sources:
+        if source.action == "resume" and source.origin is not None:
+            where = f"from {source.origin['snapshot']}/{source.origin['source']}"
+            out.append(f"  {source.name:24} resume      {where} at {json.dumps(source.offset)}")
+        else:
+            out.append(f"  {source.name:24} {source.action:11} start {json.dumps(source.start)}")
+    out.append("operators:")
+    for op in plan.operators:
+        origin = f"{op.origin['snapshot']}/{op.origin['operator']}" if op.origin else "-"
+        mark = "" if op.compatible else "  INCOMPATIBLE"
+        out.append(f"  {op.name:24} {op.action:11} {origin:28} {op.reason}{mark}")
+    for warning in plan.warnings:
+        out.append(f"warning: {warning}")
+    if plan.problems:
+        out.append(f"{len(plan.problems)} problem(s):")
+        out.extend(f"  - {problem}" for problem in plan.problems)
+    else:
+        out.append("ok: the job can start from this resume point")
     return "\n".join(out)

@@ -52,6 +52,7 @@ class Lineage(BaseModel):
     from_snapshot: str | None = None
     snapshot_job: str | None = None
     snapshot_batch: int | None = None
+    resume_point: str | None = None
 
 
 class RunRecord(BaseModel):

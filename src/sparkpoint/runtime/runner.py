@@ -39,6 +39,7 @@ from sparkpoint.storage.home import Home
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +48,31 @@ LOCK_FILE = "run.lock"
 
 @dataclass(frozen=True)
 class PlannedJob:
-    """What is known of a job once built and planned, before its query starts."""
+    """A job built and planned, its query not started."""
 
+    spark: SparkSession
+    writer: DataStreamWriter
     operators: list[PlannedOperator]
     file_sink: Path | None
     conf: Mapping[str, str]
+
+
+def plan_job(
+    job: str,
+    job_file: Path,
+    params: Mapping[str, str],
+    conf: Mapping[str, str],
+    master: str | None,
+    spark: SparkSession | None = None,
+) -> PlannedJob:
+    """Load the job file, build its writer in a session and learn its stateful operators."""
+    build = load_build(job_file)  # a broken job file fails before a JVM starts
+    session = spark or create_session(master, conf, f"sparkpoint:{job}")
+    apply_query_conf(session, conf)
+    ctx = JobContext(job=job, params=dict(params))
+    writer = build_writer(build, job_file, session, ctx)
+    operators = stateful_operators(writer._df, ctx.declarations)
+    return PlannedJob(session, writer, operators, file_sink_path(writer), dict(conf))
 
 
 # Called after the plan is known and before the query starts; may build the checkpoint.
@@ -209,13 +230,9 @@ def run_job(
                 conf=dict(options.conf), master=options.master,
             )
         registry.clear_stop_request(job)
-        build = load_build(options.job_file)  # a broken job file fails before a JVM starts
-        session = spark or create_session(options.master, options.conf, f"sparkpoint:{job}")
-        apply_query_conf(session, options.conf)
-        ctx = JobContext(job=job, params=dict(options.params))
-        writer = build_writer(build, options.job_file, session, ctx)
-        operators = stateful_operators(writer._df, ctx.declarations)
-        planned = PlannedJob(operators, file_sink_path(writer), dict(options.conf))
+        planned = plan_job(job, options.job_file, options.params, options.conf,
+                           options.master, spark)
+        session, writer, operators = planned.spark, planned.writer, planned.operators
         lineage = prepare(planned) if prepare else None
         if lineage is not None:
             record.lineage = lineage

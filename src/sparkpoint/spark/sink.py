@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 FILE_FORMATS = {"parquet", "json", "csv", "orc", "text", "avro"}
 
 
-def _private_field(obj: Any, name: str) -> Any:
+def private_field(obj: Any, name: str) -> Any:
     """Spark keeps the writer's format and options private; Java reflection reads them."""
     cls = obj.getClass()
     while cls is not None:
@@ -30,10 +30,10 @@ def _private_field(obj: Any, name: str) -> Any:
 def file_sink_path(writer: DataStreamWriter) -> Path | None:
     """The output directory of a file sink, or None for any other sink."""
     jwriter = writer._jwrite
-    source = _private_field(jwriter, "source")
+    source = private_field(jwriter, "source")
     if source is None or str(source).lower() not in FILE_FORMATS:
         return None
-    options = _private_field(jwriter, "extraOptions")
+    options = private_field(jwriter, "extraOptions")
     path = options.get("path") if options is not None else None
     if path is None or not path.isDefined():
         return None

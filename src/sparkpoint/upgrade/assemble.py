@@ -11,9 +11,7 @@ partition. Snapshots are only read.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -28,9 +26,9 @@ from sparkpoint.checkpoint.logs import (
     compact_json,
 )
 from sparkpoint.checkpoint.operators import OperatorMetadata
-from sparkpoint.errors import NameTakenError, ValidationError
+from sparkpoint.errors import ValidationError
 from sparkpoint.snapshot.manifest import CHECKPOINT_SUBDIR, Manifest
-from sparkpoint.storage.local import fsync_dir, link_or_copy, write_atomic
+from sparkpoint.storage.local import link_or_copy, write_atomic
 from sparkpoint.upgrade.validate import UpgradePlan
 
 _VERSIONED = re.compile(r"^(\d+)\.(zip|snapshot|delta|changelog)$")
@@ -95,47 +93,38 @@ def _operator_metadata(layout: NewOperatorLayout, partitions: int) -> bytes:
     return f"v1\n{compact_json(body)}".encode()
 
 
-def assemble_checkpoint(
-    target: Path,
-    plan: UpgradePlan,
-    snapshots: Mapping[str, UsedSnapshot],
-    new_operators: Mapping[str, NewOperatorLayout],
-    empty_state: EmptyStateWriter,
-) -> AssembleResult:
-    """Write the new checkpoint at ``target`` (absent or empty) for a valid ``plan``."""
-    if not plan.ok:
-        raise ValidationError("the resume point has problems: " + "; ".join(plan.problems))
-    if target.exists() and any(target.iterdir()):
-        raise NameTakenError(f"{target}: a checkpoint already exists there; choose a new job")
-    used = sorted(
+def used_snapshots(plan: UpgradePlan) -> list[str]:
+    """Snapshots whose state or offsets a plan resumes, sorted."""
+    return sorted(
         {row.origin["snapshot"] for row in plan.sources
          if row.origin is not None and row.action == "resume"}
         | {row.origin["snapshot"] for row in plan.operators
            if row.origin is not None and row.action == "resume"}
     )
+
+
+def assemble_checkpoint(
+    out: Path,
+    plan: UpgradePlan,
+    snapshots: Mapping[str, UsedSnapshot],
+    new_operators: Mapping[str, NewOperatorLayout],
+    empty_state: EmptyStateWriter,
+) -> AssembleResult:
+    """Write the new checkpoint into ``out`` (a new directory) for a valid ``plan``.
+
+    Nothing is written when the plan resumes nothing: the job then starts like a new one.
+    """
+    if not plan.ok:
+        raise ValidationError("the resume point has problems: " + "; ".join(plan.problems))
+    used = used_snapshots(plan)
     if not used:
         return AssembleResult(None, None)
     batch = max(snapshots[name].manifest.batch_id for name in used)
     primary = next(snapshots[name] for name in used
                    if snapshots[name].manifest.batch_id == batch)
-    providers = {snapshots[name].manifest.state_store_provider for name in used}
-    if len(providers) > 1:
-        raise ValidationError(
-            f"the snapshots {', '.join(used)} were written by different state store providers "
-            f"({', '.join(sorted(providers))}); resume from snapshots of one provider"
-        )
-    staging = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"
-    try:
-        _write(staging, batch, primary, plan, snapshots, new_operators, empty_state, used)
-        fsync_dir(staging)
-        if target.exists():
-            target.rmdir()
-        os.rename(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    partitions = primary.manifest.shuffle_partitions
-    return AssembleResult(batch, partitions)
+    out.mkdir(parents=True)
+    _write(out, batch, primary, plan, snapshots, new_operators, empty_state, used)
+    return AssembleResult(batch, primary.manifest.shuffle_partitions)
 
 
 def _write(

@@ -1,104 +1,212 @@
-"""Build a fresh checkpoint for a new job from a snapshot (the snapshot is only read).
+"""Resume a built job from snapshots: resolve its resume point, validate it, and build the
+new checkpoint (assemble, repartition if asked, let Spark check it, publish).
 
-The new checkpoint keeps the snapshot's batch numbering (state version N+1 belongs to batch
-N) and gets a new query id. Operators are matched by name; one whose Spark operator id moved
-is copied to its new id with the id in its metadata patched, as Spark identifies state by id.
+The checkpoint is assembled in a staging directory beside the target and published by one
+rename only after Spark's own restart checks pass on it; snapshots are only read.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
-from sparkpoint.checkpoint.logs import QueryMetadata
-from sparkpoint.checkpoint.operators import OperatorMetadata
+from sparkpoint.checkpoint import hdfs_state
+from sparkpoint.checkpoint.layout import SHUFFLE_PARTITIONS_CONF
+from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER
 from sparkpoint.errors import NameTakenError, ValidationError
-from sparkpoint.snapshot.manifest import CHECKPOINT_SUBDIR, Manifest
-from sparkpoint.storage.local import fsync_dir, link_or_copy, write_atomic
+from sparkpoint.snapshot.manifest import Manifest
+from sparkpoint.snapshot.store import SnapshotStore
+from sparkpoint.spark.inspect import (
+    job_sources,
+    output_mode,
+    repartition,
+    restart_problem,
+    state_layout,
+    write_empty_rocksdb_version,
+)
+from sparkpoint.spark.plan import PlannedOperator
+from sparkpoint.storage.local import copy_file, fsync_dir
+from sparkpoint.upgrade.assemble import (
+    AssembleResult,
+    NewOperatorLayout,
+    UsedSnapshot,
+    assemble_checkpoint,
+    used_snapshots,
+)
+from sparkpoint.upgrade.resume_point import ResumePoint
+from sparkpoint.upgrade.validate import (
+    JobShape,
+    NewOperator,
+    NewSource,
+    NewStore,
+    UpgradePlan,
+    default_resume_point,
+    validate,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+Echo = Callable[[str], None]
 
 
-@dataclass(frozen=True)
-class OperatorMapping:
-    """Snapshot operator name -> the new job's Spark operator id."""
+class PlannedJob(Protocol):
+    """A job built and planned by the runtime, its query not started."""
 
-    target_ids: Mapping[str, int]
+    @property
+    def spark(self) -> SparkSession: ...
+
+    @property
+    def writer(self) -> DataStreamWriter: ...
+
+    @property
+    def operators(self) -> list[PlannedOperator]: ...
+
+    @property
+    def conf(self) -> Mapping[str, str]: ...
 
 
-def check_same_operators(
-    manifest: Manifest, new_operators: Mapping[str, str], snapshot: str
-) -> OperatorMapping:
-    """Every operator of the new job must resume one of the snapshot, and vice versa.
+@dataclass
+class Resolution:
+    """A resume point checked against a built job and the snapshots it names."""
 
-    ``new_operators`` maps the new job's operator names to Spark operator names (kinds).
+    shape: JobShape
+    plan: UpgradePlan
+    snapshots: dict[str, UsedSnapshot] = field(default_factory=dict)
+    layouts: dict[str, NewOperatorLayout] = field(default_factory=dict)
+
+
+def job_shape(planned: PlannedJob) -> tuple[JobShape, dict[str, NewOperatorLayout]]:
+    """Sources, operators, their schemas and the partitions asked for, from Spark's planner."""
+    frame = planned.writer._df
+    layout = state_layout(planned.spark, frame, output_mode(planned.writer))
+    operators = []
+    layouts = {}
+    for op in planned.operators:
+        metadata, stores = layout.get(op.operator_id, (None, []))
+        operators.append(NewOperator(
+            name=op.name, operator_id=op.operator_id, spark_operator_name=op.spark_operator_name,
+            stores=tuple(NewStore(s.name, s.key_schema, s.value_schema) for s in stores),
+            named_by_user=op.named_by_user,
+        ))
+        layouts[op.name] = NewOperatorLayout(
+            operator_id=op.operator_id,
+            spark_operator_name=(metadata.operator_name if metadata is not None
+                                 else op.spark_operator_name),
+            stores=tuple((s.name, s.num_cols_prefix_key) for s in stores) or (("default", 0),),
+        )
+    sources = tuple(NewSource(s.name, s.named_by_user) for s in job_sources(frame))
+    asked = planned.conf.get(SHUFFLE_PARTITIONS_CONF)
+    return JobShape(sources, tuple(operators), int(asked) if asked else None), layouts
+
+
+def resolve(
+    store: SnapshotStore, planned: PlannedJob, resume_point: ResumePoint | None,
+    from_snapshot: str | None,
+) -> Resolution:
+    shape, layouts = job_shape(planned)
+    manifests: dict[str, Manifest | None] = {}
+    if resume_point is None:
+        assert from_snapshot is not None
+        resume_point = default_resume_point(shape, from_snapshot, store.get(from_snapshot))
+    for name in resume_point.snapshots():
+        manifests[name] = store.get(name) if store.exists(name) else None
+    plan = validate(shape, resume_point, manifests)
+    used = used_snapshots(plan) if plan.ok else []
+    resolution = Resolution(shape, plan, layouts=layouts)
+    for name in used:
+        manifest = manifests[name]
+        if manifest is None:
+            continue
+        resolution.snapshots[name] = UsedSnapshot(manifest, store.path(name))
+    providers = {s.manifest.state_store_provider for s in resolution.snapshots.values()}
+    if len(providers) > 1:
+        plan.problems.append(
+            f"the snapshots {', '.join(used)} come from different state store providers "
+            f"({', '.join(sorted(p.rsplit('.', 1)[-1] for p in providers))}); resume from "
+            "snapshots of one provider")
+    counts = {s.manifest.shuffle_partitions for s in resolution.snapshots.values()}
+    if len(counts) > 1:
+        plan.problems.append(
+            f"the snapshots {', '.join(used)} have different partition counts "
+            f"({', '.join(str(c) for c in sorted(c or 0 for c in counts))}); create them with "
+            "one spark.sql.shuffle.partitions")
+    wanted = shape.partitions
+    only_hdfs = bool(providers) and ROCKSDB_PROVIDER not in providers
+    if wanted is not None and only_hdfs and any(c != wanted for c in counts):
+        plan.problems.append(
+            f"spark.sql.shuffle.partitions={wanted} differs from the snapshots' "
+            f"{', '.join(str(c) for c in sorted(c or 0 for c in counts))}, and Spark "
+            "repartitions only RocksDB state; keep the snapshots' partition count")
+    return resolution
+
+
+def _empty_state_writer(
+    planned: PlannedJob, provider: str, scratch: Path
+) -> Callable[[Path, int], None]:
+    template: list[Path] = []
+
+    def write(partition_dir: Path, version: int) -> None:
+        if provider != ROCKSDB_PROVIDER:
+            hdfs_state.write_snapshot(partition_dir, version, {})
+            return
+        if not template:
+            template.append(write_empty_rocksdb_version(planned.spark, provider, scratch))
+        copy_file(template[0], partition_dir / f"{version}.zip")
+
+    return write
+
+
+def build_new_checkpoint(
+    planned: PlannedJob, resolution: Resolution, target: Path, echo: Echo,
+    publish: bool = True,
+) -> AssembleResult:
+    """Assemble, repartition if asked, let Spark check, then publish at ``target``.
+
+    With ``publish=False`` (a dry run) everything is done in scratch space and removed.
+    Spark's refusal is added to the plan's problems and raised as a ValidationError.
     """
-    problems = []
-    old = {op.name: op for op in manifest.operators}
-    for name, spark_name in new_operators.items():
-        if name not in old:
-            problems.append(
-                f"operator '{name}' of the new job has no state in snapshot '{snapshot}' "
-                f"(it has: {', '.join(old) or 'none'})"
-            )
-        elif old[name].spark_operator_name != spark_name:
-            problems.append(
-                f"operator '{name}' is a {spark_name} in the new job but a "
-                f"{old[name].spark_operator_name} in snapshot '{snapshot}'"
-            )
-    for name in old:
-        if name not in new_operators:
-            problems.append(
-                f"operator '{name}' of snapshot '{snapshot}' is not in the new job"
-            )
-    if problems:
-        raise ValidationError(
-            f"the job does not match snapshot '{snapshot}': " + "; ".join(problems)
-            + ". --from-snapshot continues an unchanged job; use a resume point for a changed one"
-        )
-    return OperatorMapping({})
-
-
-def build_checkpoint(
-    snapshot_dir: Path,
-    manifest: Manifest,
-    target: Path,
-    operator_ids: Mapping[str, int],
-) -> None:
-    """Copy the snapshot's checkpoint to ``target`` (which must not exist), remapping ids."""
+    plan = resolution.plan
+    if not plan.ok:
+        raise ValidationError("the resume point has problems:\n  " + "\n  ".join(plan.problems))
     if target.exists() and any(target.iterdir()):
-        raise NameTakenError(
-            f"{target}: a checkpoint already exists there; a job started from a snapshot needs "
-            "a new job name"
-        )
-    source = snapshot_dir / CHECKPOINT_SUBDIR
-    staging = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"
-    moved = {
-        op.operator_id: operator_ids[op.name]
-        for op in manifest.operators
-        if op.name in operator_ids
-    }
+        raise NameTakenError(f"{target}: a checkpoint already exists; choose a new job name")
+    provider = next((s.manifest.state_store_provider for s in resolution.snapshots.values()),
+                    ROCKSDB_PROVIDER)
+    scratch = Path(tempfile.mkdtemp(prefix="sparkpoint-build-"))
+    parent = target.parent if publish else scratch
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = parent / f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"
     try:
-        for entry in manifest.files:
-            rel = Path(entry.path).relative_to(CHECKPOINT_SUBDIR)
-            parts = rel.parts
-            if parts[0] == "state" and int(parts[1]) in moved:
-                rel = Path("state", str(moved[int(parts[1])]), *parts[2:])
-            # Links are safe both ways: Spark only adds, renames over and deletes files.
-            link_or_copy(source / Path(entry.path).relative_to(CHECKPOINT_SUBDIR), staging / rel)
-        for old_id, new_id in moved.items():
-            if old_id == new_id:
-                continue
-            path = staging / "state" / str(new_id) / "_metadata" / "metadata"
-            metadata = OperatorMetadata.parse(path.read_bytes(), str(path))
-            write_atomic(path, metadata.with_operator_id(new_id).to_bytes())
-        write_atomic(staging / "metadata", QueryMetadata.for_id(str(uuid.uuid4())).to_bytes())
-        fsync_dir(staging)
-        if target.exists():
-            target.rmdir()
-        os.rename(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        result = assemble_checkpoint(staging, plan, resolution.snapshots, resolution.layouts,
+                                     _empty_state_writer(planned, provider, scratch / "empty"))
+        if result.batch_id is None:
+            return result
+        wanted = resolution.shape.partitions
+        if wanted is not None and result.partitions is not None and wanted != result.partitions:
+            echo(f"repartitioning state from {result.partitions} to {wanted} partitions "
+                 "(Spark's offline repartition)")
+            repartition(planned.spark, staging, wanted)
+        verdict = restart_problem(planned.spark, planned.writer._df,
+                                  output_mode(planned.writer), staging)
+        if verdict is not None:
+            plan.problems.append(f"Spark refuses the assembled checkpoint: {verdict}")
+            raise ValidationError(f"Spark refuses to restart the job from the assembled "
+                                  f"checkpoint: {verdict}")
+        if publish:
+            fsync_dir(staging)
+            if target.exists():
+                target.rmdir()
+            os.rename(staging, target)
+        return result
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)

@@ -1,0 +1,212 @@
+"""Learning a job's sources and state layout from Spark's own planner, without running it.
+
+``IncrementalExecution`` is what MicroBatchExecution plans each batch with: planning batch 0
+on an empty scratch checkpoint makes Spark write every stateful operator's metadata and state
+schema files there, exactly as a first run would; planning batch N+1 on a scratch copy of a
+real checkpoint runs Spark's restart checks (operator names per id, key and value schema
+compatibility) without executing anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sparkpoint.checkpoint.layout import Checkpoint, OperatorDir
+from sparkpoint.checkpoint.operators import OperatorMetadata
+from sparkpoint.spark.sink import private_field
+from sparkpoint.storage.local import copy_file
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+_STREAMING_LEAVES = ("StreamingRelation", "StreamingRelationV2")
+
+
+@dataclass(frozen=True)
+class PlannedSource:
+    name: str
+    named_by_user: bool
+    description: str
+
+
+@dataclass(frozen=True)
+class PlannedStore:
+    name: str
+    num_cols_prefix_key: int
+    key_schema: dict[str, Any] | None
+    value_schema: dict[str, Any] | None
+
+
+def _seq(value: Any) -> list[Any]:
+    iterator = value.iterator()
+    items = []
+    while iterator.hasNext():
+        items.append(iterator.next())
+    return items
+
+
+def job_sources(frame: DataFrame) -> list[PlannedSource]:
+    """Streaming sources of the query in plan order, by their ``.name()`` where given.
+
+    Unnamed sources get their position as name, which is how Spark identifies them.
+    """
+    leaves = _seq(frame._jdf.queryExecution().analyzed().collectLeaves())
+    found = []
+    for leaf in leaves:
+        if leaf.getClass().getSimpleName() not in _STREAMING_LEAVES:
+            continue
+        name_opt = leaf.sourceIdentifyingName().nameOpt()
+        described = str(leaf.sourceName())
+        if name_opt.isDefined():
+            found.append(PlannedSource(str(name_opt.get()), True, described))
+        else:
+            found.append(PlannedSource(str(len(found)), False, described))
+    return found
+
+
+def output_mode(writer: DataStreamWriter) -> Any:
+    """The Java OutputMode the writer was given (Spark's default is Append)."""
+    mode = private_field(writer._jwrite, "outputMode")
+    if mode is None:
+        jvm = writer._spark._jvm
+        assert jvm is not None
+        mode = jvm.org.apache.spark.sql.streaming.OutputMode.Append()
+    return mode
+
+
+def _incremental_execution(
+    spark: SparkSession, frame: DataFrame, mode: Any, state_dir: Path, batch: int,
+    offset_metadata: str | None,
+) -> Any:
+    jvm = spark._jvm
+    assert jvm is not None
+    session = spark._jsparkSession
+    streaming = jvm.org.apache.spark.sql.execution.streaming
+    execution = streaming.runtime.IncrementalExecution
+    metadata_companion = getattr(streaming.checkpointing, "OffsetSeqMetadata$").__getattr__(
+        "MODULE$")
+    metadata = metadata_companion.apply(
+        offset_metadata or '{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}')
+    if offset_metadata is not None:
+        # As on a real restart, the checkpoint's recorded confs win over the session's.
+        metadata_companion.setSessionConf(metadata, session.sessionState().conf())
+    propagator = getattr(streaming.runtime, "WatermarkPropagator$").__getattr__(
+        "MODULE$").apply(session.sessionState().conf())
+    previous = jvm.scala.Some(metadata) if batch > 0 else jvm.scala.Option.empty()
+    defaults = [execution.__getattr__(f"$lessinit$greater$default${i}")() for i in range(12, 17)]
+    return execution(session, frame._jdf.logicalPlan(), mode, str(state_dir),
+                     jvm.java.util.UUID.randomUUID(), jvm.java.util.UUID.randomUUID(),
+                     batch, previous, metadata, propagator, True, *defaults)
+
+
+@contextlib.contextmanager
+def _preserved_sql_conf(spark: SparkSession, keys: list[str]) -> Iterator[None]:
+    """Planning a restart overwrites session confs with the checkpoint's; put them back."""
+    saved = {key: spark.conf.get(key, None) for key in keys}
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+def state_layout(
+    spark: SparkSession, frame: DataFrame, mode: Any
+) -> dict[int, tuple[OperatorMetadata, list[PlannedStore]]]:
+    """Per Spark operator id: the operator metadata and store schemas a first run writes."""
+    scratch = Path(tempfile.mkdtemp(prefix="sparkpoint-plan-"))
+    try:
+        execution = _incremental_execution(spark, frame, mode, scratch / "state", 0, None)
+        execution.executedPlan()
+        layout: dict[int, tuple[OperatorMetadata, list[PlannedStore]]] = {}
+        for operator in Checkpoint(scratch).operators():
+            layout[operator.operator_id] = (operator.metadata, _stores(operator))
+        return layout
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _stores(operator: OperatorDir) -> list[PlannedStore]:
+    stores = []
+    for store, info in zip(operator.stores(), operator.metadata.stores or [None], strict=False):
+        try:
+            schema = operator.schema(store)
+        except Exception:  # schema v3 (transformWithState) is not decoded here
+            schema = None
+        stores.append(PlannedStore(
+            name=store.name,
+            num_cols_prefix_key=info.num_cols_prefix_key if info is not None else 0,
+            key_schema=schema.key_schema if schema else None,
+            value_schema=schema.value_schema if schema else None,
+        ))
+    return stores
+
+
+def restart_problem(
+    spark: SparkSession, frame: DataFrame, mode: Any, checkpoint: Path
+) -> str | None:
+    """Spark's own verdict on restarting ``frame`` from ``checkpoint``: None if it accepts.
+
+    Runs on a scratch copy, because planning writes schema and metadata files.
+    """
+    source = Checkpoint(checkpoint)
+    batch = source.require_latest_committed_batch()
+    scratch = Path(tempfile.mkdtemp(prefix="sparkpoint-dry-run-")) / "checkpoint"
+    try:
+        for path in sorted(checkpoint.rglob("*")):
+            if path.is_file():
+                copy_file(path, scratch / path.relative_to(checkpoint))
+        offsets = source.offsets(batch)
+        with _preserved_sql_conf(spark, list(offsets.conf)):
+            execution = _incremental_execution(spark, frame, mode, scratch / "state", batch + 1,
+                                               offsets.metadata_text)
+            try:
+                execution.executedPlan()
+            except Exception as exc:  # py4j or PySpark's converted Spark exception
+                text = str(exc).strip().splitlines()
+                return text[0] if text else exc.__class__.__name__
+        return None
+    finally:
+        shutil.rmtree(scratch.parent, ignore_errors=True)
+
+
+def write_empty_rocksdb_version(spark: SparkSession, provider: str, directory: Path) -> Path:
+    """Commit an empty version 1 of a RocksDB store under ``directory`` with Spark's own
+    provider, and return the zip. Its content depends on neither the operator, the schema nor
+    the version number, so it serves as the empty version N+1 of any new store."""
+    jvm = spark._jvm
+    assert jvm is not None
+    session = spark._jsparkSession
+    state = jvm.org.apache.spark.sql.execution.streaming.state
+    key = jvm.org.apache.spark.sql.types.StructType.fromDDL("k string")
+    value = jvm.org.apache.spark.sql.types.StructType.fromDDL("v long")
+    store_id = state.StateStoreId(str(directory / "state"), 0, 0, "default")
+    provider_id = state.StateStoreProviderId(store_id, jvm.java.util.UUID.randomUUID())
+    sql_conf = session.sessionState().conf().clone()
+    sql_conf.setConfString("spark.sql.streaming.stateStore.providerClass", provider)
+    conf = state.StateStoreConf(
+        sql_conf, state.StateStoreConf.__getattr__("$lessinit$greater$default$2")())
+    instance = getattr(state, "StateStoreProvider$").__getattr__("MODULE$").createAndInit(
+        provider_id, key, value, state.NoPrefixKeyStateEncoderSpec(key), False, conf,
+        session.sessionState().newHadoopConf(), False, jvm.scala.Option.empty())
+    try:
+        instance.getStore(0, jvm.scala.Option.empty(), False, False).commit()
+    finally:
+        instance.close()
+    return directory / "state" / "0" / "0" / "1.zip"
+
+
+def repartition(spark: SparkSession, checkpoint: Path, partitions: int) -> None:
+    """Spark's offline repartition (RocksDB only): appends batch N+1 with the new count."""
+    spark._jsparkSession.streamingCheckpointManager().repartition(
+        str(checkpoint), partitions, True)
