@@ -41,14 +41,18 @@ class Click:
 
 
 def clicks_for_slice(index: int, events: int = 20, seed: int = 7) -> list[Click]:
-    """Events of slice ``index`` (20 minutes of event time), about 10% of them repeated."""
+    """Events of slice ``index`` (20 minutes of event time), about 10% of them repeated.
+
+    Another ``seed`` gives other events (other ids) over the same 20 minutes.
+    """
     rng = random.Random(seed * 1_000_003 + index)
     start = EPOCH + dt.timedelta(minutes=SLICE_MINUTES * index)
     step = SLICE_MINUTES * 60 / events
     clicks = []
     for n in range(events):
         ts = start + dt.timedelta(seconds=n * step + rng.random() * step * 0.5)
-        clicks.append(Click(f"e{index}-{n}", rng.choice(USERS), f"/p/{rng.randint(1, 9)}",
+        event_id = f"e{index}-{n}" if seed == 7 else f"s{seed}e{index}-{n}"
+        clicks.append(Click(event_id, rng.choice(USERS), f"/p/{rng.randint(1, 9)}",
                             ts.replace(microsecond=ts.microsecond // 1000 * 1000)))
     repeats = [rng.choice(clicks) for _ in range(max(1, events // 10))]
     return clicks + repeats
@@ -69,12 +73,14 @@ def _next_mtime_ns() -> int:
     return _last_mtime_ns
 
 
-def write_clicks(directory: Path, indexes: Iterable[int], events: int = 20) -> list[Click]:
+def write_clicks(
+    directory: Path, indexes: Iterable[int], events: int = 20, seed: int = 7
+) -> list[Click]:
     """Write one file per slice (atomically, as file sources require); return the events."""
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for index in indexes:
-        clicks = clicks_for_slice(index, events)
+        clicks = clicks_for_slice(index, events, seed)
         tmp = directory / f".clicks-{index:05d}.json.tmp"
         tmp.write_text("\n".join(c.to_json() for c in clicks) + "\n")
         mtime = _next_mtime_ns()

@@ -1,0 +1,44 @@
+"""Versions of the clicks job that an upgrade may go through, chosen with --param variant=...
+
+v1          clicks -> dedup_clicks (dropDuplicates) -> hourly_counts
+inserted    clicks -> dedup_clicks -> recent_ids (dropDuplicatesWithinWatermark, new) -> hourly_counts
+renamed     clicks -> unique_clicks -> counts_per_hour          (same operators, new names)
+no_dedupe   clicks -> hourly_counts                              (dedup_clicks removed)
+two_sources (clicks2 = old clicks renamed, union extra) -> dedup_clicks -> hourly_counts
+"""
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+import sparkpoint as sp
+
+SCHEMA = "event_id STRING, user STRING, url STRING, ts TIMESTAMP"
+
+
+def _read(spark: SparkSession, ctx: sp.JobContext, name: str, path_param: str) -> DataFrame:
+    return (spark.readStream.name(name).schema(SCHEMA)
+            .option("maxFilesPerTrigger", ctx.param("files_per_batch", "1"))
+            .json(ctx.require_param(path_param)))
+
+
+def build(spark: SparkSession, ctx: sp.JobContext):  # type: ignore[no-untyped-def]
+    variant = ctx.param("variant", "v1")
+    dedup_name, counts_name = "dedup_clicks", "hourly_counts"
+    if variant == "renamed":
+        dedup_name, counts_name = "unique_clicks", "counts_per_hour"
+    if variant == "two_sources":
+        clicks = _read(spark, ctx, "clicks2", "input").unionByName(
+            _read(spark, ctx, "extra", "extra_input"))
+    else:
+        clicks = _read(spark, ctx, "clicks", "input")
+    events = clicks.withWatermark("ts", "10 minutes")
+    if variant != "no_dedupe":
+        events = ctx.stateful(dedup_name, events.dropDuplicates(["event_id", "ts"]))
+    if variant == "inserted":
+        events = ctx.stateful("recent_ids", events.dropDuplicatesWithinWatermark(["event_id"]))
+    hourly = ctx.stateful(
+        counts_name, events.groupBy(F.window("ts", "1 hour"), "user").agg(F.count("*").alias("n")))
+    return (hourly.select(F.col("window.start").alias("window_start"),
+                          F.col("window.end").alias("window_end"), "user", "n")
+            .writeStream.format("parquet").option("path", ctx.require_param("output"))
+            .outputMode("append"))

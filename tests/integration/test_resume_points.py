@@ -1,0 +1,178 @@
+"""Upgrading a changed job from a snapshot with a resume point: state follows names, the
+combined output equals what the job produces uninterrupted (or the independently computed
+rows), and refusals change nothing."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sparkpoint import api
+from sparkpoint.storage.home import Home
+from sparkpoint.testing import Click, expected_hourly_counts, output_rows, write_clicks
+from tests.support.cli import sparkpoint
+
+pytestmark = pytest.mark.spark
+JOB = Path(__file__).resolve().parent.parent / "data" / "jobs" / "clicks_variants.py"
+
+
+def _params(tmp: Path, out: str, variant: str, **extra: str) -> dict[str, str]:
+    return {"input": str(tmp / "in"), "output": str(tmp / out), "variant": variant, **extra}
+
+
+def _run(spark: object, home: Home, job: str, params: dict[str, str], **kw: Any) -> api.RunResult:
+    return api.run(home, JOB, job, params=params, until_caught_up=True,
+                   spark=spark, **kw)  # type: ignore[arg-type]
+
+
+def _write_point(tmp: Path, data: dict[str, Any]) -> Path:
+    path = tmp / "resume.yaml"
+    path.write_text(yaml.safe_dump({"version": 1, **data}))
+    return path
+
+
+@pytest.fixture
+def v1_snapshot(spark: object, home: Home, tmp_path: Path) -> list[Click]:
+    """v1 ran over slices 0-3 and was snapshotted as 's1'; slices 4-8 arrived since."""
+    events = write_clicks(tmp_path / "in", range(0, 4))
+    _run(spark, home, "v1", _params(tmp_path, "out1", "v1"))
+    api.snapshot_create(home, "v1", "s1")
+    events += write_clicks(tmp_path / "in", range(4, 9))
+    return events
+
+
+def test_inserted_operator_between_two_resumed_ones(
+    spark: object, home: Home, tmp_path: Path, v1_snapshot: list[Click]
+) -> None:
+    plan = api.plan(home, JOB, params=_params(tmp_path, "out2", "inserted"),
+                    from_snapshot="s1", spark=spark)  # type: ignore[arg-type]
+    assert plan.ok, plan.problems
+    actions = {op.name: (op.action, op.operator_id) for op in plan.operators}
+    # Spark numbers operators from the sink: the new dedupe takes id 1, the old dedupe moves.
+    assert actions == {"hourly_counts": ("resume", 0), "recent_ids": ("initialize", 1),
+                       "dedup_clicks": ("resume", 2)}
+    _run(spark, home, "v2", _params(tmp_path, "out2", "inserted"), from_snapshot="s1")
+    combined = output_rows(spark, tmp_path / "out1") + output_rows(spark, tmp_path / "out2")  # type: ignore[arg-type]
+    assert combined == expected_hourly_counts(v1_snapshot)
+
+
+def test_renamed_operators_resume_from_their_old_names(
+    spark: object, home: Home, tmp_path: Path, v1_snapshot: list[Click]
+) -> None:
+    point = _write_point(tmp_path, {
+        "sources": {"clicks": {"mode": "resume", "snapshot": "s1"}},
+        "state": {"unique_clicks": {"mode": "resume", "snapshot": "s1",
+                                    "operator": "dedup_clicks"},
+                  "counts_per_hour": {"mode": "resume", "snapshot": "s1",
+                                      "operator": "hourly_counts"}}})
+    _run(spark, home, "v2", _params(tmp_path, "out2", "renamed"), resume_point=point)
+    combined = output_rows(spark, tmp_path / "out1") + output_rows(spark, tmp_path / "out2")  # type: ignore[arg-type]
+    assert combined == expected_hourly_counts(v1_snapshot)
+
+
+def test_removed_operator_is_dropped_only_when_said(
+    spark: object, home: Home, tmp_path: Path, v1_snapshot: list[Click]
+) -> None:
+    refused = sparkpoint(home, "plan", str(JOB), "--from-snapshot", "s1", "--json",
+                         *_cli_params(_params(tmp_path, "out2", "no_dedupe")))
+    assert refused.code == 3
+    assert any("dedup_clicks" in p and "drop" in p for p in refused.json()["problems"])
+    point = _write_point(tmp_path, {
+        "sources": {"clicks": {"mode": "resume", "snapshot": "s1"}},
+        "state": {"hourly_counts": {"mode": "resume", "snapshot": "s1"}},
+        "drop": [{"snapshot": "s1", "operator": "dedup_clicks"}]})
+    _run(spark, home, "v2", _params(tmp_path, "out2", "no_dedupe"), resume_point=point)
+    combined = output_rows(spark, tmp_path / "out1") + output_rows(spark, tmp_path / "out2")  # type: ignore[arg-type]
+    # Slices 0-3 were deduplicated by v1's state; slices 4-8 count their repeats too.
+    before = [c for c in v1_snapshot if int(c.event_id[1:].split("-")[0]) < 4]
+    after = [c for c in v1_snapshot if int(c.event_id[1:].split("-")[0]) >= 4]
+    assert combined == _counts(list({(c.event_id, c.ts): c for c in before}.values()) + after,
+                               final=v1_snapshot)
+
+
+def _counts(clicks: list[Click], final: list[Click]) -> Counter[Any]:
+    """Hourly counts of ``clicks`` without deduplication, closed by ``final``'s watermark."""
+    import datetime as dt
+
+    watermark = max(c.ts for c in final) - dt.timedelta(minutes=10)
+    counts: Counter[Any] = Counter()
+    for click in clicks:
+        start = click.ts.replace(minute=0, second=0, microsecond=0)
+        if start + dt.timedelta(hours=1) <= watermark:
+            counts[(start.replace(tzinfo=None), click.user)] += 1
+    return Counter((s, s + dt.timedelta(hours=1), u, n) for (s, u), n in counts.items())
+
+
+def _cli_params(params: dict[str, str]) -> list[str]:
+    return [arg for k, v in params.items() for arg in ("--param", f"{k}={v}")]
+
+
+def test_renamed_and_added_sources(
+    spark: object, home: Home, tmp_path: Path, v1_snapshot: list[Click]
+) -> None:
+    # Other events over the same hours as the slices still to come on the renamed source.
+    extra = write_clicks(tmp_path / "extra", range(4, 9), seed=11)
+    point = _write_point(tmp_path, {
+        "sources": {"clicks2": {"mode": "resume", "snapshot": "s1", "source": "clicks"},
+                    "extra": {"mode": "initialize", "start": "earliest"}},
+        "state": {"dedup_clicks": {"mode": "resume", "snapshot": "s1"},
+                  "hourly_counts": {"mode": "resume", "snapshot": "s1"}}})
+    params = _params(tmp_path, "out2", "two_sources", extra_input=str(tmp_path / "extra"))
+    plan = api.plan(home, JOB, params=params, resume_point=point, spark=spark)  # type: ignore[arg-type]
+    assert plan.ok, plan.problems
+    assert {s.name: s.action for s in plan.sources} == {"clicks2": "resume",
+                                                         "extra": "initialize"}
+    _run(spark, home, "v2", params, resume_point=point)
+    combined = output_rows(spark, tmp_path / "out1") + output_rows(spark, tmp_path / "out2")  # type: ignore[arg-type]
+    # The renamed source did not re-read slices 0-3 (no double counts); the new one was read
+    # from its start.
+    assert combined == expected_hourly_counts(v1_snapshot + extra)
+
+
+def test_refusals_exit_3_name_the_entry_and_create_nothing(
+    spark: object, home: Home, tmp_path: Path, v1_snapshot: list[Click]
+) -> None:
+    point = _write_point(tmp_path, {
+        "sources": {"clicks": {"mode": "resume", "snapshot": "s1"},
+                    "ghost": {"mode": "initialize"}},
+        "state": {"hourly_counts": {"mode": "resume", "snapshot": "s1",
+                                    "operator": "dedup_clicks"},
+                  "dedup_clicks": {"mode": "resume", "snapshot": "nope"}}})
+    before = sorted(p for p in home.root.rglob("*"))
+    result = sparkpoint(home, "run", str(JOB), "--job", "v2", "--resume-point", str(point),
+                        *_cli_params(_params(tmp_path, "out2", "v1")))
+    assert result.code == 3, result.err
+    for fragment in ("sources.ghost", "state.hourly_counts", "operator kind changed",
+                     "snapshot 'nope' does not exist"):
+        assert fragment in result.err, (fragment, result.err)
+    assert "Traceback" not in result.err
+    assert sorted(p for p in home.root.rglob("*")) == before
+    assert not (tmp_path / "out2").exists()
+
+
+def test_plan_json_and_resume_point_build(
+    spark: object, home: Home, tmp_path: Path, v1_snapshot: list[Click]
+) -> None:
+    built = sparkpoint(home, "resume-point", "build", str(JOB), "s1", "-o",
+                       str(tmp_path / "rp.yaml"),
+                       *_cli_params(_params(tmp_path, "out2", "inserted")))
+    assert built.code == 0, built.err
+    point = yaml.safe_load((tmp_path / "rp.yaml").read_text())
+    assert point["state"]["recent_ids"] == {"mode": "initialize"}
+    assert point["state"]["dedup_clicks"]["mode"] == "resume"
+    shown = sparkpoint(home, "plan", str(JOB), "--resume-point", str(tmp_path / "rp.yaml"),
+                       "--json", *_cli_params(_params(tmp_path, "out2", "inserted")))
+    assert shown.code == 0, shown.err
+    plan = json.loads(shown.out)
+    assert plan["ok"] is True and plan["problems"] == []
+    for row in plan["operators"]:
+        assert {"name", "action", "from", "compatible", "reason"} <= row.keys()
+    assert {r["name"]: r["action"] for r in plan["operators"]} == {
+        "hourly_counts": "resume", "recent_ids": "initialize", "dedup_clicks": "resume"}
+    assert not (tmp_path / "out2").exists()
+    assert not home.job_dir("plan").exists()
