@@ -151,16 +151,19 @@ def plan(
     _check_snapshots_intact(store, point.snapshots() if point else [from_snapshot or ""])
     planned = plan_job("plan", job_file.absolute(), dict(params or {}), dict(conf or {}),
                        master, spark)
-    resolution = resolve(store, planned, point, from_snapshot)
-    if resolution.plan.ok:
-        scratch = Path(tempfile.mkdtemp(prefix="sparkpoint-plan-")) / "checkpoint"
-        try:
-            build_new_checkpoint(planned, resolution, scratch, echo, publish=False)
-        except ValidationError:
-            pass  # the problem is in the plan already
-        finally:
-            shutil.rmtree(scratch.parent, ignore_errors=True)
-    return resolution.plan
+    try:
+        resolution = resolve(store, planned, point, from_snapshot)
+        if resolution.plan.ok:
+            scratch = Path(tempfile.mkdtemp(prefix="sparkpoint-plan-")) / "checkpoint"
+            try:
+                build_new_checkpoint(planned, resolution, scratch, echo, publish=False)
+            except ValidationError:
+                pass  # the problem is in the plan already
+            finally:
+                shutil.rmtree(scratch.parent, ignore_errors=True)
+        return resolution.plan
+    finally:
+        planned.release()
 
 
 def resume_point_build(
@@ -178,7 +181,10 @@ def resume_point_build(
     manifest = store.get(snapshot)
     planned = plan_job("resume-point", job_file.absolute(), dict(params or {}),
                        dict(conf or {}), master, spark)
-    shape, _layouts = job_shape(planned)
+    try:
+        shape, _layouts = job_shape(planned)
+    finally:
+        planned.release()
     point = default_resume_point(shape, snapshot, manifest)
     text = f"# resume point for {job_file.name} from snapshot '{snapshot}' (job " \
            f"'{manifest.job}', batch {manifest.batch_id})\n" + point.to_yaml()

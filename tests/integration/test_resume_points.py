@@ -176,3 +176,86 @@ def test_plan_json_and_resume_point_build(
         "hourly_counts": "resume", "recent_ids": "initialize", "dedup_clicks": "resume"}
     assert not (tmp_path / "out2").exists()
     assert not home.job_dir("plan").exists()
+
+
+BRANCHES = Path(__file__).resolve().parent.parent / "data" / "jobs" / "branches.py"
+
+
+def _tagged(branch: str, clicks: list[Click]) -> Counter[Any]:
+    return Counter({(branch, *row): n for row, n in expected_hourly_counts(clicks).items()})
+
+
+def test_merge_two_jobs_then_split_them_again(spark: object, home: Home, tmp_path: Path) -> None:
+    inputs = {"input_a": str(tmp_path / "a"), "input_b": str(tmp_path / "b")}
+    events = {"a": write_clicks(tmp_path / "a", range(0, 3)),
+              "b": write_clicks(tmp_path / "b", range(0, 3), seed=11)}
+
+    def run(job: str, branches: str, out: str, **kw: Any) -> None:
+        api.run(home, BRANCHES, job, params={**inputs, "branches": branches,
+                                             "output": str(tmp_path / out)},
+                until_caught_up=True, spark=spark, **kw)  # type: ignore[arg-type]
+
+    run("job_a", "a", "out_a")
+    run("job_b", "b", "out_b")
+    api.snapshot_create(home, "job_a", "sa")
+    api.snapshot_create(home, "job_b", "sb")
+    events["a"] += write_clicks(tmp_path / "a", range(3, 6))
+    events["b"] += write_clicks(tmp_path / "b", range(3, 6), seed=11)
+
+    merge = _write_point(tmp_path, {
+        "sources": {b: {"mode": "resume", "snapshot": f"s{b}"} for b in "ab"},
+        "state": {f"{kind}_{b}": {"mode": "resume", "snapshot": f"s{b}"}
+                  for b in "ab" for kind in ("dedup", "counts")}})
+    run("merged", "a,b", "out_ab", resume_point=merge)
+    api.snapshot_create(home, "merged", "sab")
+    events["a"] += write_clicks(tmp_path / "a", range(6, 9))
+    events["b"] += write_clicks(tmp_path / "b", range(6, 9), seed=11)
+
+    for keep, other in (("a", "b"), ("b", "a")):
+        split = _write_point(tmp_path, {
+            "sources": {keep: {"mode": "resume", "snapshot": "sab"}},
+            "state": {f"{kind}_{keep}": {"mode": "resume", "snapshot": "sab"}
+                      for kind in ("dedup", "counts")},
+            "drop": [{"snapshot": "sab", "operator": f"{kind}_{other}"}
+                     for kind in ("dedup", "counts")]})
+        run(f"split_{keep}", keep, f"out_split_{keep}", resume_point=split)
+
+    outputs = sum((output_rows(spark, tmp_path / name)  # type: ignore[arg-type]
+                   for name in ("out_a", "out_b", "out_ab", "out_split_a", "out_split_b")),
+                  Counter())
+    assert outputs == _tagged("a", events["a"]) + _tagged("b", events["b"])
+
+
+def test_shuffle_partitions_changed_repartitions_rocksdb_state(
+    spark: object, home: Home, tmp_path: Path, v1_snapshot: list[Click]
+) -> None:
+    from sparkpoint.checkpoint.layout import Checkpoint
+
+    _run(spark, home, "v2", _params(tmp_path, "out2", "v1"), from_snapshot="s1",
+         conf={"spark.sql.shuffle.partitions": "4"})
+    ckpt = Checkpoint(home.checkpoint_dir("v2"))
+    batch = ckpt.require_latest_committed_batch()
+    assert ckpt.offsets(batch).conf["spark.sql.shuffle.partitions"] == "4"
+    combined = output_rows(spark, tmp_path / "out1") + output_rows(spark, tmp_path / "out2")  # type: ignore[arg-type]
+    assert combined == expected_hourly_counts(v1_snapshot)
+    # Spark's restart planning writes spark.sql.streaming.internal.stateStore.partitions into
+    # the session; left there, every later new query of the session would get 4 partitions.
+    _run(spark, home, "fresh", _params(tmp_path, "out3", "v1"))
+    fresh = Checkpoint(home.checkpoint_dir("fresh"))
+    assert fresh.offsets(fresh.require_latest_committed_batch()).conf[
+        "spark.sql.shuffle.partitions"] == "2"
+
+
+def test_partition_change_of_hdfs_state_is_refused(
+    spark: object, home: Home, tmp_path: Path
+) -> None:
+    hdfs = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+    write_clicks(tmp_path / "in", range(0, 2))
+    _run(spark, home, "v1", _params(tmp_path, "out1", "v1"),
+         conf={"spark.sql.streaming.stateStore.providerClass": hdfs})
+    api.snapshot_create(home, "v1", "h1")
+    result = sparkpoint(home, "plan", str(JOB), "--from-snapshot", "h1", "--json",
+                        "--conf", "spark.sql.shuffle.partitions=4",
+                        *_cli_params(_params(tmp_path, "out2", "v1")))
+    assert result.code == 3
+    assert any("repartitions only RocksDB" in p for p in result.json()["problems"])

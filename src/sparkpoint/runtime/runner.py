@@ -32,7 +32,7 @@ from sparkpoint.runtime.registry import (
     pid_alive,
 )
 from sparkpoint.spark.plan import PlannedOperator, stateful_operators
-from sparkpoint.spark.session import apply_query_conf, create_session
+from sparkpoint.spark.session import apply_query_conf, create_session, restore_conf
 from sparkpoint.spark.sink import file_sink_path
 from sparkpoint.storage.home import Home
 
@@ -55,6 +55,11 @@ class PlannedJob:
     operators: list[PlannedOperator]
     file_sink: Path | None
     conf: Mapping[str, str]
+    # SQL confs to put back when the session was lent by the caller and outlives the job.
+    replaced_conf: Mapping[str, str | None] = field(default_factory=dict)
+
+    def release(self) -> None:
+        restore_conf(self.spark, self.replaced_conf)
 
 
 def plan_job(
@@ -68,11 +73,16 @@ def plan_job(
     """Load the job file, build its writer in a session and learn its stateful operators."""
     build = load_build(job_file)  # a broken job file fails before a JVM starts
     session = spark or create_session(master, conf, f"sparkpoint:{job}")
-    apply_query_conf(session, conf)
-    ctx = JobContext(job=job, params=dict(params))
-    writer = build_writer(build, job_file, session, ctx)
-    operators = stateful_operators(writer._df, ctx.declarations)
-    return PlannedJob(session, writer, operators, file_sink_path(writer), dict(conf))
+    replaced = apply_query_conf(session, conf)
+    lent = replaced if spark is not None else {}
+    try:
+        ctx = JobContext(job=job, params=dict(params))
+        writer = build_writer(build, job_file, session, ctx)
+        operators = stateful_operators(writer._df, ctx.declarations)
+    except BaseException:
+        restore_conf(session, lent)
+        raise
+    return PlannedJob(session, writer, operators, file_sink_path(writer), dict(conf), lent)
 
 
 # Called after the plan is known and before the query starts; may build the checkpoint.
@@ -233,69 +243,73 @@ def run_job(
         planned = plan_job(job, options.job_file, options.params, options.conf,
                            options.master, spark)
         session, writer, operators = planned.spark, planned.writer, planned.operators
-        lineage = prepare(planned) if prepare else None
-        if lineage is not None:
-            record.lineage = lineage
-        checkpoint = registry.checkpoint(job)
-        first_batch = checkpoint.latest_committed_batch()
-        run = RunRecord(run_id=str(uuid.uuid4()), started_at=now_iso(), status="running",
-                        first_batch=first_batch)
-        record.status, record.pid, record.error = "running", os.getpid(), None
-        record.run_id = run.run_id
-        record.operators = [
-            OperatorRecord(name=op.name, operator_id=op.operator_id,
-                           spark_operator_name=op.spark_operator_name,
-                           named_by_user=op.named_by_user)
-            for op in operators
-        ]
-        record.runs.append(run)
-        registry.save(record)
-        echo(f"job '{job}' run {run.run_id} starting at batch "
-             f"{0 if first_batch is None else first_batch + 1}")
-        writer = writer.option("checkpointLocation", str(checkpoint.root)).queryName(job)
-        if options.until_caught_up:
-            writer = writer.trigger(availableNow=True)
-        error: SparkpointError | None = None
-        batches: set[int] = set()
-        limit_reached, remove_counter = (
-            _batch_counter(session, job, options.max_batches)
-            if options.max_batches is not None
-            else (threading.Event(), lambda: None)
-        )
         try:
-            with _StopSignal() as stop_signal:
-                query = writer.start()
-                while query.isActive:
-                    if limit_reached.wait(POLL_SECONDS):
-                        query.stop()
-                        break
-                    batches = _batches_seen(query)
-                    if stop_signal.requested.is_set() or registry.stop_requested(job):
-                        echo(f"job '{job}': stop requested, stopping after the last committed "
-                             "batch")
-                        query.stop()
-                batches |= _batches_seen(query)
-                failure = query.exception()
-                if failure is not None:
-                    error = SparkQueryError(f"job '{job}' failed: {spark_error_summary(failure)}")
-        except SparkpointError as exc:
-            error = exc
-        except Exception as exc:
-            error = SparkQueryError(f"job '{job}' failed: {spark_error_summary(exc)}")
-        finally:
-            remove_counter()
-            registry.clear_stop_request(job)
-            last = checkpoint.latest_committed_batch()
-            run.ended_at, run.last_batch = now_iso(), last
-            run.status = "failed" if error else "stopped"
-            run.error = error.message if error else None
-            record.status, record.pid, record.error = run.status, None, run.error
-            record.runs[-1] = run
+            lineage = prepare(planned) if prepare else None
+            if lineage is not None:
+                record.lineage = lineage
+            checkpoint = registry.checkpoint(job)
+            first_batch = checkpoint.latest_committed_batch()
+            run = RunRecord(run_id=str(uuid.uuid4()), started_at=now_iso(), status="running",
+                            first_batch=first_batch)
+            record.status, record.pid, record.error = "running", os.getpid(), None
+            record.run_id = run.run_id
+            record.operators = [
+                OperatorRecord(name=op.name, operator_id=op.operator_id,
+                               spark_operator_name=op.spark_operator_name,
+                               named_by_user=op.named_by_user)
+                for op in operators
+            ]
+            record.runs.append(run)
             registry.save(record)
-        if error is not None:
-            raise error
-        echo(f"job '{job}' stopped at batch {last} ({len(batches)} batches in this run)")
-        return RunResult(job, run.run_id, run.status, first_batch, last, len(batches))
+            echo(f"job '{job}' run {run.run_id} starting at batch "
+                 f"{0 if first_batch is None else first_batch + 1}")
+            writer = writer.option("checkpointLocation", str(checkpoint.root)).queryName(job)
+            if options.until_caught_up:
+                writer = writer.trigger(availableNow=True)
+            error: SparkpointError | None = None
+            batches: set[int] = set()
+            limit_reached, remove_counter = (
+                _batch_counter(session, job, options.max_batches)
+                if options.max_batches is not None
+                else (threading.Event(), lambda: None)
+            )
+            try:
+                with _StopSignal() as stop_signal:
+                    query = writer.start()
+                    while query.isActive:
+                        if limit_reached.wait(POLL_SECONDS):
+                            query.stop()
+                            break
+                        batches = _batches_seen(query)
+                        if stop_signal.requested.is_set() or registry.stop_requested(job):
+                            echo(f"job '{job}': stop requested, stopping after the last committed "
+                                 "batch")
+                            query.stop()
+                    batches |= _batches_seen(query)
+                    failure = query.exception()
+                    if failure is not None:
+                        summary = spark_error_summary(failure)
+                        error = SparkQueryError(f"job '{job}' failed: {summary}")
+            except SparkpointError as exc:
+                error = exc
+            except Exception as exc:
+                error = SparkQueryError(f"job '{job}' failed: {spark_error_summary(exc)}")
+            finally:
+                remove_counter()
+                registry.clear_stop_request(job)
+                last = checkpoint.latest_committed_batch()
+                run.ended_at, run.last_batch = now_iso(), last
+                run.status = "failed" if error else "stopped"
+                run.error = error.message if error else None
+                record.status, record.pid, record.error = run.status, None, run.error
+                record.runs[-1] = run
+                registry.save(record)
+            if error is not None:
+                raise error
+            echo(f"job '{job}' stopped at batch {last} ({len(batches)} batches in this run)")
+            return RunResult(job, run.run_id, run.status, first_batch, last, len(batches))
+        finally:
+            planned.release()
 
 
 def wait_until_stopped(registry: JobRegistry, job: str, timeout_s: float) -> JobRecord:

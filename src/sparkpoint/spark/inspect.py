@@ -106,18 +106,25 @@ def _incremental_execution(
                      batch, previous, metadata, propagator, True, *defaults)
 
 
+def _all_sql_conf(spark: SparkSession) -> dict[str, str]:
+    entries = _seq(spark._jsparkSession.sessionState().conf().getAllConfs())
+    return {str(entry._1()): str(entry._2()) for entry in entries}
+
+
 @contextlib.contextmanager
-def _preserved_sql_conf(spark: SparkSession, keys: list[str]) -> Iterator[None]:
-    """Planning a restart overwrites session confs with the checkpoint's; put them back."""
-    saved = {key: spark.conf.get(key, None) for key in keys}
+def _preserved_sql_conf(spark: SparkSession) -> Iterator[None]:
+    """Planning a restart writes the checkpoint's confs into the session, including internal
+    ones (``spark.sql.streaming.internal.stateStore.partitions`` from the recorded shuffle
+    partitions) that later queries of the session would inherit; put everything back."""
+    saved = _all_sql_conf(spark)
     try:
         yield
     finally:
-        for key, value in saved.items():
-            if value is None:
+        for key, value in _all_sql_conf(spark).items():
+            if key not in saved:
                 spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
+            elif saved[key] != value:
+                spark.conf.set(key, saved[key])
 
 
 def state_layout(
@@ -167,7 +174,7 @@ def restart_problem(
             if path.is_file():
                 copy_file(path, scratch / path.relative_to(checkpoint))
         offsets = source.offsets(batch)
-        with _preserved_sql_conf(spark, list(offsets.conf)):
+        with _preserved_sql_conf(spark):
             execution = _incremental_execution(spark, frame, mode, scratch / "state", batch + 1,
                                                offsets.metadata_text)
             try:

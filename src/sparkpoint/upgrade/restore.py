@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from sparkpoint.checkpoint import hdfs_state
-from sparkpoint.checkpoint.layout import SHUFFLE_PARTITIONS_CONF
+from sparkpoint.checkpoint.layout import SHUFFLE_PARTITIONS_CONF, Checkpoint
 from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER
 from sparkpoint.errors import NameTakenError, ValidationError
 from sparkpoint.snapshot.manifest import Manifest
@@ -194,6 +194,8 @@ def build_new_checkpoint(
             echo(f"repartitioning state from {result.partitions} to {wanted} partitions "
                  "(Spark's offline repartition)")
             repartition(planned.spark, staging, wanted)
+            # Spark's repartition commits a batch of its own: the job continues after it.
+            result = AssembleResult(Checkpoint(staging).require_latest_committed_batch(), wanted)
         verdict = restart_problem(planned.spark, planned.writer._df,
                                   output_mode(planned.writer), staging)
         if verdict is not None:
