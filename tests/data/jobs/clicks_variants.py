@@ -1,7 +1,8 @@
 """Versions of the clicks job that an upgrade may go through, chosen with --param variant=...
 
 v1          clicks -> dedup_clicks (dropDuplicates) -> hourly_counts
-inserted    clicks -> dedup_clicks -> recent_ids (dropDuplicatesWithinWatermark, new) -> hourly_counts
+inserted    clicks -> dedup_clicks -> recent_ids (new, dropDuplicatesWithinWatermark)
+            -> hourly_counts
 renamed     clicks -> unique_clicks -> counts_per_hour          (same operators, new names)
 no_dedupe   clicks -> hourly_counts                              (dedup_clicks removed)
 two_sources (clicks2 = old clicks renamed, union extra) -> dedup_clicks -> hourly_counts
