@@ -32,6 +32,11 @@ def load_build(job_file: Path) -> Any:
         raise JobFileError(
             f"{job_file}: importing the job file failed with {exc.__class__.__name__}: {exc}"
         ) from exc
+    # Python workers cannot import a module loaded from a path under a generated name: UDFs
+    # and state functions defined in the job file travel by value instead.
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
     build = getattr(module, "build", None)
     if build is None or not callable(build):
         raise JobFileError(

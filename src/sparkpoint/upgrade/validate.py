@@ -173,6 +173,10 @@ def validate(
             continue
         if isinstance(entry, InitializeSource):
             start = entry.start if isinstance(entry.start, str) else entry.start.model_dump()
+            if start != "earliest":
+                problems.append(
+                    f"sources.{source.name}: start {start!r} is not supported yet for a new "
+                    "source; use 'earliest' (the source's own starting position)")
             plan.sources.append(SourceRow(source.name, "initialize", None, start=start))
             continue
         assert isinstance(entry, ResumeSource)
