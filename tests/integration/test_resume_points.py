@@ -155,6 +155,23 @@ def test_refusals_exit_3_name_the_entry_and_create_nothing(
     assert not (tmp_path / "out2").exists()
 
 
+@pytest.mark.parametrize(("variant", "operator", "fragment"), [
+    ("rekeyed", "dedup_clicks", "key schema changed"),
+    ("averaged", "hourly_counts", "value schema changed"),
+])
+def test_schema_changes_are_refused_before_anything_starts(
+    spark: object, home: Home, tmp_path: Path, v1_snapshot: list[Click],
+    variant: str, operator: str, fragment: str,
+) -> None:
+    before = sorted(p for p in home.root.rglob("*"))
+    result = sparkpoint(home, "run", str(JOB), "--job", "v2", "--from-snapshot", "s1",
+                        *_cli_params(_params(tmp_path, "out2", variant)))
+    assert result.code == 3, result.err
+    assert f"state.{operator}" in result.err and fragment in result.err
+    assert sorted(p for p in home.root.rglob("*")) == before
+    assert not (tmp_path / "out2").exists()
+
+
 def test_plan_json_and_resume_point_build(
     spark: object, home: Home, tmp_path: Path, v1_snapshot: list[Click]
 ) -> None:

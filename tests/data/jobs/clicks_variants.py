@@ -6,6 +6,8 @@ inserted    clicks -> dedup_clicks -> recent_ids (new, dropDuplicatesWithinWater
 renamed     clicks -> unique_clicks -> counts_per_hour          (same operators, new names)
 no_dedupe   clicks -> hourly_counts                              (dedup_clicks removed)
 two_sources (clicks2 = old clicks renamed, union extra) -> dedup_clicks -> hourly_counts
+rekeyed     like v1, but dedup_clicks keys on event_id only        (key schema changed)
+averaged    like v1, but hourly_counts averages instead of counting (value schema changed)
 """
 
 from pyspark.sql import DataFrame, SparkSession
@@ -34,11 +36,13 @@ def build(spark: SparkSession, ctx: sp.JobContext):  # type: ignore[no-untyped-d
         clicks = _read(spark, ctx, "clicks", "input")
     events = clicks.withWatermark("ts", "10 minutes")
     if variant != "no_dedupe":
-        events = ctx.stateful(dedup_name, events.dropDuplicates(["event_id", "ts"]))
+        keys = ["event_id"] if variant == "rekeyed" else ["event_id", "ts"]
+        events = ctx.stateful(dedup_name, events.dropDuplicates(keys))
     if variant == "inserted":
         events = ctx.stateful("recent_ids", events.dropDuplicatesWithinWatermark(["event_id"]))
+    measure = F.avg(F.length("url")) if variant == "averaged" else F.count("*")
     hourly = ctx.stateful(
-        counts_name, events.groupBy(F.window("ts", "1 hour"), "user").agg(F.count("*").alias("n")))
+        counts_name, events.groupBy(F.window("ts", "1 hour"), "user").agg(measure.alias("n")))
     return (hourly.select(F.col("window.start").alias("window_start"),
                           F.col("window.end").alias("window_end"), "user", "n")
             .writeStream.format("parquet").option("path", ctx.require_param("output"))
