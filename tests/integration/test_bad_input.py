@@ -95,11 +95,17 @@ def test_from_snapshot_into_an_existing_job_is_refused(stopped_job: Home) -> Non
     assert _tree(stopped_job.root) == before
 
 
-def test_damaged_snapshot_is_reported_and_refused(stopped_job: Home, tmp_path: Path) -> None:
-    copy = Home(tmp_path / "home")
+def _copy_of(home: Home, tmp_path: Path) -> Home:
+    """A private copy of the shared home, for tests that damage or delete things."""
     import shutil
 
-    shutil.copytree(stopped_job.root, copy.root)
+    copy = Home(tmp_path / "home")
+    shutil.copytree(home.root, copy.root)
+    return copy
+
+
+def test_damaged_snapshot_is_reported_and_refused(stopped_job: Home, tmp_path: Path) -> None:
+    copy = _copy_of(stopped_job, tmp_path)
     manifest = json.loads((copy.snapshot_dir("base") / "manifest.json").read_text())
     victim = next(f["path"] for f in manifest["files"] if f["path"].endswith(".zip"))
     target = copy.snapshot_dir("base") / victim
@@ -121,10 +127,7 @@ def test_damaged_snapshot_is_reported_and_refused(stopped_job: Home, tmp_path: P
 
 
 def test_missing_file_in_snapshot_is_named(stopped_job: Home, tmp_path: Path) -> None:
-    copy = Home(tmp_path / "home")
-    import shutil
-
-    shutil.copytree(stopped_job.root, copy.root)
+    copy = _copy_of(stopped_job, tmp_path)
     manifest = json.loads((copy.snapshot_dir("base") / "manifest.json").read_text())
     victim = next(f["path"] for f in manifest["files"] if "/offsets/" in f["path"])
     (copy.snapshot_dir("base") / victim).unlink()
@@ -151,10 +154,7 @@ def test_reading_commands_json_shapes(stopped_job: Home) -> None:
 
 
 def test_delete_removes_a_snapshot(stopped_job: Home, tmp_path: Path) -> None:
-    copy = Home(tmp_path / "home")
-    import shutil
-
-    shutil.copytree(stopped_job.root, copy.root)
+    copy = _copy_of(stopped_job, tmp_path)
     assert sparkpoint(copy, "snapshot", "delete", "base").code == 0
     assert sparkpoint(copy, "snapshot", "list", "--json").json() == []
     assert not copy.snapshot_dir("base").exists()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,6 +17,7 @@ from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.errors import UnknownJobError
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.local import write_atomic
+from sparkpoint.storage.processes import pid_alive
 
 JOB_FILE = "job.json"
 STOP_REQUEST = "stop"
@@ -27,16 +27,6 @@ Status = Literal["new", "running", "stopped", "failed", "drained"]
 
 def now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class OperatorRecord(BaseModel):

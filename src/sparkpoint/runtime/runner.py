@@ -29,12 +29,12 @@ from sparkpoint.runtime.registry import (
     OperatorRecord,
     RunRecord,
     now_iso,
-    pid_alive,
 )
 from sparkpoint.spark.plan import PlannedOperator, stateful_operators
 from sparkpoint.spark.session import apply_query_conf, create_session, restore_conf
 from sparkpoint.spark.sink import file_sink_path
 from sparkpoint.storage.home import Home
+from sparkpoint.storage.processes import pid_alive
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

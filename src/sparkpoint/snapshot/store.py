@@ -26,16 +26,7 @@ from sparkpoint.snapshot.manifest import (
 )
 from sparkpoint.storage.home import Home, validate_name
 from sparkpoint.storage.local import checksum_of, fsync_dir, walk_files
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+from sparkpoint.storage.processes import pid_alive
 
 
 @dataclass(frozen=True)
@@ -61,7 +52,7 @@ class SnapshotStore:
             return
         for entry in staging.iterdir():
             pid_text = entry.name.split(".", 1)[0]
-            if pid_text.isdigit() and not _pid_alive(int(pid_text)):
+            if pid_text.isdigit() and not pid_alive(int(pid_text)):
                 shutil.rmtree(entry, ignore_errors=True)
 
     def create(
