@@ -134,6 +134,41 @@ def test_renamed_and_added_sources(
     assert combined == expected_hourly_counts(v1_snapshot + extra)
 
 
+def test_reordered_then_removed_sources(
+    spark: object, home: Home, tmp_path: Path, v1_snapshot: list[Click]
+) -> None:
+    both = {"clicks2": {"mode": "resume", "snapshot": "s2"},
+            "extra": {"mode": "resume", "snapshot": "s2"}}
+    state = {name: {"mode": "resume", "snapshot": "s2"}
+             for name in ("dedup_clicks", "hourly_counts")}
+    extra = write_clicks(tmp_path / "extra", range(4, 9), seed=11)
+    # v2 = two sources (see test_renamed_and_added_sources), snapshotted as s2.
+    point = _write_point(tmp_path, {
+        "sources": {"clicks2": {"mode": "resume", "snapshot": "s1", "source": "clicks"},
+                    "extra": {"mode": "initialize"}},
+        "state": {n: {"mode": "resume", "snapshot": "s1"} for n in state}})
+    extra_input = str(tmp_path / "extra")
+    _run(spark, home, "v2", _params(tmp_path, "out2", "two_sources", extra_input=extra_input),
+         resume_point=point)
+    api.snapshot_create(home, "v2", "s2")
+    more = write_clicks(tmp_path / "in", range(9, 11))
+    extra += write_clicks(tmp_path / "extra", range(9, 11), seed=11)
+    # v3 reads the same two sources in the other order: offsets follow names, not positions.
+    point = _write_point(tmp_path, {"sources": both, "state": state})
+    _run(spark, home, "v3", _params(tmp_path, "out3", "reordered", extra_input=extra_input),
+         resume_point=point)
+    api.snapshot_create(home, "v3", "s3")
+    more += write_clicks(tmp_path / "in", range(11, 13))
+    # v4 stops reading extra; nothing of it is re-read or lost before that.
+    point = _write_point(tmp_path, {
+        "sources": {"clicks2": {"mode": "resume", "snapshot": "s3"}},
+        "state": {n: {"mode": "resume", "snapshot": "s3"} for n in state}})
+    _run(spark, home, "v4", _params(tmp_path, "out4", "clicks2"), resume_point=point)
+    combined = sum((output_rows(spark, tmp_path / f"out{i}")  # type: ignore[arg-type]
+                    for i in range(1, 5)), Counter())
+    assert combined == expected_hourly_counts(v1_snapshot + more + extra)
+
+
 def test_refusals_exit_3_name_the_entry_and_create_nothing(
     spark: object, home: Home, tmp_path: Path, v1_snapshot: list[Click]
 ) -> None:
@@ -276,3 +311,29 @@ def test_partition_change_of_hdfs_state_is_refused(
                         *_cli_params(_params(tmp_path, "out2", "v1")))
     assert result.code == 3
     assert any("repartitions only RocksDB" in p for p in result.json()["problems"])
+
+
+def test_same_typed_dedupes_swapping_places_keep_their_own_state(
+    spark: object, home: Home, tmp_path: Path
+) -> None:
+    job = JOB.parent / "swap.py"
+    write_clicks(tmp_path / "in", range(0, 2))
+
+    def params(order: str, out: str) -> dict[str, str]:
+        return {"input": str(tmp_path / "in"), "output": str(tmp_path / out), "order": order}
+
+    api.run(home, job, "v1", params=params("user_first", "o1"), until_caught_up=True,
+            spark=spark)  # type: ignore[arg-type]
+    api.snapshot_create(home, "v1", "sw")
+    api.run(home, job, "v2", params=params("url_first", "o2"), from_snapshot="sw",
+            until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+    ids = {op.name: op.operator_id for op in api.job_view(home, "v2").record.operators}
+    old_ids = {op.name: op.operator_id for op in api.job_view(home, "v1").record.operators}
+    assert ids["by_user"] != old_ids["by_user"]  # Spark's positional ids did swap
+    for name, field in (("by_user", "user"), ("by_url", "url")):
+        keys = (spark.read.format("statestore")  # type: ignore[attr-defined]
+                .option("operatorId", ids[name]).load(str(home.checkpoint_dir("v2")))
+                .select(f"key.{field}").collect())
+        assert keys, name
+        values = {row[0] for row in keys}
+        assert all(v.startswith("/p/") for v in values) == (field == "url"), (name, values)

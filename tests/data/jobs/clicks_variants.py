@@ -6,6 +6,8 @@ inserted    clicks -> dedup_clicks -> recent_ids (new, dropDuplicatesWithinWater
 renamed     clicks -> unique_clicks -> counts_per_hour          (same operators, new names)
 no_dedupe   clicks -> hourly_counts                              (dedup_clicks removed)
 two_sources (clicks2 = old clicks renamed, union extra) -> dedup_clicks -> hourly_counts
+reordered   extra union clicks2                                  (sources swapped in the plan)
+clicks2     clicks2 alone                                       (extra removed)
 rekeyed     like v1, but dedup_clicks keys on event_id only        (key schema changed)
 averaged    like v1, but hourly_counts averages instead of counting (value schema changed)
 """
@@ -32,6 +34,11 @@ def build(spark: SparkSession, ctx: sp.JobContext):  # type: ignore[no-untyped-d
     if variant == "two_sources":
         clicks = _read(spark, ctx, "clicks2", "input").unionByName(
             _read(spark, ctx, "extra", "extra_input"))
+    elif variant == "reordered":
+        clicks = _read(spark, ctx, "extra", "extra_input").unionByName(
+            _read(spark, ctx, "clicks2", "input"))
+    elif variant == "clicks2":
+        clicks = _read(spark, ctx, "clicks2", "input")
     else:
         clicks = _read(spark, ctx, "clicks", "input")
     events = clicks.withWatermark("ts", "10 minutes")
