@@ -15,7 +15,7 @@ pytestmark = pytest.mark.spark
 JOB = Path(__file__).resolve().parent.parent / "data" / "jobs" / "kinds.py"
 
 
-@pytest.mark.parametrize("kind", ["session", "join", "pandas"])
+@pytest.mark.parametrize("kind", ["session", "join", "pandas", "within"])
 def test_operator_kind_survives_an_inserted_operator(
     spark: object, home: Home, tmp_path: Path, kind: str
 ) -> None:

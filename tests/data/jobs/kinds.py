@@ -1,6 +1,6 @@
 """One pipeline per stateful operator kind, each behind a dedupe, for upgrade tests.
 
---param kind=session|join|pandas   which pipeline
+--param kind=session|join|pandas|within   which pipeline
 --param version=v1|v2              v2 inserts a dropDuplicatesWithinWatermark ("recent_ids")
                                    after the dedupe; it removes nothing, the input has no
                                    repeats left by then, so v2 emits what v1 emits.
@@ -53,6 +53,9 @@ def build(spark: SparkSession, ctx: sp.JobContext):  # type: ignore[no-untyped-d
         rows = ctx.stateful("clicks_views", clicks.join(views, F.expr(
             "user = v_user AND v_ts BETWEEN ts - INTERVAL 2 MINUTES AND ts + INTERVAL 2 MINUTES")))
         rows = rows.select("event_id", "user", "url", "v_url", "ts", "v_ts")
+    elif kind == "within":
+        rows = ctx.stateful("first_visits", clicks.dropDuplicatesWithinWatermark(["user", "url"]))
+        rows = rows.select("user", "url", "ts")
     elif kind == "pandas":
         rows = ctx.stateful("running_counts", clicks.groupBy("user").applyInPandasWithState(
             _running_counts, "user STRING, seen LONG", "seen LONG", "append",
