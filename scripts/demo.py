@@ -39,9 +39,17 @@ def step(text: str) -> None:
     print(f"\n== {text}", flush=True)
 
 
+# What the JVM says on every start; everything else on stderr is sparkpoint's own report.
+JVM_NOISE = ("WARNING: Using incubator modules", "Setting default log level",
+             "To adjust logging level")
+
+
 def sparkpoint(*args: str, check: bool = True) -> str:
     print("$ sparkpoint " + " ".join(args), flush=True)
     done = subprocess.run([*SPARKPOINT, *args], capture_output=True, text=True)
+    for line in done.stderr.splitlines():
+        if line.strip() and not line.startswith(JVM_NOISE) and done.returncode == 0:
+            print(f"  {line}", flush=True)
     if done.stdout.strip():
         print(done.stdout.rstrip(), flush=True)
     if check and done.returncode != 0:
