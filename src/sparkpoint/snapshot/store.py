@@ -72,7 +72,7 @@ class SnapshotStore:
         staging = self.home.staging_dir / f"{os.getpid()}.{name}.{uuid.uuid4().hex[:8]}"
         staging.mkdir(parents=True)
         try:
-            manifest = export_checkpoint(checkpoint, staging, name, info, progress)
+            manifest = self._export(checkpoint, staging, name, info, progress)
             fsync_dir(staging)
             try:
                 # rename() refuses a non-empty target, which closes the race with another create.
@@ -89,6 +89,23 @@ class SnapshotStore:
             discard(staging)
             raise
         return manifest
+
+    @staticmethod
+    def _export(
+        checkpoint: Checkpoint,
+        staging: Path,
+        name: str,
+        info: JobInfo,
+        progress: Callable[[str], None] | None,
+    ) -> Manifest:
+        """Export; once more from the then newest batch if a running job's cleanup removed
+        a file of the old batch while we copied it (it keeps 100 versions, so this is rare)."""
+        try:
+            return export_checkpoint(checkpoint, staging, name, info, progress)
+        except FileNotFoundError:
+            discard(staging)
+            staging.mkdir(parents=True)
+            return export_checkpoint(checkpoint, staging, name, info, progress)
 
     def names(self) -> list[str]:
         root = self.home.snapshots_dir
