@@ -56,17 +56,25 @@ def test_continue_from_snapshot_equals_uninterrupted_run(
     assert api.job_view(home, "v2").record.lineage.from_snapshot == "s1"
 
 
-def test_one_snapshot_starts_several_jobs(spark: object, home: Home, tmp_path: Path) -> None:
+def test_one_snapshot_starts_several_jobs_and_is_relocatable(
+    spark: object, home: Home, tmp_path: Path
+) -> None:
+    import shutil
+
     inp = tmp_path / "in"
     events = write_clicks(inp, range(0, 3))
     api.run(home, JOB, "origin", params=_params(inp, tmp_path / "o"), until_caught_up=True,
             spark=spark)  # type: ignore[arg-type]
     api.snapshot_create(home, "origin", "base")
     events += write_clicks(inp, range(3, 6))
+    # The same snapshot, moved with its home to another place after the job is gone.
+    moved = Home(tmp_path / "elsewhere" / "home")
+    shutil.copytree(home.snapshots_dir, moved.snapshots_dir)
     outputs = []
-    for name in ("copy_a", "copy_b"):
-        api.run(home, JOB, name, params=_params(inp, tmp_path / name), from_snapshot="base",
+    for name, where in (("copy_a", home), ("copy_b", home), ("copy_c", moved)):
+        api.run(where, JOB, name, params=_params(inp, tmp_path / name), from_snapshot="base",
                 until_caught_up=True, spark=spark)  # type: ignore[arg-type]
         outputs.append(output_rows(spark, tmp_path / name))  # type: ignore[arg-type]
+    assert outputs[0] == outputs[2]
     assert outputs[0] == outputs[1]
     assert outputs[0] + output_rows(spark, tmp_path / "o") == expected_hourly_counts(events)  # type: ignore[arg-type]
