@@ -8,7 +8,7 @@ typed accessors decode the parts sparkpoint reads. Unknown JSON fields are kept 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from sparkpoint.errors import CheckpointFormatError
@@ -166,8 +166,6 @@ class OffsetLogEntry:
             for index, source in enumerate(self.sources)
         }
 
-    def with_metadata(self, metadata: dict[str, Any]) -> OffsetLogEntry:
-        return replace(self, metadata_text=compact_json(metadata))
 
 
 @dataclass(frozen=True)

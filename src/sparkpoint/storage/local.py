@@ -6,7 +6,6 @@ through these helpers so that a Hadoop-compatible implementation can replace the
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import uuid
@@ -106,19 +105,10 @@ def link_or_copy(src: Path, dst: Path) -> None:
         copy_file(src, dst)
 
 
-def tree_size(root: Path) -> int:
-    return sum(p.stat().st_size for p in walk_files(root))
-
-
 def walk_files(root: Path) -> Iterator[Path]:
     for dirpath, _dirs, files in os.walk(root):
         for name in files:
             yield Path(dirpath) / name
-
-
-def remove_tree(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        shutil.rmtree(path)
 
 
 def fsync_dir(path: Path) -> None:
