@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint.layout import Checkpoint, OperatorDir
 from sparkpoint.checkpoint.operators import OperatorMetadata
+from sparkpoint.spark.jvm import scala_list
 from sparkpoint.spark.sink import private_field
 from sparkpoint.storage.local import copy_file
 
@@ -33,7 +34,6 @@ _STREAMING_LEAVES = ("StreamingRelation", "StreamingRelationV2")
 class PlannedSource:
     name: str
     named_by_user: bool
-    description: str
 
 
 @dataclass(frozen=True)
@@ -44,30 +44,21 @@ class PlannedStore:
     value_schema: dict[str, Any] | None
 
 
-def _seq(value: Any) -> list[Any]:
-    iterator = value.iterator()
-    items = []
-    while iterator.hasNext():
-        items.append(iterator.next())
-    return items
-
-
 def job_sources(frame: DataFrame) -> list[PlannedSource]:
     """Streaming sources of the query in plan order, by their ``.name()`` where given.
 
     Unnamed sources get their position as name, which is how Spark identifies them.
     """
-    leaves = _seq(frame._jdf.queryExecution().analyzed().collectLeaves())
+    leaves = scala_list(frame._jdf.queryExecution().analyzed().collectLeaves())
     found = []
     for leaf in leaves:
         if leaf.getClass().getSimpleName() not in _STREAMING_LEAVES:
             continue
         name_opt = leaf.sourceIdentifyingName().nameOpt()
-        described = str(leaf.sourceName())
         if name_opt.isDefined():
-            found.append(PlannedSource(str(name_opt.get()), True, described))
+            found.append(PlannedSource(str(name_opt.get()), True))
         else:
-            found.append(PlannedSource(str(len(found)), False, described))
+            found.append(PlannedSource(str(len(found)), False))
     return found
 
 
@@ -107,7 +98,7 @@ def _incremental_execution(
 
 
 def _all_sql_conf(spark: SparkSession) -> dict[str, str]:
-    entries = _seq(spark._jsparkSession.sessionState().conf().getAllConfs())
+    entries = scala_list(spark._jsparkSession.sessionState().conf().getAllConfs())
     return {str(entry._1()): str(entry._2()) for entry in entries}
 
 

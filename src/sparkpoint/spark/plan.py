@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkpoint.errors import JobFileError
 from sparkpoint.runtime.context import StatefulDeclaration
+from sparkpoint.spark.jvm import scala_list
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -31,13 +32,10 @@ class PlannedOperator:
     spark_operator_name: str
     name: str
     named_by_user: bool
-    output_ids: tuple[int, ...]
-    output_names: tuple[str, ...]
 
 
 def _children(node: Any) -> list[Any]:
-    seq = node.children()
-    return [seq.apply(i) for i in range(seq.size())]
+    return scala_list(node.children())
 
 
 def _stateful_nodes(plan: Any) -> list[Any]:
@@ -68,15 +66,11 @@ _KEY_METHODS = ("keyExpressions", "groupingAttributes", "leftKeys", "rightKeys")
 _EXPR_ID = re.compile(r"#\d+(-T\d+ms)?")
 
 
-def _seq(value: Any) -> list[Any]:
-    return [value.apply(i) for i in range(value.size())]
-
-
 def _keys(node: Any) -> tuple[str, ...]:
     keys: list[str] = []
     for method in _KEY_METHODS:
         try:
-            exprs = _seq(getattr(node, method)())
+            exprs = scala_list(getattr(node, method)())
         except Exception:  # not every operator has every kind of key
             continue
         keys.extend(_EXPR_ID.sub("", str(expr.toString())) for expr in exprs)
@@ -90,7 +84,7 @@ def _leaf_ids(node: Any) -> tuple[int, ...]:
         current = stack.pop()
         children = _children(current)
         if not children:
-            ids.update(_output(current)[0])
+            ids.update(int(attr.exprId().id()) for attr in scala_list(current.output()))
         stack.extend(children)
     return tuple(sorted(ids))
 
@@ -98,12 +92,6 @@ def _leaf_ids(node: Any) -> tuple[int, ...]:
 def _signature(node: Any) -> tuple[Any, ...]:
     below = tuple((str(n.shortName()), _keys(n)) for n in _stateful_nodes(node)[1:])
     return (str(node.shortName()), _keys(node), _leaf_ids(node), below)
-
-
-def _output(node: Any) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    seq = node.output()
-    attrs = [seq.apply(i) for i in range(seq.size())]
-    return tuple(int(a.exprId().id()) for a in attrs), tuple(str(a.name()) for a in attrs)
 
 
 def _executed_plan(frame: DataFrame) -> Any:
@@ -121,13 +109,10 @@ def stateful_operators(
     nodes = _stateful_nodes(_executed_plan(frame))
     planned: list[dict[str, Any]] = []
     for node in nodes:
-        ids, names = _output(node)
         planned.append(
             {
                 "operator_id": int(node.stateInfo().get().operatorId()),
                 "spark_operator_name": str(node.shortName()),
-                "output_ids": ids,
-                "output_names": names,
                 "signature": _signature(node),
                 "name": None,
             }
@@ -170,8 +155,6 @@ def stateful_operators(
                 spark_operator_name=op["spark_operator_name"],
                 name=name,
                 named_by_user=named,
-                output_ids=op["output_ids"],
-                output_names=op["output_names"],
             )
         )
     return result
