@@ -133,18 +133,17 @@ def resolve(
             f"({', '.join(sorted(p.rsplit('.', 1)[-1] for p in providers))}); resume from "
             "snapshots of one provider")
     counts = {s.manifest.shuffle_partitions for s in resolution.snapshots.values()}
+    listed_counts = ", ".join(str(c) for c in sorted(c or 0 for c in counts))
     if len(counts) > 1:
         plan.problems.append(
             f"the snapshots {', '.join(used)} have different partition counts "
-            f"({', '.join(str(c) for c in sorted(c or 0 for c in counts))}); create them with "
-            "one spark.sql.shuffle.partitions")
+            f"({listed_counts}); create them with one spark.sql.shuffle.partitions")
     wanted = shape.partitions
     only_hdfs = bool(providers) and ROCKSDB_PROVIDER not in providers
     if wanted is not None and only_hdfs and any(c != wanted for c in counts):
         plan.problems.append(
-            f"spark.sql.shuffle.partitions={wanted} differs from the snapshots' "
-            f"{', '.join(str(c) for c in sorted(c or 0 for c in counts))}, and Spark "
-            "repartitions only RocksDB state; keep the snapshots' partition count")
+            f"spark.sql.shuffle.partitions={wanted} differs from the snapshots' {listed_counts}, "
+            "and Spark repartitions only RocksDB state; keep the snapshots' partition count")
     return resolution
 
 

@@ -156,9 +156,6 @@ def validate(
         if manifests.get(name) is None:
             problems.append(f"snapshot '{name}' does not exist (see 'sparkpoint snapshot list')")
 
-    def snapshot(name: str) -> Manifest | None:
-        return manifests.get(name)
-
     # Sources: one entry each, resumed ones must exist in their snapshot.
     job_sources = {s.name: s for s in job.sources}
     for source in job.sources:
@@ -182,7 +179,7 @@ def validate(
         assert isinstance(entry, ResumeSource)
         old_name = entry.source or source.name
         origin = {"snapshot": entry.snapshot, "source": old_name}
-        manifest = snapshot(entry.snapshot)
+        manifest = manifests.get(entry.snapshot)
         if manifest is None:
             plan.sources.append(SourceRow(source.name, "resume", origin))
             continue
@@ -222,7 +219,7 @@ def validate(
         old_name = state_entry.operator or op.name
         origin = {"snapshot": entry_snapshot, "operator": old_name}
         resumed_by.setdefault((entry_snapshot, old_name), []).append(op.name)
-        manifest = snapshot(entry_snapshot)
+        manifest = manifests.get(entry_snapshot)
         if manifest is None:
             plan.operators.append(OperatorRow(op.name, "resume", origin, False,
                                               f"snapshot '{entry_snapshot}' does not exist",
@@ -264,7 +261,7 @@ def validate(
     dropped: set[tuple[str, str]] = set()
     for index, drop in enumerate(resume_point.drop):
         key = (drop.snapshot, drop.operator)
-        manifest = snapshot(drop.snapshot)
+        manifest = manifests.get(drop.snapshot)
         if manifest is not None and manifest.operator(drop.operator) is None:
             problems.append(f"drop[{index}]: snapshot '{drop.snapshot}' has no operator "
                             f"'{drop.operator}'")
@@ -280,7 +277,7 @@ def validate(
                                           "state deliberately left behind", None,
                                           gone.kind if gone is not None else None))
     for snap in resume_point.snapshots():
-        manifest = snapshot(snap)
+        manifest = manifests.get(snap)
         if manifest is None:
             continue
         for left in manifest.operators:
