@@ -4,6 +4,7 @@ rows), and refusals change nothing."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections import Counter
 from pathlib import Path
@@ -132,6 +133,53 @@ def test_renamed_and_added_sources(
     # The renamed source did not re-read slices 0-3 (no double counts); the new one was read
     # from its start.
     assert combined == expected_hourly_counts(v1_snapshot + extra)
+
+
+def test_new_source_starting_at_a_timestamp_skips_older_files(
+    spark: object, home: Home, tmp_path: Path, v1_snapshot: list[Click]
+) -> None:
+    write_clicks(tmp_path / "extra", range(4, 7), seed=11)
+    # The cut lies between the older files and the later ones (test mtimes run ahead of the
+    # clock by a few ms to stay strictly increasing).
+    newest_ms = max(p.stat().st_mtime_ns for p in (tmp_path / "extra").iterdir()) // 1_000_000
+    cut = dt.datetime.fromtimestamp((newest_ms + 1) / 1000, dt.UTC)
+    later = write_clicks(tmp_path / "extra", range(7, 9), seed=11)
+    point = _write_point(tmp_path, {
+        "sources": {"clicks2": {"mode": "resume", "snapshot": "s1", "source": "clicks"},
+                    "extra": {"mode": "initialize",
+                              "start": {"timestamp": cut.isoformat()}}},
+        "state": {n: {"mode": "resume", "snapshot": "s1"}
+                  for n in ("dedup_clicks", "hourly_counts")}})
+    params = _params(tmp_path, "out2", "two_sources", extra_input=str(tmp_path / "extra"))
+    shown = sparkpoint(home, "plan", str(JOB), "--resume-point", str(point), "--json",
+                       *_cli_params(params))
+    assert shown.code == 0, shown.out
+    rows = {row["name"]: row for row in shown.json()["sources"]}
+    assert rows["extra"]["action"] == "initialize"
+    assert rows["extra"]["offset"] == {"logOffset": 0}
+    assert any("skips 3 of 5 files" in w for w in shown.json()["warnings"])
+    _run(spark, home, "v2", params, resume_point=point)
+    combined = output_rows(spark, tmp_path / "out1") + output_rows(spark, tmp_path / "out2")  # type: ignore[arg-type]
+    assert combined == expected_hourly_counts(v1_snapshot + later)
+
+
+def test_new_source_starting_at_latest_skips_its_backlog_only(
+    spark: object, home: Home, tmp_path: Path, v1_snapshot: list[Click]
+) -> None:
+    write_clicks(tmp_path / "extra", range(4, 9), seed=11)
+    point = _write_point(tmp_path, {
+        "sources": {"clicks2": {"mode": "resume", "snapshot": "s1", "source": "clicks"},
+                    "extra": {"mode": "initialize", "start": "latest"}},
+        "state": {n: {"mode": "resume", "snapshot": "s1"}
+                  for n in ("dedup_clicks", "hourly_counts")}})
+    params = _params(tmp_path, "out2", "two_sources", extra_input=str(tmp_path / "extra"))
+    _run(spark, home, "v2", params, resume_point=point)
+    # Files arriving after the start are read by the next run of the same job.
+    more = write_clicks(tmp_path / "in", range(9, 11))
+    fresh = write_clicks(tmp_path / "extra", range(9, 11), seed=11)
+    _run(spark, home, "v2", params)
+    combined = output_rows(spark, tmp_path / "out1") + output_rows(spark, tmp_path / "out2")  # type: ignore[arg-type]
+    assert combined == expected_hourly_counts(v1_snapshot + more + fresh)
 
 
 def test_reordered_then_removed_sources(

@@ -140,7 +140,9 @@ def plan_text(plan: UpgradePlan) -> str:
             where = f"from {source.origin['snapshot']}/{source.origin['source']}"
             out.append(f"  {source.name:24} resume      {where} at {json.dumps(source.offset)}")
         else:
-            out.append(f"  {source.name:24} {source.action:11} start {json.dumps(source.start)}")
+            at = f" at {json.dumps(source.offset)}" if source.offset is not None else ""
+            start = json.dumps(source.start)
+            out.append(f"  {source.name:24} {source.action:11} start {start}{at}")
     out.append("operators:")
     for op in plan.operators:
         origin = f"{op.origin['snapshot']}/{op.origin['operator']}" if op.origin else "-"

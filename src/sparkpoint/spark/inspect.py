@@ -34,6 +34,8 @@ _STREAMING_LEAVES = ("StreamingRelation", "StreamingRelationV2")
 class PlannedSource:
     name: str
     named_by_user: bool
+    kind: str  # "file" for Spark's file source, else the source's short name ("rate", ...)
+    path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -50,15 +52,28 @@ def job_sources(frame: DataFrame) -> list[PlannedSource]:
     Unnamed sources get their position as name, which is how Spark identifies them.
     """
     leaves = scala_list(frame._jdf.queryExecution().analyzed().collectLeaves())
+    jvm = frame.sparkSession._jvm
+    assert jvm is not None
+    file_format = jvm.java.lang.Class.forName(
+        "org.apache.spark.sql.execution.datasources.FileFormat")
     found = []
     for leaf in leaves:
-        if leaf.getClass().getSimpleName() not in _STREAMING_LEAVES:
+        kind = leaf.getClass().getSimpleName()
+        if kind not in _STREAMING_LEAVES:
             continue
+        path = None
+        if kind == "StreamingRelation" and file_format.isAssignableFrom(
+                leaf.dataSource().providingClass()):
+            kind = "file"
+            option = leaf.dataSource().options().get("path")
+            path = str(option.get()) if option.isDefined() else None
+        else:
+            kind = str(leaf.sourceName())
         name_opt = leaf.sourceIdentifyingName().nameOpt()
         if name_opt.isDefined():
-            found.append(PlannedSource(str(name_opt.get()), True))
+            found.append(PlannedSource(str(name_opt.get()), True, kind, path))
         else:
-            found.append(PlannedSource(str(len(found)), False))
+            found.append(PlannedSource(str(len(found)), False, kind, path))
     return found
 
 

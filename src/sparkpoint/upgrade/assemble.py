@@ -4,9 +4,10 @@ The new checkpoint continues at batch N = the newest batch among the snapshots u
 no source goes back in time; each resumed operator's state is copied to the new job's operator
 id (its metadata patched) with its state files renumbered to version N+1, the version batch N
 commits. Resumed sources keep their offsets under their new names (offsets v2); sources that
-initialize are left out of the offsets log, which Spark treats as a new source starting at its
-own starting position. New operators get their metadata and an empty version N+1 in every
-partition. Snapshots are only read.
+initialize at ``earliest`` are left out of the offsets log, which Spark treats as a new source
+starting at its own beginning; other starts are written as the source's committed offset (and,
+for a file source, a log entry marking the files before the start as read). New operators get
+their metadata and an empty version N+1 in every partition. Snapshots are only read.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from sparkpoint.checkpoint.logs import (
 from sparkpoint.checkpoint.operators import OperatorMetadata
 from sparkpoint.errors import ValidationError
 from sparkpoint.snapshot.manifest import CHECKPOINT_SUBDIR, Manifest
+from sparkpoint.sources.positions import ResolvedPosition
 from sparkpoint.storage.local import link_or_copy, write_atomic
 from sparkpoint.upgrade.validate import UpgradePlan
 
@@ -109,6 +111,7 @@ def assemble_checkpoint(
     snapshots: Mapping[str, UsedSnapshot],
     new_operators: Mapping[str, NewOperatorLayout],
     empty_state: EmptyStateWriter,
+    positions: Mapping[str, ResolvedPosition] | None = None,
 ) -> AssembleResult:
     """Write the new checkpoint into ``out`` (a new directory) for a valid ``plan``.
 
@@ -123,7 +126,8 @@ def assemble_checkpoint(
     primary = next(snapshots[name] for name in used
                    if snapshots[name].manifest.batch_id == batch)
     out.mkdir(parents=True)
-    _write(out, batch, primary, plan, snapshots, new_operators, empty_state, used)
+    _write(out, batch, primary, plan, snapshots, new_operators, empty_state, used,
+           positions or {})
     return AssembleResult(batch, primary.manifest.shuffle_partitions)
 
 
@@ -136,6 +140,7 @@ def _write(
     new_operators: Mapping[str, NewOperatorLayout],
     empty_state: EmptyStateWriter,
     used: list[str],
+    positions: Mapping[str, ResolvedPosition],
 ) -> None:
     watermark = min(snapshots[name].manifest.watermark_ms for name in used)
 
@@ -167,6 +172,8 @@ def _write(
                 continue
             offsets = snap.checkpoint.offsets(snap_batch).source_offsets()
             lines.append(SourceOffset(row.name, offsets.get(row.origin["source"])))
+        # New sources that start past their beginning hold that position as if committed.
+        lines.extend(SourceOffset(name, pos.offset_json) for name, pos in positions.items())
         entry = OffsetLogEntry(2, compact_json(metadata), tuple(lines))
         write_atomic(out / "offsets" / str(offset_batch), entry.to_bytes())
     commit = CommitLogEntry(1, compact_json({"nextBatchWatermarkMs": watermark}))
@@ -182,6 +189,10 @@ def _write(
             for path in sorted(log.iterdir()):
                 if path.is_file():
                     link_or_copy(path, out / "sources" / row.name / path.name)
+
+    for name, pos in positions.items():
+        for file_name, data in pos.log_files.items():
+            write_atomic(out / "sources" / name / file_name, data)
 
     partitions = primary.manifest.shuffle_partitions or 0
     for op_row in plan.operators:

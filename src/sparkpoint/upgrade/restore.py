@@ -7,6 +7,7 @@ rename only after Spark's own restart checks pass on it; snapshots are only read
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -19,9 +20,15 @@ from typing import TYPE_CHECKING, Protocol
 from sparkpoint.checkpoint import hdfs_state
 from sparkpoint.checkpoint.layout import SHUFFLE_PARTITIONS_CONF, Checkpoint
 from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER
-from sparkpoint.errors import NameTakenError, ValidationError
+from sparkpoint.errors import NameTakenError, SparkpointError, ValidationError
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.store import SnapshotStore
+from sparkpoint.sources.positions import (
+    ResolvedPosition,
+    SourceDescription,
+    resolve_start,
+    start_label,
+)
 from sparkpoint.spark.inspect import (
     job_sources,
     output_mode,
@@ -81,6 +88,7 @@ class Resolution:
     plan: UpgradePlan
     snapshots: dict[str, UsedSnapshot] = field(default_factory=dict)
     layouts: dict[str, NewOperatorLayout] = field(default_factory=dict)
+    positions: dict[str, ResolvedPosition] = field(default_factory=dict)
 
 
 def job_shape(planned: PlannedJob) -> tuple[JobShape, dict[str, NewOperatorLayout]]:
@@ -102,7 +110,8 @@ def job_shape(planned: PlannedJob) -> tuple[JobShape, dict[str, NewOperatorLayou
                                  else op.spark_operator_name),
             stores=tuple((s.name, s.num_cols_prefix_key) for s in stores) or (("default", 0),),
         )
-    sources = tuple(NewSource(s.name, s.named_by_user) for s in job_sources(frame))
+    sources = tuple(NewSource(s.name, s.named_by_user, s.kind, s.path)
+                    for s in job_sources(frame))
     asked = planned.conf.get(SHUFFLE_PARTITIONS_CONF)
     return JobShape(sources, tuple(operators), int(asked) if asked else None), layouts
 
@@ -121,6 +130,7 @@ def resolve(
     plan = validate(shape, resume_point, manifests)
     used = used_snapshots(plan) if plan.ok else []
     resolution = Resolution(shape, plan, layouts=layouts)
+    _resolve_positions(resolution, bool(used))
     for name in used:
         manifest = manifests[name]
         if manifest is None:
@@ -145,6 +155,33 @@ def resolve(
             f"spark.sql.shuffle.partitions={wanted} differs from the snapshots' {listed_counts}, "
             "and Spark repartitions only RocksDB state; keep the snapshots' partition count")
     return resolution
+
+
+def _resolve_positions(resolution: Resolution, resumes_something: bool) -> None:
+    """Resolve the start of every new source that does not start at its beginning."""
+    described = {s.name: s for s in resolution.shape.sources}
+    for row in resolution.plan.sources:
+        if row.action != "initialize" or row.start in (None, "earliest"):
+            continue
+        source = described[row.name]
+        where = f"sources.{row.name}"
+        try:
+            position = resolve_start(
+                SourceDescription(source.name, source.kind, source.path), row.start, where)
+        except SparkpointError as exc:
+            resolution.plan.problems.append(str(exc))
+            continue
+        if position is None:
+            continue
+        if not resumes_something:
+            resolution.plan.problems.append(
+                f"{where}: start {start_label(row.start)} needs a checkpoint to hold it, and "
+                "this resume point resumes nothing; start the job without one and set a "
+                "startpoint, or use the source's own starting option")
+            continue
+        resolution.positions[row.name] = position
+        row.offset = json.loads(position.offset_json)
+        resolution.plan.warnings.append(f"{where}: {position.summary}")
 
 
 def _empty_state_writer(
@@ -185,7 +222,8 @@ def build_new_checkpoint(
     staging = parent / f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"
     try:
         result = assemble_checkpoint(staging, plan, resolution.snapshots, resolution.layouts,
-                                     _empty_state_writer(planned, provider, scratch / "empty"))
+                                     _empty_state_writer(planned, provider, scratch / "empty"),
+                                     resolution.positions)
         if result.batch_id is None:
             return result
         wanted = resolution.shape.partitions

@@ -25,6 +25,8 @@ from sparkpoint.upgrade.resume_point import (
 class NewSource:
     name: str
     named_by_user: bool = True
+    kind: str = "file"
+    path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -169,11 +171,9 @@ def validate(
                             "resume point has no entry for it (add mode: resume or initialize)")
             continue
         if isinstance(entry, InitializeSource):
+            # Positions other than earliest are resolved against the input when the
+            # checkpoint is built (restore.resolve_positions).
             start = entry.start if isinstance(entry.start, str) else entry.start.model_dump()
-            if start != "earliest":
-                problems.append(
-                    f"sources.{source.name}: start {start!r} is not supported yet for a new "
-                    "source; use 'earliest' (the source's own starting position)")
             plan.sources.append(SourceRow(source.name, "initialize", None, start=start))
             continue
         assert isinstance(entry, ResumeSource)

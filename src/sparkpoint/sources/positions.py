@@ -1,0 +1,95 @@
+"""Resolve a start position (earliest, latest, a timestamp, an offset) of one source into
+what a checkpoint must hold for the source's next batch to start there.
+
+Positions are written as the source's committed offset plus, for a file source, a log
+entry marking the files before the position as read. ``earliest`` needs nothing: a source
+with no committed offset starts at its own beginning.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkpoint.errors import ValidationError
+from sparkpoint.sources.file_input import input_files, local_directory, skip_entry
+
+
+@dataclass(frozen=True)
+class SourceDescription:
+    """What sparkpoint knows of a source from the job's plan."""
+
+    name: str
+    kind: str  # "file", or the short name of another source ("rate", "kafka", ...)
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class ResolvedPosition:
+    """A source's committed offset and the files of its own log (name -> bytes)."""
+
+    offset_json: str
+    log_files: dict[str, bytes] = field(default_factory=dict)
+    summary: str = ""
+
+
+def parse_timestamp(text: str, where: str) -> int:
+    """Milliseconds since the epoch of an ISO 8601 time with a zone (``Z`` or ``+hh:mm``)."""
+    try:
+        parsed = dt.datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ValidationError(
+            f"{where}: expected an ISO 8601 time such as 2026-01-01T00:00:00Z, found {text!r}"
+        ) from exc
+    if parsed.tzinfo is None:
+        raise ValidationError(
+            f"{where}: the time {text!r} has no zone; add Z or an offset such as +01:00")
+    return int(parsed.timestamp() * 1000)
+
+
+def start_label(start: Any) -> str:
+    if isinstance(start, dict):
+        key, value = next(iter(start.items()))
+        return f"{key} {json.dumps(value) if not isinstance(value, str) else value}"
+    return str(start)
+
+
+def resolve_start(source: SourceDescription, start: Any, where: str) -> ResolvedPosition | None:
+    """The position ``start`` means for ``source`` now; None for the source's own beginning.
+
+    ``start`` is "earliest", "latest", {"timestamp": iso} or {"offset": json}.
+    """
+    if start == "earliest":
+        return None
+    if source.kind == "file":
+        return _file_position(source, start, where)
+    if isinstance(start, dict) and "offset" in start:
+        offset = start["offset"]
+        text = offset if isinstance(offset, str) else json.dumps(offset, separators=(",", ":"))
+        return ResolvedPosition(text, summary=f"offset {text}")
+    raise ValidationError(
+        f"{where}: start {start_label(start)} is not supported for a '{source.kind}' source; "
+        "give an explicit {offset: ...} in the source's own offset format")
+
+
+def _file_position(source: SourceDescription, start: Any, where: str) -> ResolvedPosition | None:
+    if isinstance(start, dict) and "offset" in start:
+        raise ValidationError(
+            f"{where}: a file source's offset indexes its own log, which a new source does not "
+            "have; use start: latest or {timestamp: ...}")
+    assert source.path is not None
+    files = input_files(local_directory(source.path, source.name))
+    if start == "latest":
+        skipped, label = files, "latest"
+    else:
+        cut = parse_timestamp(str(start["timestamp"]), where)
+        skipped = [f for f in files if f.mtime_ms < cut]
+        label = f"timestamp {start['timestamp']}"
+    if not skipped:
+        return None
+    entry = skip_entry(skipped, 0)
+    return ResolvedPosition(
+        json.dumps({"logOffset": 0}, separators=(",", ":")), {"0": entry.to_bytes()},
+        summary=f"{label}: skips {len(skipped)} of {len(files)} files now in {source.path}")
