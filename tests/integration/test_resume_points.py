@@ -346,19 +346,40 @@ def test_shuffle_partitions_changed_repartitions_rocksdb_state(
         "spark.sql.shuffle.partitions"] == "2"
 
 
-def test_partition_change_of_hdfs_state_is_refused(
-    spark: object, home: Home, tmp_path: Path
+def test_partition_change_of_hdfs_state_moves_keys_where_spark_looks(
+    spark: object, home: Home, tmp_path: Path, v1_snapshot: list[Click]
 ) -> None:
+    from pyspark.sql import functions as F
+
+    from sparkpoint.checkpoint.layout import Checkpoint
+
     hdfs = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
-    write_clicks(tmp_path / "in", range(0, 2))
-    _run(spark, home, "v1", _params(tmp_path, "out1", "v1"),
+    # The fixture's v1 ran with RocksDB; this one keeps its state in the HDFS provider.
+    _run(spark, home, "h1", _params(tmp_path, "outh", "v1"),
          conf={"spark.sql.streaming.stateStore.providerClass": hdfs})
-    api.snapshot_create(home, "v1", "h1")
-    result = sparkpoint(home, "plan", str(JOB), "--from-snapshot", "h1", "--json",
-                        "--conf", "spark.sql.shuffle.partitions=4",
+    api.snapshot_create(home, "h1", "hs")
+    result = sparkpoint(home, "plan", str(JOB), "--from-snapshot", "hs", "--json",
+                        "--conf", "spark.sql.shuffle.partitions=3",
                         *_cli_params(_params(tmp_path, "out2", "v1")))
-    assert result.code == 3
-    assert any("repartitions only RocksDB" in p for p in result.json()["problems"])
+    assert result.code == 0, result.out
+    more = write_clicks(tmp_path / "in", range(9, 11))
+    _run(spark, home, "h2", _params(tmp_path, "out2", "v1"), from_snapshot="hs",
+         conf={"spark.sql.shuffle.partitions": "3"})
+    ckpt = Checkpoint(home.checkpoint_dir("h2"))
+    batch = ckpt.require_latest_committed_batch()
+    assert ckpt.offsets(batch).conf["spark.sql.shuffle.partitions"] == "3"
+    combined = output_rows(spark, tmp_path / "outh") + output_rows(spark, tmp_path / "out2")  # type: ignore[arg-type]
+    assert combined == expected_hourly_counts(v1_snapshot + more)
+    # Every key sits in the partition Spark's hash partitioning gives it.
+    for operator in ckpt.operators():
+        state = (spark.read.format("statestore")  # type: ignore[attr-defined]
+                 .option("operatorId", operator.operator_id).option("batchId", batch)
+                 .load(str(ckpt.root)))
+        placed = state.select("partition_id", F.expr("pmod(hash(key.*), 3)").alias("want"))
+        rows = placed.collect()
+        assert rows, f"operator {operator.operator_id} has no state to check"
+        assert all(r.partition_id == r.want for r in rows)
+        assert {r.partition_id for r in rows} == {0, 1, 2}
 
 
 def test_same_typed_dedupes_swapping_places_keep_their_own_state(

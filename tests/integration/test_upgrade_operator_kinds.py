@@ -47,3 +47,64 @@ def test_operator_kind_survives_an_inserted_operator(
     assert reference, "the reference run emitted nothing"
     combined = output_rows(spark, tmp_path / "out1") + output_rows(spark, tmp_path / "out2")  # type: ignore[arg-type]
     assert combined == reference
+
+
+HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+
+
+@pytest.mark.parametrize("kind", ["session", "join", "pandas", "within"])
+def test_operator_kind_survives_repartitioning_hdfs_state(
+    spark: object, home: Home, tmp_path: Path, kind: str
+) -> None:
+    """Spark cannot repartition HDFS-provider state; sparkpoint moves every key (join keys,
+    session keys without their window, grouping keys) to where Spark now looks for it."""
+    write_clicks(tmp_path / "in", range(0, 3))
+    write_clicks(tmp_path / "views", range(0, 3), seed=11)
+
+    def run(job: str, out: str, partitions: int, **kw: object) -> None:
+        params = {"kind": kind, "version": "v1", "input": str(tmp_path / "in"),
+                  "views_input": str(tmp_path / "views"), "output": str(tmp_path / out)}
+        conf = {"spark.sql.streaming.stateStore.providerClass": HDFS,
+                "spark.sql.shuffle.partitions": str(partitions)}
+        api.run(home, JOB, job, params=params, until_caught_up=True, conf=conf,
+                spark=spark, **kw)  # type: ignore[arg-type]
+
+    run("reference", "ref", 2)
+    run("old", "out1", 2)
+    api.snapshot_create(home, "old", "s1")
+    write_clicks(tmp_path / "in", range(3, 6))
+    write_clicks(tmp_path / "views", range(3, 6), seed=11)
+    run("reference", "ref", 2)
+    run("new", "out2", 3, from_snapshot="s1")
+    _assert_restored_keys_where_spark_looks(spark, home, kind)
+    reference = output_rows(spark, tmp_path / "ref")  # type: ignore[arg-type]
+    assert reference, "the reference run emitted nothing"
+    combined = output_rows(spark, tmp_path / "out1") + output_rows(spark, tmp_path / "out2")  # type: ignore[arg-type]
+    assert combined == reference
+
+
+def _assert_restored_keys_where_spark_looks(spark: object, home: Home, kind: str) -> None:
+    """Read the state as restored (before the new job's first batch) with Spark's state
+    reader: every key must sit in pmod(hash(clustering columns), 3)."""
+    from pyspark.sql import functions as F
+
+    from sparkpoint.checkpoint.layout import Checkpoint
+
+    ckpt = Checkpoint(home.checkpoint_dir("new"))
+    restored = min(ckpt.commit_ids())
+    checked = 0
+    for operator in ckpt.operators():
+        name = operator.operator_name
+        columns = "key.user" if name == "sessionWindowStateStoreSaveExec" else "key.*"
+        sides = ["left", "right"] if name == "symmetricHashJoin" else [None]
+        for side in sides:
+            reader = (spark.read.format("statestore")  # type: ignore[attr-defined]
+                      .option("operatorId", operator.operator_id).option("batchId", restored))
+            if side is not None:
+                reader = reader.option("joinSide", side)
+            rows = (reader.load(str(ckpt.root))
+                    .select("partition_id", F.expr(f"pmod(hash({columns}), 3)").alias("want"))
+                    .collect())
+            assert all(r.partition_id == r.want for r in rows), (name, side)
+            checked += len(rows)
+    assert checked > 0, "no restored state to check"

@@ -100,6 +100,12 @@ class OperatorMetadata:
         obj["operatorInfo"]["operatorId"] = operator_id
         return OperatorMetadata(self.version, json.dumps(obj, separators=(",", ":")))
 
+    def with_partitions(self, partitions: int) -> OperatorMetadata:
+        obj = self.obj
+        for store in obj.get("stateStoreInfo", []):
+            store["numPartitions"] = partitions
+        return OperatorMetadata(self.version, json.dumps(obj, separators=(",", ":")))
+
 
 def _read_java_utf(data: bytes, pos: int, path: str) -> tuple[str, int]:
     """Read a ``DataOutputStream.writeUTF`` string (length-prefixed modified UTF-8)."""

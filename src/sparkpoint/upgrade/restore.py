@@ -46,6 +46,7 @@ from sparkpoint.upgrade.assemble import (
     assemble_checkpoint,
     used_snapshots,
 )
+from sparkpoint.upgrade.hdfs_repartition import repartition_hdfs_state
 from sparkpoint.upgrade.resume_point import ResumePoint
 from sparkpoint.upgrade.validate import (
     JobShape,
@@ -148,12 +149,6 @@ def resolve(
         plan.problems.append(
             f"the snapshots {', '.join(used)} have different partition counts "
             f"({listed_counts}); create them with one spark.sql.shuffle.partitions")
-    wanted = shape.partitions
-    only_hdfs = bool(providers) and ROCKSDB_PROVIDER not in providers
-    if wanted is not None and only_hdfs and any(c != wanted for c in counts):
-        plan.problems.append(
-            f"spark.sql.shuffle.partitions={wanted} differs from the snapshots' {listed_counts}, "
-            "and Spark repartitions only RocksDB state; keep the snapshots' partition count")
     return resolution
 
 
@@ -228,11 +223,19 @@ def build_new_checkpoint(
             return result
         wanted = resolution.shape.partitions
         if wanted is not None and result.partitions is not None and wanted != result.partitions:
-            echo(f"repartitioning state from {result.partitions} to {wanted} partitions "
-                 "(Spark's offline repartition)")
-            repartition(planned.spark, staging, wanted)
-            # Spark's repartition commits a batch of its own: the job continues after it.
-            result = AssembleResult(Checkpoint(staging).require_latest_committed_batch(), wanted)
+            if provider == ROCKSDB_PROVIDER:
+                echo(f"repartitioning state from {result.partitions} to {wanted} partitions "
+                     "(Spark's offline repartition)")
+                repartition(planned.spark, staging, wanted)
+                # Spark's repartition commits a batch of its own: the job continues after it.
+                batch = Checkpoint(staging).require_latest_committed_batch()
+            else:
+                # Spark refuses to repartition HDFS state; keys are moved as it would place them.
+                echo(f"repartitioning state from {result.partitions} to {wanted} partitions "
+                     "(HDFS state, keys rehashed as Spark places them)")
+                repartition_hdfs_state(staging, result.batch_id, wanted)
+                batch = result.batch_id
+            result = AssembleResult(batch, wanted)
         verdict = restart_problem(planned.spark, planned.writer._df,
                                   output_mode(planned.writer), staging)
         if verdict is not None:

@@ -1,0 +1,52 @@
+"""Reading the fields of Spark's ``UnsafeRow`` bytes, as stored in state store files.
+
+Layout: a null bitset of 8-byte words (one bit per field), then one 8-byte little-endian
+slot per field. Fixed-width values sit in their slot; strings, binaries and nested rows are
+stored after the slots, their slot holding ``offset << 32 | size`` from the row's start.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from sparkpoint.errors import CheckpointFormatError
+
+_FIXED = {
+    "boolean": "<?", "byte": "<b", "short": "<h", "integer": "<i", "date": "<i",
+    "long": "<q", "timestamp": "<q", "timestamp_ntz": "<q", "float": "<f", "double": "<d",
+}
+
+
+def read_fields(row: bytes, fields: list[dict[str, Any]], where: str = "row") -> list[Any]:
+    """The values of ``row``'s fields; strings and binaries come back as bytes, nested
+    structs as lists."""
+    count = len(fields)
+    bitset = ((count + 63) // 64) * 8
+    if len(row) < bitset + 8 * count:
+        raise CheckpointFormatError(
+            f"{where}: expected an UnsafeRow of {count} fields (at least {bitset + 8 * count} "
+            f"bytes), found {len(row)} bytes")
+    values: list[Any] = []
+    for index, field in enumerate(fields):
+        word = int.from_bytes(row[(index // 64) * 8:(index // 64) * 8 + 8], "little")
+        if word >> (index % 64) & 1:
+            values.append(None)
+            continue
+        slot = bitset + 8 * index
+        spark_type = field["type"]
+        kind = spark_type if isinstance(spark_type, str) else spark_type.get("type")
+        if kind in _FIXED:
+            values.append(struct.unpack_from(_FIXED[kind], row, slot)[0])
+            continue
+        pointer = int.from_bytes(row[slot:slot + 8], "little")
+        offset, size = pointer >> 32, pointer & 0xFFFFFFFF
+        data = row[offset:offset + size]
+        if kind in ("string", "binary"):
+            values.append(bytes(data))
+        elif kind == "struct":
+            values.append(read_fields(data, spark_type["fields"], where))
+        else:
+            raise CheckpointFormatError(
+                f"{where}: reading state key fields of type {kind!r} is not supported")
+    return values

@@ -1,0 +1,99 @@
+"""Repartition HDFS-provider state offline, which Spark's own repartition refuses.
+
+Every key is moved to the partition Spark's ``HashPartitioning`` gives it for the new count:
+``pmod(murmur3(partition key columns, 42), n)``, the partition key being the columns the
+operator is clustered by. The checkpoint must hold each store's state as one version per
+partition (as an assembled checkpoint does); it is rewritten in place, so run this on a
+staging copy only. Operator metadata and the recorded ``spark.sql.shuffle.partitions`` of the
+last two offsets entries are updated to the new count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from sparkpoint.checkpoint import hdfs_state
+from sparkpoint.checkpoint.layout import SHUFFLE_PARTITIONS_CONF, Checkpoint, OperatorDir
+from sparkpoint.checkpoint.logs import OffsetLogEntry, compact_json
+from sparkpoint.checkpoint.murmur3 import partition_of
+from sparkpoint.checkpoint.unsafe_row import read_fields
+from sparkpoint.errors import CheckpointFormatError
+from sparkpoint.storage.local import write_atomic
+
+_STATE_FILE = re.compile(r"^\d+\.(delta|snapshot)$")
+
+
+def partition_key_fields(operator_name: str, store: str, num_cols_prefix_key: int,
+                         key_fields: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The leading key columns an operator's input is clustered by."""
+    if operator_name == "symmetricHashJoin" and store.endswith("keyWithIndexToValue"):
+        return key_fields[:-1]  # the join keys, without the value index
+    if num_cols_prefix_key > 0:
+        return key_fields[:num_cols_prefix_key]  # session windows: keys without the session
+    return key_fields
+
+
+def _partition_dirs(operator: OperatorDir) -> list[int]:
+    return sorted(int(p.name) for p in operator.path.iterdir()
+                  if p.is_dir() and p.name.isdigit())
+
+
+def repartition_hdfs_state(checkpoint: Path, batch: int, partitions: int) -> None:
+    """Move state version ``batch + 1`` of every operator into ``partitions`` partitions."""
+    ckpt = Checkpoint(checkpoint)
+    version = batch + 1
+    for operator in ckpt.operators():
+        old_partitions = _partition_dirs(operator)
+        prefixes = {s.name: s.num_cols_prefix_key for s in operator.metadata.stores}
+        for store in operator.stores():
+            _repartition_store(operator, store.name, prefixes.get(store.name, 0),
+                               old_partitions, version, partitions)
+        for old in old_partitions:
+            if old >= partitions:
+                shutil.rmtree(operator.path / str(old))
+        meta = operator.path / "_metadata" / "metadata"
+        write_atomic(meta, operator.metadata.with_partitions(partitions).to_bytes())
+    for offsets_batch in (batch - 1, batch):
+        path = checkpoint / "offsets" / str(offsets_batch)
+        if not path.is_file():
+            continue
+        entry = OffsetLogEntry.parse(path.read_bytes(), str(path))
+        metadata = entry.metadata
+        metadata.setdefault("conf", {})[SHUFFLE_PARTITIONS_CONF] = str(partitions)
+        write_atomic(path, OffsetLogEntry(entry.version, compact_json(metadata),
+                                          entry.sources).to_bytes())
+
+
+def _repartition_store(operator: OperatorDir, store_name: str, prefix: int,
+                       old_partitions: list[int], version: int, partitions: int) -> None:
+    layout = next(s for s in operator.stores() if s.name == store_name)
+    records: dict[bytes, bytes] = {}
+    for old in old_partitions:
+        records.update(hdfs_state.load_version(layout.partition_dir(operator.path, old), version))
+    targets: list[dict[bytes, bytes]] = [{} for _ in range(partitions)]
+    if records:
+        schema = operator.schema(layout)
+        if schema is None:
+            raise CheckpointFormatError(
+                f"{layout.partition_dir(operator.path, 0)}: expected the store's schema file "
+                "_metadata/schema to find its key columns, found none")
+        fields = partition_key_fields(operator.operator_name, store_name, prefix,
+                                      schema.key_schema["fields"])
+        types = [f["type"] for f in fields]
+        where = str(layout.partition_dir(operator.path, 0))
+        for key, value in records.items():
+            values = read_fields(key, schema.key_schema["fields"], where)[:len(fields)]
+            targets[partition_of(values, types, partitions)][key] = value
+    for old in old_partitions:
+        directory = layout.partition_dir(operator.path, old)
+        for path in directory.iterdir():
+            if path.is_file() and _STATE_FILE.match(path.name):
+                path.unlink()
+                with contextlib.suppress(FileNotFoundError):
+                    (directory / f".{path.name}.crc").unlink()
+    for partition, state in enumerate(targets):
+        hdfs_state.write_snapshot(layout.partition_dir(operator.path, partition), version, state)
