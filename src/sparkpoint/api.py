@@ -1,9 +1,11 @@
-"""The Python API behind the CLI: run jobs, snapshot them, inspect snapshots and jobs."""
+"""The Python API behind the CLI: run jobs, snapshot them, drain them, inspect snapshots and
+jobs."""
 
 from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import version as package_version
@@ -12,14 +14,30 @@ from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.sink_log import DEFAULT_COMPACT_INTERVAL, seed_empty_history
+from sparkpoint.drain.residual import state_rows
+from sparkpoint.drain.synthetic import (
+    DrainBatch,
+    remove_unrun_drain_offsets,
+    restore_watermark,
+    write_drain_offsets,
+)
 from sparkpoint.errors import (
     NameTakenError,
+    NoCommittedBatchError,
     PreconditionError,
     SnapshotDamagedError,
+    SparkQueryError,
     UsageError,
     ValidationError,
 )
-from sparkpoint.runtime.registry import JobRecord, JobRegistry, Lineage
+from sparkpoint.runtime.registry import (
+    DrainedOperator,
+    DrainRecord,
+    JobRecord,
+    JobRegistry,
+    Lineage,
+    now_iso,
+)
 from sparkpoint.runtime.runner import (
     PlannedJob,
     RunOptions,
@@ -271,3 +289,74 @@ def job_view(home: Home, job: str) -> JobView:
 
 def jobs_list(home: Home) -> list[JobView]:
     return [job_view(home, name) for name in JobRegistry(home).names()]
+
+
+def drain(
+    home: Home,
+    job: str,
+    snapshot: str | None = None,
+    spark: SparkSession | None = None,
+    echo: Echo = _quiet,
+) -> DrainRecord:
+    """Stop the job (if running), complete an in-flight batch, run one synthetic batch that
+    fires every event-time window and timer, put the job's watermark back, and optionally
+    snapshot the drained state. Refusals (unknown, drained, nothing committed) change nothing.
+    """
+    registry = JobRegistry(home)
+    record = registry.get(job)
+    if snapshot is not None:
+        validate_name(snapshot, "snapshot")
+        if SnapshotStore(home).path(snapshot).exists():
+            raise NameTakenError(
+                f"snapshot '{snapshot}' already exists; choose another name or delete it first")
+    if record.effective_status() == "drained" and record.drain is not None:
+        raise PreconditionError(
+            f"job '{job}' is already drained (batch {record.drain.batch}, "
+            f"{record.drain.drained_at}); run it again to process new input, or snapshot it")
+    checkpoint = registry.checkpoint(job)
+    if not checkpoint.exists() or checkpoint.latest_committed_batch() is None:
+        raise NoCommittedBatchError(
+            f"job '{job}' has no committed batch in {checkpoint.root}; there is nothing to drain")
+    if record.effective_status() == "running":
+        echo(f"asking job '{job}' (pid {record.pid}) to stop: no new input from here")
+        registry.request_stop(job)
+        wait_until_stopped(registry, job, CANCEL_TIMEOUT_S)
+    options = RunOptions(job=job, job_file=Path(record.job_file), params=record.params,
+                         conf=record.conf, master=record.master, max_batches=1,
+                         pending_batch_only=True)
+    last = checkpoint.require_latest_committed_batch()
+    if max(checkpoint.offset_ids()) > last:
+        echo(f"completing in-flight batch {last + 1}")
+        run_job(home, options, spark=spark, echo=echo)
+        last = checkpoint.require_latest_committed_batch()
+    written: list[DrainBatch] = []
+
+    def prepare(_planned: PlannedJob) -> None:
+        written.append(write_drain_offsets(checkpoint, last))
+        echo(f"drain batch {last + 1}: watermark and clock at their maximum, no new input")
+
+    try:
+        run_job(home, options, spark=spark, prepare=prepare, echo=echo)
+    finally:
+        if written and remove_unrun_drain_offsets(checkpoint, written[0]):
+            echo("the drain batch did not complete; its offsets entry was removed")
+    if not written or checkpoint.latest_committed_batch() != written[0].batch_id:
+        raise SparkQueryError(f"job '{job}': the drain batch did not complete; nothing changed")
+    batch = written[0]
+    restore_watermark(checkpoint, batch, int(time.time() * 1000))
+    record = registry.get(job)
+    names = record.operator_names()
+    operators = [
+        DrainedOperator(name=names.get(op.operator_id, str(op.operator_id)),
+                        operator_id=op.operator_id, spark_operator_name=op.spark_operator_name,
+                        rows=op.rows)
+        for op in state_rows(checkpoint, batch.batch_id)
+    ]
+    record.drain = DrainRecord(batch=batch.batch_id, drained_at=now_iso(),
+                               watermark_ms=batch.watermark_before_ms, operators=operators,
+                               snapshot=snapshot)
+    record.status = "drained"
+    registry.save(record)
+    if snapshot is not None:
+        snapshot_create(home, job, snapshot, echo=echo)
+    return record.drain

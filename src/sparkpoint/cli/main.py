@@ -269,6 +269,21 @@ def snapshot_delete(ctx: click.Context, name: str) -> None:
     click.echo(f"snapshot '{name}' deleted")
 
 
+@cli.command("drain")
+@click.argument("job")
+@click.option("--snapshot", "snapshot_name", default=None, metavar="SNAP",
+              help="Snapshot the drained state as SNAP.")
+@json_option
+@click.pass_context
+@handle_errors
+def drain(ctx: click.Context, job: str, snapshot_name: str | None, as_json: bool) -> None:
+    """Stop JOB with every event-time window and timer fired and nothing in flight."""
+    record = api.drain(_home(ctx), job, snapshot=snapshot_name,
+                       echo=_echo)
+    click.echo(render.as_json(render.drain_dict(job, record)) if as_json
+               else render.drain_text(job, record))
+
+
 def main() -> None:
     cli(prog_name="sparkpoint")
 

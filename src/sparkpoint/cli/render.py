@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Any
 
 from sparkpoint.api import JobView
 from sparkpoint.checkpoint.operators import schema_ddl
+from sparkpoint.runtime.registry import DrainRecord
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.store import Problem
 from sparkpoint.upgrade.validate import UpgradePlan
@@ -120,6 +122,9 @@ def job_show_text(view: JobView) -> str:
     if lineage.from_snapshot:
         out.append(f"lineage   from snapshot '{lineage.from_snapshot}' of job "
                    f"'{lineage.snapshot_job}' at batch {lineage.snapshot_batch}")
+    if record.drain is not None:
+        out.append(f"drained   at batch {record.drain.batch} ({record.drain.drained_at}); "
+                   + drain_residual_text(record.drain))
     out.append("operators:")
     for op in record.operators:
         named = "" if op.named_by_user else "  (derived name)"
@@ -156,3 +161,31 @@ def plan_text(plan: UpgradePlan) -> str:
     else:
         out.append("ok: the job can start from this resume point")
     return "\n".join(out)
+
+
+def drain_residual_text(drain: DrainRecord) -> str:
+    residual = drain.residual
+    if not residual:
+        return "all state emptied"
+    parts = [f"{op.name} {'unknown' if op.rows is None else op.rows} rows" for op in residual]
+    return "residual state: " + ", ".join(parts)
+
+
+def drain_text(job: str, drain: DrainRecord) -> str:
+    out = [f"job '{job}' drained at batch {drain.batch}: every event-time window and timer "
+           "fired; watermark back to "
+           f"{dt.datetime.fromtimestamp(drain.watermark_ms / 1000, dt.UTC).isoformat()}"]
+    for op in drain.operators:
+        rows = "unknown" if op.rows is None else str(op.rows)
+        mark = "  RESIDUAL (no watermark clears this state)" if op.rows != 0 else ""
+        out.append(f"  {op.name:24} {op.spark_operator_name:32} {rows:>8} rows{mark}")
+    if drain.snapshot:
+        out.append(f"snapshot '{drain.snapshot}' holds the drained state")
+    return "\n".join(out)
+
+
+def drain_dict(job: str, drain: DrainRecord) -> dict[str, Any]:
+    data = drain.model_dump(mode="json")
+    data["job"] = job
+    data["residual"] = [op.model_dump(mode="json") for op in drain.residual]
+    return data

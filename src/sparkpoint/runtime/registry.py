@@ -56,6 +56,29 @@ class RunRecord(BaseModel):
     error: str | None = None
 
 
+class DrainedOperator(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    operator_id: int
+    spark_operator_name: str
+    rows: int | None
+
+
+class DrainRecord(BaseModel):
+    """The last drain of a job: its synthetic batch and the state it could not empty."""
+
+    model_config = ConfigDict(extra="forbid")
+    batch: int
+    drained_at: str
+    watermark_ms: int
+    operators: list[DrainedOperator] = Field(default_factory=list)
+    snapshot: str | None = None
+
+    @property
+    def residual(self) -> list[DrainedOperator]:
+        return [op for op in self.operators if op.rows != 0]
+
+
 class JobRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
     format_version: Literal[1] = 1
@@ -71,6 +94,7 @@ class JobRecord(BaseModel):
     operators: list[OperatorRecord] = Field(default_factory=list)
     lineage: Lineage = Field(default_factory=Lineage)
     runs: list[RunRecord] = Field(default_factory=list)
+    drain: DrainRecord | None = None
     created_at: str = Field(default_factory=now_iso)
 
     def effective_status(self) -> Status:

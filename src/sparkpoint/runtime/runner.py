@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 1
 LOCK_FILE = "run.lock"
+# Processing-time triggers fire at multiples of the interval since the epoch: the first at
+# once, the next one in 2070.
+HOLD_TRIGGER_INTERVAL = "36500 days"
 
 @dataclass(frozen=True)
 class PlannedJob:
@@ -98,6 +101,9 @@ class RunOptions:
     master: str | None = None
     until_caught_up: bool = False
     max_batches: int | None = None
+    # Run only the batch already in the offsets log (with max_batches=1): the next trigger
+    # is put decades ahead, so Spark plans no batch of new input before the stop.
+    pending_batch_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -266,6 +272,8 @@ def run_job(
             writer = writer.option("checkpointLocation", str(checkpoint.root)).queryName(job)
             if options.until_caught_up:
                 writer = writer.trigger(availableNow=True)
+            elif options.pending_batch_only:
+                writer = writer.trigger(processingTime=HOLD_TRIGGER_INTERVAL)
             error: SparkpointError | None = None
             batches: set[int] = set()
             limit_reached, remove_counter = (

@@ -1,0 +1,78 @@
+"""The synthetic drain batch on a job's checkpoint.
+
+Spark has no drain. What works (measured, see the drain tests): after the last committed
+batch N, write ``offsets/N+1`` with the same source offsets as N (no new input) and a
+maximal watermark and batch timestamp, then let Spark run that pending batch. Every
+event-time window, session and join buffer below the watermark is emitted and evicted, and
+event- and processing-time timers fire. Left as written, the maximal watermark would stay
+the job's watermark (Spark restores it from the last batch's offsets and commit entries) and
+every later row would be dropped as late; so once the batch is committed its recorded
+watermark is put back to the one the job had before the drain.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparkpoint.checkpoint.layout import Checkpoint
+from sparkpoint.checkpoint.logs import CommitLogEntry, OffsetLogEntry, compact_json
+from sparkpoint.storage.local import write_atomic
+
+# 9999-12-31T23:59:59Z: above any event time; Spark's own drain experiments used it.
+MAX_WATERMARK_MS = 253402300799000
+
+
+@dataclass(frozen=True)
+class DrainBatch:
+    batch_id: int
+    watermark_before_ms: int
+    timestamp_before_ms: int
+
+
+def _replace(path: Path, data: bytes) -> None:
+    # Hadoop's checksum sibling of the old content must not outlive it.
+    with contextlib.suppress(FileNotFoundError):
+        (path.parent / f".{path.name}.crc").unlink()
+    write_atomic(path, data)
+
+
+def write_drain_offsets(checkpoint: Checkpoint, last_committed: int) -> DrainBatch:
+    """Append ``offsets/N+1``: batch N's offsets with a maximal watermark and clock."""
+    previous = checkpoint.offsets(last_committed)
+    metadata = previous.metadata
+    watermark = checkpoint.commit(last_committed).next_batch_watermark_ms
+    metadata["batchWatermarkMs"] = MAX_WATERMARK_MS
+    metadata["batchTimestampMs"] = MAX_WATERMARK_MS
+    entry = OffsetLogEntry(previous.version, compact_json(metadata), previous.sources)
+    batch = last_committed + 1
+    write_atomic(checkpoint.root / "offsets" / str(batch), entry.to_bytes())
+    return DrainBatch(batch, watermark, previous.batch_timestamp_ms)
+
+
+def remove_unrun_drain_offsets(checkpoint: Checkpoint, drain: DrainBatch) -> bool:
+    """Take back a drain batch that Spark did not commit, so a later run cannot pick it up."""
+    if (checkpoint.root / "commits" / str(drain.batch_id)).exists():
+        return False
+    path = checkpoint.root / "offsets" / str(drain.batch_id)
+    with contextlib.suppress(FileNotFoundError):
+        (path.parent / f".{path.name}.crc").unlink()
+    path.unlink(missing_ok=True)
+    return True
+
+
+def restore_watermark(checkpoint: Checkpoint, drain: DrainBatch, now_ms: int) -> None:
+    """Record the pre-drain watermark as the committed drain batch's watermark."""
+    offsets_path = checkpoint.root / "offsets" / str(drain.batch_id)
+    entry = checkpoint.offsets(drain.batch_id)
+    metadata = entry.metadata
+    metadata["batchWatermarkMs"] = drain.watermark_before_ms
+    metadata["batchTimestampMs"] = max(now_ms, drain.timestamp_before_ms)
+    _replace(offsets_path, OffsetLogEntry(entry.version, compact_json(metadata),
+                                          entry.sources).to_bytes())
+    commit_path = checkpoint.root / "commits" / str(drain.batch_id)
+    commit = checkpoint.commit(drain.batch_id)
+    body = commit.metadata
+    body["nextBatchWatermarkMs"] = drain.watermark_before_ms
+    _replace(commit_path, CommitLogEntry(commit.version, compact_json(body)).to_bytes())

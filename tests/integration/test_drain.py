@@ -1,0 +1,199 @@
+"""Drain on real Spark: every event-time window, session and join buffer is emitted, state is
+empty afterwards (or reported as residual), and the maximal watermark does not outlive the
+drain: the job, or a job started from the drained snapshot, handles new input normally."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import signal
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkpoint import api
+from sparkpoint.storage.home import Home
+from sparkpoint.testing import Click, output_rows, write_clicks
+from tests.conftest import SHUFFLE_PARTITIONS
+from tests.support.cli import files_committed, sparkpoint, start, wait_for
+
+pytestmark = pytest.mark.spark
+JOB = Path(__file__).resolve().parent.parent / "data" / "jobs" / "drain_kinds.py"
+HOUR = dt.timedelta(hours=1)
+
+
+def _naive(value: dt.datetime) -> dt.datetime:
+    return value.replace(tzinfo=None)
+
+
+def _floor(ts: dt.datetime, minutes: int) -> dt.datetime:
+    return ts.replace(minute=ts.minute // minutes * minutes, second=0, microsecond=0)
+
+
+def _window_counts(clicks: list[Click], window_starts: Any) -> Counter[Any]:
+    counts: Counter[tuple[str, dt.datetime]] = Counter()
+    for click in clicks:
+        for window_start in window_starts(click.ts):
+            counts[(click.user, _naive(window_start))] += 1
+    return Counter((user, start, start + HOUR, n) for (user, start), n in counts.items())
+
+
+def expected_all_windows(kind: str, clicks: list[Click], views: list[Click]) -> Counter[Any]:
+    """What an unbounded run eventually emits for this input: every window closed."""
+    if kind == "tumbling":
+        return _window_counts(clicks, lambda ts: [_floor(ts, 60)])
+    if kind == "sliding":
+        return _window_counts(clicks, lambda ts: [_floor(ts, 30), _floor(ts, 30) - HOUR / 2])
+    if kind == "session":
+        gap = dt.timedelta(minutes=5)
+        rows: Counter[Any] = Counter()
+        for user in {c.user for c in clicks}:
+            times = sorted(c.ts for c in clicks if c.user == user)
+            start, end, n = times[0], times[0] + gap, 0
+            for ts in times:
+                if ts >= end:
+                    rows[(user, _naive(start), _naive(end), n)] += 1
+                    start, n = ts, 0
+                end, n = ts + gap, n + 1
+            rows[(user, _naive(start), _naive(end), n)] += 1
+        return rows
+    if kind == "outer":
+        rows = Counter()
+        near = dt.timedelta(minutes=2)
+        for click in clicks:
+            matches = [v for v in views if v.user == click.user and abs(v.ts - click.ts) <= near]
+            for view in matches or [None]:
+                rows[(click.event_id, view.event_id if view else None)] += 1
+        return rows
+    raise ValueError(kind)
+
+
+def _params(tmp: Path, kind: str, out: str = "out") -> dict[str, str]:
+    return {"kind": kind, "input": str(tmp / "in"), "views_input": str(tmp / "views"),
+            "output": str(tmp / out)}
+
+
+def _run(spark: object, home: Home, job: str, params: dict[str, str], **kw: Any) -> None:
+    api.run(home, JOB, job, params=params, until_caught_up=True,
+            spark=spark, **kw)  # type: ignore[arg-type]
+
+
+def _snapshot_rows(home: Home, snapshot: str) -> dict[str, int]:
+    shown = sparkpoint(home, "snapshot", "show", snapshot, "--json")
+    assert shown.code == 0, shown.err
+    return {op["name"]: op["rows"] for op in shown.json()["operators"]}
+
+
+@pytest.mark.parametrize("kind", ["tumbling", "sliding", "session", "outer"])
+def test_drain_emits_every_window_and_empties_state(
+    spark: object, home: Home, tmp_path: Path, kind: str
+) -> None:
+    clicks = write_clicks(tmp_path / "in", range(0, 4))
+    views = write_clicks(tmp_path / "views", range(0, 4), seed=11)
+    _run(spark, home, "j", _params(tmp_path, kind))
+    expected = expected_all_windows(kind, clicks, views)
+    before = output_rows(spark, tmp_path / "out")  # type: ignore[arg-type]
+    assert before != expected, "the run alone already emitted everything: nothing to drain"
+    drained = sparkpoint(home, "drain", "j", "--snapshot", "d1", "--json")
+    assert drained.code == 0, drained.err
+    assert drained.json()["residual"] == []
+    assert output_rows(spark, tmp_path / "out") == expected  # type: ignore[arg-type]
+    assert set(_snapshot_rows(home, "d1").values()) == {0}
+    assert sparkpoint(home, "jobs", "show", "j", "--json").json()["status"] == "drained"
+
+
+def test_drain_of_a_dedupe_within_watermark_empties_its_state(
+    spark: object, home: Home, tmp_path: Path
+) -> None:
+    write_clicks(tmp_path / "in", range(0, 4))
+    _run(spark, home, "j", _params(tmp_path, "within"))
+    api.snapshot_create(home, "j", "before")
+    assert _snapshot_rows(home, "before")["first_visits"] > 0
+    emitted = output_rows(spark, tmp_path / "out")  # type: ignore[arg-type]
+    record = api.drain(home, "j", snapshot="after", spark=spark)  # type: ignore[arg-type]
+    assert record.residual == [] and _snapshot_rows(home, "after") == {"first_visits": 0}
+    # Its rows are emitted on arrival: the drain adds none.
+    assert output_rows(spark, tmp_path / "out") == emitted  # type: ignore[arg-type]
+
+
+def test_state_no_watermark_clears_is_reported_as_residual(
+    spark: object, home: Home, tmp_path: Path
+) -> None:
+    clicks = write_clicks(tmp_path / "in", range(0, 3))
+    _run(spark, home, "j", _params(tmp_path, "residual"))
+    drained = sparkpoint(home, "drain", "j", "--json")
+    assert drained.code == 0, drained.err
+    residual = {op["name"]: op["rows"] for op in drained.json()["residual"]}
+    assert residual == {"unique_ids": len({c.event_id for c in clicks})}
+    text = sparkpoint(home, "jobs", "show", "j").out
+    assert "residual state: unique_ids" in text
+
+
+def test_drained_job_and_jobs_from_its_snapshot_use_a_normal_watermark(
+    spark: object, home: Home, tmp_path: Path
+) -> None:
+    clicks = write_clicks(tmp_path / "in", range(0, 3))
+    _run(spark, home, "j", _params(tmp_path, "tumbling"))
+    api.drain(home, "j", snapshot="d1", spark=spark)  # type: ignore[arg-type]
+    drained = output_rows(spark, tmp_path / "out")  # type: ignore[arg-type]
+    later = write_clicks(tmp_path / "in", range(3, 9))
+    # Closed by the new watermark (max event time - 10 min): hour 1 only; hour 2 stays open.
+    expected_later = Counter({row: n for row, n in expected_all_windows(
+        "tumbling", later, []).items() if row[1] == dt.datetime(2026, 1, 1, 1)})
+    assert expected_later
+    _run(spark, home, "from_drained", _params(tmp_path, "tumbling", "out2"),
+         from_snapshot="d1")
+    assert output_rows(spark, tmp_path / "out2") == expected_later  # type: ignore[arg-type]
+    _run(spark, home, "j", _params(tmp_path, "tumbling"))
+    assert sparkpoint(home, "jobs", "show", "j", "--json").json()["status"] == "stopped"
+    assert output_rows(spark, tmp_path / "out") == drained + expected_later  # type: ignore[arg-type]
+    assert drained == expected_all_windows("tumbling", clicks, [])
+
+
+def test_drain_of_a_running_job(home: Home, tmp_path: Path, spark: object) -> None:
+    clicks = write_clicks(tmp_path / "in", range(0, 4))
+    params = _params(tmp_path, "tumbling")
+    log = tmp_path / "live.log"
+    proc = start(home, "run", str(JOB), "--job", "live",
+                 *[a for k, v in params.items() for a in ("--param", f"{k}={v}")],
+                 "--conf", f"spark.sql.shuffle.partitions={SHUFFLE_PARTITIONS}", log=log)
+    try:
+        wait_for(lambda: files_committed(home, "live", "clicks") == 4, 180, "4 files", log)
+        drained = sparkpoint(home, "drain", "live", "--snapshot", "live-d", "--json")
+        assert drained.code == 0, drained.err
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+    assert output_rows(spark, tmp_path / "out") == expected_all_windows(  # type: ignore[arg-type]
+        "tumbling", clicks, [])
+    assert set(_snapshot_rows(home, "live-d").values()) == {0}
+    shown = sparkpoint(home, "jobs", "show", "live", "--json").json()
+    assert shown["status"] == "drained" and shown["drain"]["snapshot"] == "live-d"
+
+
+def _checkpoint_files(home: Home, job: str) -> dict[str, bytes]:
+    root = home.checkpoint_dir(job)
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def test_drain_refusals_change_nothing(spark: object, home: Home, tmp_path: Path) -> None:
+    unknown = sparkpoint(home, "drain", "nope")
+    assert unknown.code == 4 and "job 'nope' not found" in unknown.err
+    (tmp_path / "in").mkdir()
+    _run(spark, home, "empty", _params(tmp_path, "tumbling"))
+    empty = sparkpoint(home, "drain", "empty")
+    assert empty.code == 4 and "no committed batch" in empty.err
+    write_clicks(tmp_path / "in", range(0, 2))
+    _run(spark, home, "j", _params(tmp_path, "tumbling", "out2"))
+    assert sparkpoint(home, "drain", "j").code == 0
+    files = _checkpoint_files(home, "j")
+    record = (home.job_dir("j") / "job.json").read_text()
+    again = sparkpoint(home, "drain", "j", "--snapshot", "x")
+    assert again.code == 4 and "already drained" in again.err
+    assert _checkpoint_files(home, "j") == files
+    assert (home.job_dir("j") / "job.json").read_text() == record
+    assert json.loads(sparkpoint(home, "snapshot", "list", "--json").out) == []
