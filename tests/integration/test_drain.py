@@ -197,3 +197,28 @@ def test_drain_refusals_change_nothing(spark: object, home: Home, tmp_path: Path
     assert _checkpoint_files(home, "j") == files
     assert (home.job_dir("j") / "job.json").read_text() == record
     assert json.loads(sparkpoint(home, "snapshot", "list", "--json").out) == []
+
+
+TIMERS = JOB.parent / "timers.py"
+
+
+@pytest.mark.parametrize("mode", ["EventTime", "ProcessingTime"])
+def test_drain_fires_transform_with_state_timers(
+    spark: object, home: Home, tmp_path: Path, mode: str
+) -> None:
+    """Each user's timer lies a day ahead (of event or processing time): only a drain fires
+    it, emitting the user's click count and clearing the user's state."""
+    clicks = write_clicks(tmp_path / "in", range(0, 3))
+    params = {"mode": mode, "input": str(tmp_path / "in"), "output": str(tmp_path / "out")}
+    # A processing-time transformWithState never ends under availableNow: count batches.
+    api.run(home, TIMERS, "j", params=params, spark=spark,  # type: ignore[arg-type]
+            **({"until_caught_up": True} if mode == "EventTime" else {"max_batches": 3}))
+    assert output_rows(spark, tmp_path / "out") == Counter()  # type: ignore[arg-type]
+    api.snapshot_create(home, "j", "before")
+    assert _snapshot_rows(home, "before")["counts"] > 0
+    drained = sparkpoint(home, "drain", "j", "--snapshot", "after", "--json")
+    assert drained.code == 0, drained.err
+    assert drained.json()["residual"] == []
+    assert _snapshot_rows(home, "after") == {"counts": 0}
+    expected = Counter((user, n) for user, n in Counter(c.user for c in clicks).items())
+    assert output_rows(spark, tmp_path / "out") == expected  # type: ignore[arg-type]

@@ -55,6 +55,18 @@ class OperatorDir:
         return StateSchemaFile.parse(path.read_bytes(), str(path))
 
 
+def operator_metadata_path(operator_dir: Path) -> Path | None:
+    """The operator's metadata file: v1 ``_metadata/metadata``, or for transformWithState the
+    newest v2 ``_metadata/v2/<batch>`` (Spark writes one per run, as the batch it starts at).
+    """
+    v1 = operator_dir / "_metadata" / "metadata"
+    if v1.is_file():
+        return v1
+    v2 = operator_dir / "_metadata" / "v2"
+    batches = [int(p.name) for p in v2.iterdir() if p.name.isdigit()] if v2.is_dir() else []
+    return v2 / str(max(batches)) if batches else None
+
+
 class Checkpoint:
     """A Spark streaming checkpoint on the local filesystem."""
 
@@ -115,8 +127,9 @@ class Checkpoint:
         for entry in sorted(state.iterdir(), key=lambda p: (len(p.name), p.name)):
             if not entry.name.isdigit():
                 continue
-            path = entry / "_metadata" / "metadata"
-            if not path.is_file():
+            path = operator_metadata_path(entry)
+            if path is None:
+                path = entry / "_metadata" / "metadata"
                 raise CheckpointFormatError(
                     f"{path}: expected operator metadata for state directory {entry.name}, "
                     "found nothing; the checkpoint was written by a Spark older than 3.5"
