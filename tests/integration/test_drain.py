@@ -15,7 +15,7 @@ import pytest
 
 from sparkpoint import api
 from sparkpoint.storage.home import Home
-from sparkpoint.testing import Click, output_rows, write_clicks
+from sparkpoint.testing import Click, clicks_for_slice, output_rows, write_clicks
 from tests.conftest import SHUFFLE_PARTITIONS
 from tests.support.cli import files_committed, sparkpoint, start, wait_for
 
@@ -221,4 +221,29 @@ def test_drain_fires_transform_with_state_timers(
     assert drained.json()["residual"] == []
     assert _snapshot_rows(home, "after") == {"counts": 0}
     expected = Counter((user, n) for user, n in Counter(c.user for c in clicks).items())
+    assert output_rows(spark, tmp_path / "out") == expected  # type: ignore[arg-type]
+
+
+def test_drain_completes_a_batch_planned_but_not_committed(
+    spark: object, home: Home, tmp_path: Path
+) -> None:
+    """As after a stop mid-batch: offsets/N written, commits/N not. The drain runs batch N
+    with its own watermark first, then its synthetic batch N+1."""
+    write_clicks(tmp_path / "in", range(0, 4))
+    api.run(home, JOB, "j", params=_params(tmp_path, "tumbling"), max_batches=2,
+            spark=spark)  # type: ignore[arg-type]
+    ckpt = home.checkpoint_dir("j")
+    planned = max(int(p.name) for p in (ckpt / "offsets").iterdir() if p.name.isdigit())
+    (ckpt / "commits" / str(planned)).unlink(missing_ok=True)
+    (ckpt / "commits" / f".{planned}.crc").unlink(missing_ok=True)
+    offset = json.loads((ckpt / "offsets" / str(planned)).read_text()
+                        .split("clicks:")[1])["logOffset"]
+    read = [json.loads(line)["path"] for k in range(offset + 1)
+            for line in (ckpt / "sources" / "clicks" / str(k)).read_text().splitlines()[1:]]
+    assert 0 < len(read) < 4, "the test needs a run that stopped before reading everything"
+    record = api.drain(home, "j", spark=spark)  # type: ignore[arg-type]
+    assert record.batch == planned + 1
+    slices = [int(Path(path).stem.split("-")[1]) for path in read]
+    expected = expected_all_windows(
+        "tumbling", [c for i in slices for c in clicks_for_slice(i)], [])
     assert output_rows(spark, tmp_path / "out") == expected  # type: ignore[arg-type]
