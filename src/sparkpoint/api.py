@@ -7,13 +7,14 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.sink_log import DEFAULT_COMPACT_INTERVAL, seed_empty_history
+from sparkpoint.checkpoint.source_log import DEFAULT_SOURCE_COMPACT_INTERVAL
 from sparkpoint.drain.residual import state_rows
 from sparkpoint.drain.synthetic import (
     DrainBatch,
@@ -22,15 +23,18 @@ from sparkpoint.drain.synthetic import (
     write_drain_offsets,
 )
 from sparkpoint.errors import (
+    JobRunningError,
     NameTakenError,
     NoCommittedBatchError,
     PreconditionError,
     SnapshotDamagedError,
     SparkQueryError,
+    UnknownSourceError,
     UsageError,
     ValidationError,
 )
 from sparkpoint.runtime.registry import (
+    AppliedStartpoint,
     DrainedOperator,
     DrainRecord,
     JobRecord,
@@ -49,6 +53,10 @@ from sparkpoint.runtime.runner import (
 from sparkpoint.snapshot.export import JobInfo
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.store import Problem, SnapshotStore
+from sparkpoint.startpoints.apply import apply as apply_startpoints
+from sparkpoint.startpoints.resolve import Resolved, SourceInfo
+from sparkpoint.startpoints.resolve import resolve as resolve_startpoints
+from sparkpoint.startpoints.store import WHOLE_SOURCE, PositionKind, Startpoint, StartpointStore
 from sparkpoint.storage.home import Home, validate_name
 from sparkpoint.upgrade.restore import build_new_checkpoint, job_shape, resolve
 from sparkpoint.upgrade.resume_point import load_resume_point
@@ -144,6 +152,8 @@ def run(
                 resume_point=str(resume_point) if resume_point is not None else None,
             )
 
+    else:
+        _apply_startpoints(home, options, spark, echo)
     return run_job(home, options, spark=spark, prepare=prepare, echo=echo)
 
 
@@ -360,3 +370,116 @@ def drain(
     if snapshot is not None:
         snapshot_create(home, job, snapshot, echo=echo)
     return record.drain
+
+
+SOURCE_COMPACT_CONF = "spark.sql.streaming.fileSource.log.compactInterval"
+
+
+@dataclass(frozen=True)
+class StartpointPreview:
+    job: str
+    source: str
+    startpoints: list[Startpoint]
+    resolved: Resolved
+    stored: bool
+    stateful_operators: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"job": self.job, "source": self.source, "stored": self.stored,
+                "startpoints": [s.model_dump(mode="json") for s in self.startpoints],
+                "resolves_to": self.resolved.to_dict(),
+                "state_not_rewound": self.stateful_operators}
+
+
+def _source_info(record: JobRecord, source: str) -> SourceInfo:
+    for known in record.sources:
+        if known.name == source:
+            return SourceInfo(known.name, known.kind, known.path, dict(known.options))
+    names = ", ".join(s.name for s in record.sources) or "none recorded; run the job once"
+    raise UnknownSourceError(f"job '{record.name}' has no source '{source}' (sources: {names})")
+
+
+def _compact_interval(record: JobRecord) -> int:
+    return int(record.conf.get(SOURCE_COMPACT_CONF, DEFAULT_SOURCE_COMPACT_INTERVAL))
+
+
+def startpoint_set(
+    home: Home, job: str, source: str, kind: PositionKind, value: str | None = None,
+    partition: str | None = None, dry_run: bool = False,
+) -> StartpointPreview:
+    """Store where ``source`` starts at the job's next start (once), after resolving it now
+    to refuse positions the source cannot take; ``dry_run`` stores nothing."""
+    registry = JobRegistry(home)
+    record = registry.get(job)
+    info = _source_info(record, source)
+    checkpoint = registry.checkpoint(job)
+    if not checkpoint.exists() or checkpoint.latest_committed_batch() is None:
+        raise NoCommittedBatchError(
+            f"job '{job}' has no committed batch yet; a new job starts where its source options "
+            "say (e.g. startingOffsets); set startpoints once it has run")
+    store = StartpointStore(home)
+    new = Startpoint(source=source, partition=partition or WHOLE_SOURCE, kind=kind,
+                     value=value, set_at=now_iso())
+    kept = [] if new.partition == WHOLE_SOURCE else [
+        s for s in store.get(job, source) if s.partition != new.partition]
+    merged = [*kept, new]
+    resolved = resolve_startpoints(info, merged, checkpoint, _compact_interval(record))
+    if not dry_run:
+        store.set(job, new)
+    return StartpointPreview(job, source, merged, resolved, not dry_run,
+                             [op.name for op in record.operators])
+
+
+def startpoint_list(home: Home, job: str) -> dict[str, list[Startpoint]]:
+    JobRegistry(home).get(job)
+    return StartpointStore(home).all(job)
+
+
+def startpoint_clear(home: Home, job: str, source: str) -> None:
+    record = JobRegistry(home).get(job)
+    if not StartpointStore(home).clear(job, source):
+        pending = ", ".join(StartpointStore(home).all(job)) or "none"
+        _source_info(record, source)  # an unknown source says so first
+        raise PreconditionError(
+            f"job '{job}' has no startpoint for source '{source}' (pending: {pending})")
+
+
+def _apply_startpoints(home: Home, options: RunOptions, spark: SparkSession | None,
+                       echo: Echo) -> None:
+    """Apply pending startpoints to the job's checkpoint, once, before the job starts."""
+    registry = JobRegistry(home)
+    store = StartpointStore(home)
+    job = options.job
+    if not registry.exists(job):
+        return
+    pending = store.all(job)
+    if not pending:
+        return
+    record = registry.get(job)
+    if record.effective_status() == "running":
+        raise JobRunningError(f"job '{job}' is already running (pid {record.pid})")
+    checkpoint = registry.checkpoint(job)
+    last = checkpoint.latest_committed_batch()
+    if last is not None and max(checkpoint.offset_ids()) > last:
+        echo(f"completing batch {last + 1}, planned before the startpoints were set")
+        run_job(home, replace(options, max_batches=1, until_caught_up=False,
+                              pending_batch_only=True), spark=spark, echo=echo)
+        record = registry.get(job)
+    resolved = [resolve_startpoints(_source_info(record, source), entries, checkpoint,
+                                    _compact_interval(record))
+                for source, entries in pending.items()]
+    # Cleared before the checkpoint changes: a crash in between loses the startpoint rather
+    # than applying it twice.
+    for source in pending:
+        store.clear(job, source)
+    batch = apply_startpoints(checkpoint, resolved)
+    for result in resolved:
+        record.startpoints_applied.append(AppliedStartpoint(
+            source=result.source,
+            startpoints=[s.model_dump(mode="json") for s in pending[result.source]],
+            applied_at=now_iso(), batch=batch, **{
+                k: v for k, v in result.to_dict().items()
+                if k in ("offset_before", "offset_after", "positions")}))
+        echo(f"startpoint applied to source '{result.source}': "
+             + "; ".join(result.lines))
+    registry.save(record)

@@ -58,6 +58,11 @@ class UnknownSnapshotError(SparkpointError):
     exit_code = EXIT_PRECONDITION
 
 
+class UnknownSourceError(SparkpointError):
+    code = "UNKNOWN_SOURCE"
+    exit_code = EXIT_PRECONDITION
+
+
 class PreconditionError(SparkpointError):
     """Refused because of the state of things (job running, name taken...)."""
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from sparkpoint.checkpoint.logs import compact_json
 from sparkpoint.errors import CheckpointFormatError
 
 SOURCE_LOG_VERSIONS = (1,)
@@ -68,3 +70,55 @@ def file_source_log_offset(offset_json: str | None) -> int | None:
         value: int = parsed["logOffset"]
         return value
     return None
+
+
+DEFAULT_SOURCE_COMPACT_INTERVAL = 10  # spark.sql.streaming.fileSource.log.compactInterval
+
+
+def is_compaction_id(log_id: int, interval: int) -> bool:
+    """Spark writes entry ``log_id`` as ``<log_id>.compact`` (every entry so far) when true."""
+    return (log_id + 1) % interval == 0
+
+
+def _entry_path(log_dir: Path, log_id: int) -> Path | None:
+    for name in (str(log_id), f"{log_id}.compact"):
+        if (log_dir / name).is_file():
+            return log_dir / name
+    return None
+
+
+def read_source_log(log_dir: Path) -> dict[int, list[dict[str, Any]]]:
+    """Every file-source log entry by id, from the newest compaction and the entries after it.
+
+    A compaction holds the files of every entry up to it, each with its own ``batchId``.
+    """
+    ids = sorted({int(p.name.split(".")[0]) for p in log_dir.iterdir()
+                  if p.name.split(".")[0].isdigit() and not p.name.startswith(".")}
+                 ) if log_dir.is_dir() else []
+    entries: dict[int, list[dict[str, Any]]] = {}
+    compactions = [i for i in ids if (log_dir / f"{i}.compact").is_file()]
+    start = 0
+    if compactions:
+        base = compactions[-1]
+        path = log_dir / f"{base}.compact"
+        for record in FileSourceLogEntry.parse(path.read_bytes(), str(path)).files:
+            entries.setdefault(int(record["batchId"]), []).append(record)
+        for log_id in range(base + 1):
+            entries.setdefault(log_id, [])
+        start = base + 1
+    for log_id in (i for i in ids if i >= start):
+        found = _entry_path(log_dir, log_id)
+        assert found is not None
+        entries[log_id] = FileSourceLogEntry.parse(found.read_bytes(), str(found)).files
+    return entries
+
+
+def entry_file(log_id: int, records: list[dict[str, Any]],
+               earlier: dict[int, list[dict[str, Any]]], interval: int) -> tuple[str, bytes]:
+    """The file (name, bytes) Spark would write for entry ``log_id`` holding ``records``:
+    a plain entry, or a compaction that also repeats every ``earlier`` entry."""
+    if is_compaction_id(log_id, interval):
+        every = [r for i in sorted(earlier) if i < log_id for r in earlier[i]] + records
+        lines = tuple(compact_json(r) for r in every)
+        return f"{log_id}.compact", FileSourceLogEntry(1, lines).to_bytes()
+    return str(log_id), FileSourceLogEntry(1, tuple(compact_json(r) for r in records)).to_bytes()

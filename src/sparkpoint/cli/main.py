@@ -13,7 +13,8 @@ import click
 
 from sparkpoint import api
 from sparkpoint.cli import render
-from sparkpoint.errors import EXIT_UNEXPECTED, EXIT_VALIDATION, SparkpointError
+from sparkpoint.errors import EXIT_UNEXPECTED, EXIT_VALIDATION, SparkpointError, UsageError
+from sparkpoint.startpoints.store import PositionKind
 from sparkpoint.storage.home import Home
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -282,6 +283,80 @@ def drain(ctx: click.Context, job: str, snapshot_name: str | None, as_json: bool
                        echo=_echo)
     click.echo(render.as_json(render.drain_dict(job, record)) if as_json
                else render.drain_text(job, record))
+
+
+@cli.group()
+def startpoint() -> None:
+    """Out-of-band start positions per source, applied once at the job's next start."""
+
+
+@startpoint.command("set")
+@click.argument("job")
+@click.argument("source")
+@click.option("--offset", "offset", default=None, metavar="JSON",
+              help='Offset in the source\'s format: {"topic":{"0":42}}, {"logOffset":3}.')
+@click.option("--timestamp", default=None, metavar="ISO8601",
+              help="First record (Kafka) or file modified at or after this time.")
+@click.option("--earliest", is_flag=True, help="The beginning: read everything again.")
+@click.option("--latest", is_flag=True, help="The end: skip what has not been read yet.")
+@click.option("--partition", default=None, metavar="P",
+              help="Only this partition (Kafka: P or TOPIC:P).")
+@click.option("--dry-run", is_flag=True, help="Show what it resolves to; store nothing.")
+@json_option
+@click.pass_context
+@handle_errors
+def startpoint_set(ctx: click.Context, job: str, source: str, offset: str | None,
+                   timestamp: str | None, earliest: bool, latest: bool, partition: str | None,
+                   dry_run: bool, as_json: bool) -> None:
+    """Set where SOURCE of JOB starts at the job's next start."""
+    given: list[tuple[PositionKind, str | None]] = []
+    if offset is not None:
+        given.append(("offset", offset))
+    if timestamp is not None:
+        given.append(("timestamp", timestamp))
+    if earliest:
+        given.append(("earliest", None))
+    if latest:
+        given.append(("latest", None))
+    if len(given) != 1:
+        raise UsageError("give exactly one of --offset JSON, --timestamp ISO8601, --earliest, "
+                         "--latest")
+    kind, value = given[0]
+    preview = api.startpoint_set(_home(ctx), job, source, kind, value, partition, dry_run)
+    if as_json:
+        click.echo(render.as_json(preview.to_dict()))
+    else:
+        click.echo(render.startpoint_text(preview))
+
+
+@startpoint.command("list")
+@click.argument("job")
+@json_option
+@click.pass_context
+@handle_errors
+def startpoint_list(ctx: click.Context, job: str, as_json: bool) -> None:
+    """Startpoints waiting for JOB's next start."""
+    pending = api.startpoint_list(_home(ctx), job)
+    if as_json:
+        click.echo(render.as_json([s.model_dump(mode="json")
+                                   for entries in pending.values() for s in entries]))
+    elif not pending:
+        click.echo(f"no startpoints pending for job '{job}'")
+    else:
+        for entries in pending.values():
+            for entry in entries:
+                click.echo(f"{entry.describe()}  (set {entry.set_at})")
+
+
+@startpoint.command("clear")
+@click.argument("job")
+@click.argument("source")
+@click.pass_context
+@handle_errors
+def startpoint_clear(ctx: click.Context, job: str, source: str) -> None:
+    """Remove SOURCE's pending startpoints."""
+    api.startpoint_clear(_home(ctx), job, source)
+    click.echo(f"startpoint of source '{source}' of job '{job}' cleared")
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ import datetime as dt
 import json
 from typing import Any
 
-from sparkpoint.api import JobView
+from sparkpoint.api import JobView, StartpointPreview
 from sparkpoint.checkpoint.operators import schema_ddl
 from sparkpoint.runtime.registry import DrainRecord
 from sparkpoint.snapshot.manifest import Manifest
@@ -189,3 +189,16 @@ def drain_dict(job: str, drain: DrainRecord) -> dict[str, Any]:
     data["job"] = job
     data["residual"] = [op.model_dump(mode="json") for op in drain.residual]
     return data
+
+
+def startpoint_text(preview: StartpointPreview) -> str:
+    verb = "set" if preview.stored else "would set (dry run, nothing stored)"
+    out = [f"startpoint {verb} for job '{preview.job}':"]
+    out += [f"  {s.describe()}" for s in preview.startpoints]
+    out.append("resolves now to:")
+    out += [f"  {line}" for line in preview.resolved.lines]
+    out.append("applied once, at the job's next start, then cleared")
+    if preview.stateful_operators:
+        out.append("note: state is not rewound; operators keep their state: "
+                   + ", ".join(preview.stateful_operators))
+    return "\n".join(out)

@@ -37,6 +37,17 @@ class OperatorRecord(BaseModel):
     named_by_user: bool
 
 
+class SourceRecord(BaseModel):
+    """A source as the job's plan shows it: enough to resolve start positions offline."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    kind: str
+    named_by_user: bool = True
+    path: str | None = None
+    options: dict[str, str] = Field(default_factory=dict)
+
+
 class Lineage(BaseModel):
     model_config = ConfigDict(extra="forbid")
     from_snapshot: str | None = None
@@ -79,6 +90,19 @@ class DrainRecord(BaseModel):
         return [op for op in self.operators if op.rows != 0]
 
 
+class AppliedStartpoint(BaseModel):
+    """A startpoint as applied at a start of the job, kept for audit."""
+
+    model_config = ConfigDict(extra="forbid")
+    source: str
+    startpoints: list[dict[str, Any]]
+    applied_at: str
+    batch: int
+    offset_before: Any = None
+    offset_after: Any = None
+    positions: list[str] = Field(default_factory=list)
+
+
 class JobRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
     format_version: Literal[1] = 1
@@ -92,9 +116,11 @@ class JobRecord(BaseModel):
     run_id: str | None = None
     error: str | None = None
     operators: list[OperatorRecord] = Field(default_factory=list)
+    sources: list[SourceRecord] = Field(default_factory=list)
     lineage: Lineage = Field(default_factory=Lineage)
     runs: list[RunRecord] = Field(default_factory=list)
     drain: DrainRecord | None = None
+    startpoints_applied: list[AppliedStartpoint] = Field(default_factory=list)
     created_at: str = Field(default_factory=now_iso)
 
     def effective_status(self) -> Status:

@@ -28,8 +28,11 @@ from sparkpoint.runtime.registry import (
     Lineage,
     OperatorRecord,
     RunRecord,
+    SourceRecord,
     now_iso,
 )
+from sparkpoint.sources.kafka import KafkaDataSource
+from sparkpoint.spark.inspect import PlannedSource, job_sources
 from sparkpoint.spark.plan import PlannedOperator, stateful_operators
 from sparkpoint.spark.session import apply_query_conf, create_session, restore_conf
 from sparkpoint.spark.sink import file_sink_path
@@ -60,6 +63,7 @@ class PlannedJob:
     conf: Mapping[str, str]
     # SQL confs to put back when the session was lent by the caller and outlives the job.
     replaced_conf: Mapping[str, str | None] = field(default_factory=dict)
+    sources: list[PlannedSource] = field(default_factory=list)
 
     def release(self) -> None:
         restore_conf(self.spark, self.replaced_conf)
@@ -76,16 +80,19 @@ def plan_job(
     """Load the job file, build its writer in a session and learn its stateful operators."""
     build = load_build(job_file)  # a broken job file fails before a JVM starts
     session = spark or create_session(master, conf, f"sparkpoint:{job}")
+    session.dataSource.register(KafkaDataSource)  # format("sparkpoint-kafka") in job files
     replaced = apply_query_conf(session, conf)
     lent = replaced if spark is not None else {}
     try:
         ctx = JobContext(job=job, params=dict(params))
         writer = build_writer(build, job_file, session, ctx)
         operators = stateful_operators(writer._df, ctx.declarations)
+        sources = job_sources(writer._df)
     except BaseException:
         restore_conf(session, lent)
         raise
-    return PlannedJob(session, writer, operators, file_sink_path(writer), dict(conf), lent)
+    return PlannedJob(session, writer, operators, file_sink_path(writer), dict(conf), lent,
+                      sources)
 
 
 # Called after the plan is known and before the query starts; may build the checkpoint.
@@ -264,6 +271,11 @@ def run_job(
                                spark_operator_name=op.spark_operator_name,
                                named_by_user=op.named_by_user)
                 for op in operators
+            ]
+            record.sources = [
+                SourceRecord(name=s.name, kind=s.kind, named_by_user=s.named_by_user,
+                             path=s.path, options=s.options)
+                for s in planned.sources
             ]
             record.runs.append(run)
             registry.save(record)

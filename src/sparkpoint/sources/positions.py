@@ -15,6 +15,7 @@ from typing import Any
 
 from sparkpoint.errors import ValidationError
 from sparkpoint.sources.file_input import input_files, local_directory, skip_entry
+from sparkpoint.sources.kafka import KAFKA_KINDS, KafkaMetadata, KafkaSourceError
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class SourceDescription:
     name: str
     kind: str  # "file", or the short name of another source ("rate", "kafka", ...)
     path: str | None = None
+    options: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,8 @@ def resolve_start(source: SourceDescription, start: Any, where: str) -> Resolved
         return None
     if source.kind == "file":
         return _file_position(source, start, where)
+    if source.kind in KAFKA_KINDS and not (isinstance(start, dict) and "offset" in start):
+        return _kafka_position(source, start, where)
     if isinstance(start, dict) and "offset" in start:
         offset = start["offset"]
         text = offset if isinstance(offset, str) else json.dumps(offset, separators=(",", ":"))
@@ -93,3 +97,26 @@ def _file_position(source: SourceDescription, start: Any, where: str) -> Resolve
     return ResolvedPosition(
         json.dumps({"logOffset": 0}, separators=(",", ":")), {"0": entry.to_bytes()},
         summary=f"{label}: skips {len(skipped)} of {len(files)} files now in {source.path}")
+
+
+def _kafka_position(source: SourceDescription, start: Any, where: str) -> ResolvedPosition:
+    bootstrap = source.options.get("kafka.bootstrap.servers", "")
+    topics = [t for t in source.options.get("subscribe", "").split(",") if t]
+    if not bootstrap or not topics:
+        raise ValidationError(f"{where}: resolving {start_label(start)} needs the source's "
+                              "kafka.bootstrap.servers and subscribe options")
+    meta = KafkaMetadata(bootstrap)
+    try:
+        partitions = meta.partitions(topics)
+        if start == "latest":
+            offsets = meta.latest(partitions)
+        else:
+            at = parse_timestamp(str(start["timestamp"]), where)
+            offsets = {t: {str(p): meta.offset_for_time(t, p, at) for p in ps}
+                       for t, ps in partitions.items()}
+    except KafkaSourceError as exc:
+        raise ValidationError(f"{where}: {exc}") from exc
+    finally:
+        meta.close()
+    text = json.dumps(offsets, separators=(",", ":"))
+    return ResolvedPosition(text, summary=f"{start_label(start)}: starts at {text}")

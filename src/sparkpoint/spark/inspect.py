@@ -13,7 +13,7 @@ import contextlib
 import shutil
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,11 @@ class PlannedSource:
     named_by_user: bool
     kind: str  # "file" for Spark's file source, else the source's short name ("rate", ...)
     path: str | None = None
+    # Options startpoints need to resolve positions (Kafka servers and topics); never secrets.
+    options: dict[str, str] = field(default_factory=dict)
+
+
+POSITION_OPTIONS = ("kafka.bootstrap.servers", "subscribe")
 
 
 @dataclass(frozen=True)
@@ -56,12 +61,13 @@ def job_sources(frame: DataFrame) -> list[PlannedSource]:
     assert jvm is not None
     file_format = jvm.java.lang.Class.forName(
         "org.apache.spark.sql.execution.datasources.FileFormat")
-    found = []
+    found: list[PlannedSource] = []
     for leaf in leaves:
         kind = leaf.getClass().getSimpleName()
         if kind not in _STREAMING_LEAVES:
             continue
         path = None
+        options: dict[str, str] = {}
         if kind == "StreamingRelation" and file_format.isAssignableFrom(
                 leaf.dataSource().providingClass()):
             kind = "file"
@@ -69,11 +75,13 @@ def job_sources(frame: DataFrame) -> list[PlannedSource]:
             path = str(option.get()) if option.isDefined() else None
         else:
             kind = str(leaf.sourceName())
+            if leaf.getClass().getSimpleName() == "StreamingRelationV2":
+                given = leaf.extraOptions()
+                options = {key: str(given.get(key)) for key in POSITION_OPTIONS
+                           if given.containsKey(key)}
         name_opt = leaf.sourceIdentifyingName().nameOpt()
-        if name_opt.isDefined():
-            found.append(PlannedSource(str(name_opt.get()), True, kind, path))
-        else:
-            found.append(PlannedSource(str(len(found)), False, kind, path))
+        name = str(name_opt.get()) if name_opt.isDefined() else str(len(found))
+        found.append(PlannedSource(name, name_opt.isDefined(), kind, path, options))
     return found
 
 

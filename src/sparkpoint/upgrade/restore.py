@@ -30,7 +30,7 @@ from sparkpoint.sources.positions import (
     start_label,
 )
 from sparkpoint.spark.inspect import (
-    job_sources,
+    PlannedSource,
     output_mode,
     repartition,
     restart_problem,
@@ -80,6 +80,9 @@ class PlannedJob(Protocol):
     @property
     def conf(self) -> Mapping[str, str]: ...
 
+    @property
+    def sources(self) -> list[PlannedSource]: ...
+
 
 @dataclass
 class Resolution:
@@ -111,8 +114,9 @@ def job_shape(planned: PlannedJob) -> tuple[JobShape, dict[str, NewOperatorLayou
                                  else op.spark_operator_name),
             stores=tuple((s.name, s.num_cols_prefix_key) for s in stores) or (("default", 0),),
         )
-    sources = tuple(NewSource(s.name, s.named_by_user, s.kind, s.path)
-                    for s in job_sources(frame))
+    sources = tuple(NewSource(s.name, s.named_by_user, s.kind, s.path,
+                              tuple(sorted(s.options.items())))
+                    for s in planned.sources)
     asked = planned.conf.get(SHUFFLE_PARTITIONS_CONF)
     return JobShape(sources, tuple(operators), int(asked) if asked else None), layouts
 
@@ -162,7 +166,8 @@ def _resolve_positions(resolution: Resolution, resumes_something: bool) -> None:
         where = f"sources.{row.name}"
         try:
             position = resolve_start(
-                SourceDescription(source.name, source.kind, source.path), row.start, where)
+                SourceDescription(source.name, source.kind, source.path, dict(source.options)),
+                row.start, where)
         except SparkpointError as exc:
             resolution.plan.problems.append(str(exc))
             continue

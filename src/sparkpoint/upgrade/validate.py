@@ -27,6 +27,7 @@ class NewSource:
     named_by_user: bool = True
     kind: str = "file"
     path: str | None = None
+    options: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

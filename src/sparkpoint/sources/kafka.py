@@ -1,0 +1,262 @@
+"""A Kafka streaming source on PySpark's Python Data Source API, over confluent-kafka.
+
+Spark's own Kafka connector is a separate jar; this source gives the same columns (key,
+value, topic, partition, offset, timestamp, timestampType), the same offset JSON in the
+checkpoint (``{"topic":{"0":42}}``: the next offset to read per partition) and the options
+``kafka.bootstrap.servers``, ``subscribe``, ``startingOffsets``, ``startingTimestamp`` and
+``maxOffsetsPerTrigger``, so startpoints resolve the same way for both sources.
+
+    spark.readStream.format("sparkpoint-kafka")
+         .option("kafka.bootstrap.servers", "127.0.0.1:9092").option("subscribe", "clicks")
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+FORMAT = "sparkpoint-kafka"
+SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
+          "timestamp timestamp, timestampType int")
+KAFKA_KINDS = (FORMAT, "kafka")
+TIMEOUT_S = 30.0
+
+# {topic: {partition (as a string, as Spark writes it): next offset to read}}
+Offsets = dict[str, dict[str, int]]
+
+
+class KafkaSourceError(ValueError):
+    """A Kafka position or option the source cannot take."""
+
+
+def _client_conf(bootstrap: str) -> dict[str, Any]:
+    return {"bootstrap.servers": bootstrap, "group.id": "sparkpoint-offsets",
+            "enable.auto.commit": False, "socket.timeout.ms": int(TIMEOUT_S * 1000)}
+
+
+class KafkaMetadata:
+    """Partitions and their offsets, as the broker reports them."""
+
+    def __init__(self, bootstrap: str) -> None:
+        from confluent_kafka import Consumer
+
+        self._consumer = Consumer(_client_conf(bootstrap))
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def partitions(self, topics: Sequence[str]) -> dict[str, list[int]]:
+        found = {}
+        for topic in topics:
+            metadata = self._consumer.list_topics(topic, timeout=TIMEOUT_S).topics.get(topic)
+            if metadata is None or metadata.error is not None or not metadata.partitions:
+                raise KafkaSourceError(f"topic '{topic}' does not exist on the broker")
+            found[topic] = sorted(metadata.partitions)
+        return found
+
+    def bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        """(earliest, latest) offsets: latest is the offset the next record will get."""
+        from confluent_kafka import TopicPartition
+
+        low, high = self._consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=TIMEOUT_S)
+        return int(low), int(high)
+
+    def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int:
+        """The first offset whose record timestamp is >= ``timestamp_ms`` (latest if none)."""
+        from confluent_kafka import TopicPartition
+
+        [found] = self._consumer.offsets_for_times(
+            [TopicPartition(topic, partition, timestamp_ms)], timeout=TIMEOUT_S)
+        if found.offset < 0:  # no such record yet: start at the end
+            return self.bounds(topic, partition)[1]
+        return int(found.offset)
+
+    def earliest(self, partitions: dict[str, list[int]]) -> Offsets:
+        return {t: {str(p): self.bounds(t, p)[0] for p in ps} for t, ps in partitions.items()}
+
+    def latest(self, partitions: dict[str, list[int]]) -> Offsets:
+        return {t: {str(p): self.bounds(t, p)[1] for p in ps} for t, ps in partitions.items()}
+
+
+def parse_offsets(text: str, where: str) -> Offsets:
+    """Spark's Kafka offset JSON: ``{"topic":{"0":42}}`` (-2 earliest, -1 latest)."""
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise KafkaSourceError(f"{where}: expected offset JSON such as "
+                               f'{{"topic":{{"0":42}}}}, found {text!r}') from exc
+    if not isinstance(parsed, dict) or not all(
+        isinstance(parts, dict) and all(str(p).isdigit() and isinstance(o, int)
+                                        for p, o in parts.items())
+        for parts in parsed.values()
+    ):
+        raise KafkaSourceError(f"{where}: expected {{topic: {{partition: offset}}}} with "
+                               f"integer offsets, found {text!r}")
+    return {t: {str(p): int(o) for p, o in parts.items()} for t, parts in parsed.items()}
+
+
+@dataclass(frozen=True)
+class KafkaRange(InputPartition):
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: Mapping[str, str]) -> None:
+        # Spark hands options over case-insensitively: keep the mapping it gives.
+        self.bootstrap = options.get("kafka.bootstrap.servers", "")
+        self.topics = [t.strip() for t in options.get("subscribe", "").split(",") if t.strip()]
+        if not self.bootstrap or not self.topics:
+            raise KafkaSourceError(
+                f"the {FORMAT} source needs the options kafka.bootstrap.servers and subscribe")
+        self.starting = options.get("startingOffsets", "latest")
+        self.starting_timestamp = options.get("startingTimestamp")
+        limit = options.get("maxOffsetsPerTrigger")
+        self.max_offsets = int(limit) if limit else None
+        self.available_now_end: Offsets | None = None
+
+    def _metadata(self) -> KafkaMetadata:
+        return KafkaMetadata(self.bootstrap)
+
+    def initialOffset(self) -> Offsets:
+        meta = self._metadata()
+        try:
+            partitions = meta.partitions(self.topics)
+            if self.starting_timestamp is not None:
+                at = int(self.starting_timestamp)
+                return {t: {str(p): meta.offset_for_time(t, p, at) for p in ps}
+                        for t, ps in partitions.items()}
+            if self.starting == "earliest":
+                return meta.earliest(partitions)
+            if self.starting == "latest":
+                return meta.latest(partitions)
+            given = parse_offsets(self.starting, "option startingOffsets")
+            earliest, latest = meta.earliest(partitions), meta.latest(partitions)
+            start = meta.latest(partitions)
+            for topic, parts in given.items():
+                for part, offset in parts.items():
+                    if topic not in start or part not in start[topic]:
+                        raise KafkaSourceError(f"startingOffsets names {topic}-{part}, which the "
+                                               "subscribed topics do not have")
+                    start[topic][part] = (earliest[topic][part] if offset == -2 else
+                                          latest[topic][part] if offset == -1 else offset)
+            return start
+        finally:
+            meta.close()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_offsets) if self.max_offsets else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        meta = self._metadata()
+        try:
+            self.available_now_end = meta.latest(meta.partitions(self.topics))
+        finally:
+            meta.close()
+
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        meta = self._metadata()
+        try:
+            partitions = meta.partitions(self.topics)
+            end = self.available_now_end or meta.latest(partitions)
+            earliest = meta.earliest(partitions)
+        finally:
+            meta.close()
+        # Partitions that appeared since the start begin at their earliest record.
+        begin = {t: {p: start.get(t, {}).get(p, earliest[t][p]) for p in ps}
+                 for t, ps in end.items()}
+        end = {t: {p: max(begin[t][p], o) for p, o in ps.items()} for t, ps in end.items()}
+        if isinstance(limit, ReadMaxRows):
+            end = _rate_limited(begin, end, int(limit.max_rows or 0))
+        return end
+
+    def partitions(self, start: Offsets, end: Offsets) -> Sequence[KafkaRange]:
+        ranges = []
+        for topic, parts in end.items():
+            for part, stop in parts.items():
+                first = start.get(topic, {}).get(part, 0)
+                if stop > first:
+                    ranges.append(KafkaRange(topic, int(part), first, stop))
+        return ranges
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, KafkaRange)
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+        consumer = Consumer({**_client_conf(self.bootstrap), "enable.partition.eof": True})
+        try:
+            consumer.assign([TopicPartition(partition.topic, partition.partition,
+                                            partition.start)])
+            while True:
+                message = consumer.poll(TIMEOUT_S)
+                if message is None:
+                    raise KafkaSourceError(
+                        f"no record from {partition.topic}-{partition.partition} within "
+                        f"{TIMEOUT_S:.0f}s while reading offsets {partition.start}.."
+                        f"{partition.end - 1}")
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        break
+                    raise KafkaSourceError(str(error))
+                offset = message.offset() or 0
+                if offset >= partition.end:
+                    break
+                kind, millis = message.timestamp()
+                yield (message.key(), message.value(), message.topic(), message.partition(),
+                       offset, dt.datetime.fromtimestamp(millis / 1000, dt.UTC),
+                       max(kind - 1, -1))  # Spark: 0 create time, 1 log append time
+                if offset >= partition.end - 1:
+                    break
+        finally:
+            consumer.close()
+
+    def commit(self, end: Offsets) -> None:
+        pass  # offsets live in Spark's checkpoint, not in a consumer group
+
+
+def _rate_limited(begin: Offsets, end: Offsets, max_rows: int) -> Offsets:
+    """Spread ``max_rows`` over partitions in proportion to what each has available."""
+    available = {(t, p): end[t][p] - begin[t][p] for t in end for p in end[t]}
+    total = sum(available.values())
+    if total <= max_rows:
+        return end
+    limited = {t: dict(parts) for t, parts in begin.items()}
+    granted = 0
+    for (topic, part), count in sorted(available.items()):
+        share = count * max_rows // total
+        limited[topic][part] += share
+        granted += share
+    for (topic, part), count in sorted(available.items()):
+        if granted >= max_rows:
+            break
+        if limited[topic][part] - begin[topic][part] < count:
+            limited[topic][part] += 1
+            granted += 1
+    return limited
+
+
+class KafkaDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema: Any) -> KafkaStreamReader:
+        return KafkaStreamReader(self.options)

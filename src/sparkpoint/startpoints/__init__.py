@@ -1,0 +1,1 @@
+"""Startpoints: out-of-band start positions per source, applied once at a job's next start."""

@@ -1,0 +1,46 @@
+"""Write resolved startpoints into a stopped job's checkpoint.
+
+New file-source log entries are added first, then the last committed batch's offsets entry
+is rewritten (one atomic rename) with the sources' new committed offsets. Spark reads that
+entry on restart as what batch N consumed, so the next batch starts there; state, commits
+and the sink are untouched (a startpoint moves input, it does not rewind state).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from sparkpoint.checkpoint.layout import Checkpoint
+from sparkpoint.checkpoint.logs import OffsetLogEntry, SourceOffset
+from sparkpoint.errors import PreconditionError
+from sparkpoint.startpoints.resolve import Resolved
+from sparkpoint.storage.local import write_atomic
+
+
+def apply(checkpoint: Checkpoint, resolved: list[Resolved]) -> int:
+    """Apply to the last committed batch N; return N. Needs no batch in flight."""
+    batch = checkpoint.require_latest_committed_batch()
+    if max(checkpoint.offset_ids()) != batch:
+        raise PreconditionError(
+            f"{checkpoint.root}: batch {max(checkpoint.offset_ids())} was planned but not "
+            "committed; run the job to complete it before applying startpoints")
+    for result in resolved:
+        for name, data in result.log_files:
+            write_atomic(checkpoint.root / "sources" / result.source / name, data)
+    moved = {r.source: r.offset_after for r in resolved if r.moves_offset}
+    if not moved:
+        return batch
+    path = checkpoint.root / "offsets" / str(batch)
+    entry = checkpoint.offsets(batch)
+    # Format v1 names sources by position ("0", "1", ...), v2 by name.
+    keys = [s.name if s.name is not None else str(i) for i, s in enumerate(entry.sources)]
+    sources = [SourceOffset(s.name, moved.get(key, s.offset))
+               for key, s in zip(keys, entry.sources, strict=True)]
+    if entry.version >= 2:  # a source with no offset yet gets its line
+        sources += [SourceOffset(name, offset) for name, offset in moved.items()
+                    if name not in keys]
+    with contextlib.suppress(FileNotFoundError):
+        (path.parent / f".{path.name}.crc").unlink()
+    write_atomic(path, OffsetLogEntry(entry.version, entry.metadata_text,
+                                      tuple(sources)).to_bytes())
+    return batch

@@ -1,0 +1,270 @@
+"""Resolve a source's startpoints against its checkpoint and its input, now.
+
+The result says what the checkpoint must hold for the source's next batch to start at the
+position: the committed offset of the last batch (rewritten only when it must move forward
+past input to skip) and, for Spark's file source, new entries of the source's own log
+listing files to read again or to skip.
+
+File source: its offset is an index into its log; a file is read once, when an entry
+listing it is read. Reading files again means listing them in a new entry after the
+committed one; skipping unread files means listing them in an entry the committed offset
+then points past. Kafka (Spark's or sparkpoint's source): per partition offsets in
+``{"topic":{"0":42}}``. Other sources take an explicit offset in their own format.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkpoint.checkpoint.layout import Checkpoint
+from sparkpoint.checkpoint.source_log import (
+    entry_file,
+    file_source_log_offset,
+    read_source_log,
+)
+from sparkpoint.errors import UsageError, ValidationError
+from sparkpoint.sources.file_input import input_files, local_directory
+from sparkpoint.sources.kafka import KAFKA_KINDS, KafkaMetadata, KafkaSourceError, parse_offsets
+from sparkpoint.sources.positions import parse_timestamp
+from sparkpoint.startpoints.store import WHOLE_SOURCE, Startpoint
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    name: str
+    kind: str
+    path: str | None = None
+    options: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Resolved:
+    """What applying a source's startpoints changes, and a line per partition to show."""
+
+    source: str
+    offset_before: str | None
+    offset_after: str | None
+    log_files: list[tuple[str, bytes]] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def moves_offset(self) -> bool:
+        return self.offset_after is not None and self.offset_after != self.offset_before
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "offset_before": _loads(self.offset_before),
+                "offset_after": _loads(self.offset_after if self.moves_offset
+                                       else self.offset_before),
+                "log_entries": [name for name, _ in self.log_files], "positions": self.lines}
+
+
+def _loads(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def resolve(source: SourceInfo, startpoints: list[Startpoint], checkpoint: Checkpoint,
+            compact_interval: int) -> Resolved:
+    batch = checkpoint.latest_committed_batch()
+    current = (checkpoint.offsets(batch).source_offsets().get(source.name)
+               if batch is not None else None)
+    if source.kind == "file":
+        return _resolve_file(source, startpoints, checkpoint, current, compact_interval)
+    if source.kind in KAFKA_KINDS:
+        return _resolve_kafka(source, startpoints, current)
+    return _resolve_verbatim(source, startpoints, current)
+
+
+def _where(startpoint: Startpoint) -> str:
+    return f"startpoint {startpoint.describe()}"
+
+
+def _whole_source_only(source: SourceInfo, startpoints: list[Startpoint]) -> Startpoint:
+    for startpoint in startpoints:
+        if startpoint.partition != WHOLE_SOURCE:
+            raise ValidationError(
+                f"{_where(startpoint)}: a {source.kind} source has no partitions; set the "
+                "startpoint without --partition")
+    return startpoints[-1]
+
+
+def _resolve_file(source: SourceInfo, startpoints: list[Startpoint], checkpoint: Checkpoint,
+                  current: str | None, interval: int) -> Resolved:
+    startpoint = _whole_source_only(source, startpoints)
+    assert source.path is not None
+    log_dir = checkpoint.root / "sources" / source.name
+    entries = read_source_log(log_dir)
+    committed = file_source_log_offset(current)
+    committed = -1 if committed is None else committed
+    last_id = max(entries, default=-1)
+    consumed = [r for i in sorted(entries) if i <= committed for r in entries[i]]
+    pending = [r for i in sorted(entries) if i > committed for r in entries[i]]
+    listed = {r["path"] for r in consumed + pending}
+    present = input_files(local_directory(source.path, source.name))
+    unlisted: list[dict[str, Any]] = [{"path": f.uri, "timestamp": f.mtime_ms}
+                                      for f in present if f.uri not in listed]
+
+    if startpoint.kind == "offset":
+        return _file_log_offset(source, startpoint, entries, committed, current, interval)
+    cut: float
+    if startpoint.kind == "earliest":
+        cut = -math.inf
+    elif startpoint.kind == "latest":
+        cut = math.inf
+    else:
+        cut = parse_timestamp(startpoint.value or "", _where(startpoint))
+    skip = [r for r in unlisted if r["timestamp"] < cut]
+    skip_pending = any(r["timestamp"] < cut for r in pending)
+    resolved = Resolved(source.name, current, None)
+    next_id = last_id + 1
+    written: dict[int, list[dict[str, Any]]] = dict(entries)
+    if skip or skip_pending:
+        # Mark the unread files before the position as read, and commit past them (and past
+        # entries already written but not read yet).
+        records = [{"path": r["path"], "timestamp": r["timestamp"], "batchId": next_id}
+                   for r in skip]
+        resolved.log_files.append(entry_file(next_id, records, written, interval))
+        written[next_id] = records
+        resolved.offset_after = json.dumps({"logOffset": next_id}, separators=(",", ":"))
+        resolved.lines.append(f"skips {len(skip) + len(pending)} unread files")
+        again = [r for r in consumed + pending if r["timestamp"] >= cut]
+        next_id += 1
+    else:
+        again = [r for r in consumed if r["timestamp"] >= cut]
+    if again:
+        again.sort(key=lambda r: (r["timestamp"], r["path"]))
+        records = [{"path": r["path"], "timestamp": r["timestamp"], "batchId": next_id}
+                   for r in again]
+        resolved.log_files.append(entry_file(next_id, records, written, interval))
+        resolved.lines.append(f"reads {len(again)} files again (log entry {next_id})")
+    new = [r for r in unlisted if r["timestamp"] >= cut]
+    resolved.lines.append(f"then {len(new)} unread files as usual")
+    return resolved
+
+
+def _file_log_offset(source: SourceInfo, startpoint: Startpoint,
+                     entries: dict[int, list[dict[str, Any]]], committed: int,
+                     current: str | None, interval: int) -> Resolved:
+    try:
+        target = json.loads(startpoint.value or "")["logOffset"]
+        assert isinstance(target, int)
+    except (json.JSONDecodeError, KeyError, TypeError, AssertionError) as exc:
+        raise UsageError(f"{_where(startpoint)}: a file source's offset is "
+                         '{"logOffset": k} (an entry of its log)') from exc
+    last_id = max(entries, default=-1)
+    if target < -1 or target > last_id:
+        raise ValidationError(
+            f"{_where(startpoint)}: log offset {target} is past the end of the source's log "
+            f"(entries 0..{last_id}); choose -1..{last_id}")
+    resolved = Resolved(source.name, current, None)
+    if target >= committed:
+        resolved.offset_after = json.dumps({"logOffset": target}, separators=(",", ":"))
+        resolved.lines.append(f"skips log entries {committed + 1}..{target}")
+        return resolved
+    again = [r for i in sorted(entries) if target < i <= committed for r in entries[i]]
+    next_id = last_id + 1
+    records = [{"path": r["path"], "timestamp": r["timestamp"], "batchId": next_id}
+               for r in again]
+    resolved.log_files.append(entry_file(next_id, records, entries, interval))
+    resolved.lines.append(f"reads the {len(again)} files of log entries {target + 1}.."
+                          f"{committed} again (log entry {next_id})")
+    return resolved
+
+
+def _partition_filter(startpoint: Startpoint, topic: str, partition: str) -> bool:
+    if startpoint.partition == WHOLE_SOURCE:
+        return True
+    wanted_topic, _, wanted = startpoint.partition.rpartition(":")
+    return wanted == partition and wanted_topic in ("", topic)
+
+
+def _resolve_kafka(source: SourceInfo, startpoints: list[Startpoint],
+                   current: str | None) -> Resolved:
+    bootstrap = source.options.get("kafka.bootstrap.servers")
+    topics = [t for t in source.options.get("subscribe", "").split(",") if t]
+    if not bootstrap or not topics:
+        raise ValidationError(
+            f"source '{source.name}': the job record has no kafka.bootstrap.servers/subscribe "
+            "for it (only subscribe is supported); run the job once with this sparkpoint")
+    try:
+        before = parse_offsets(current, f"source '{source.name}' offset") if current else {}
+    except KafkaSourceError as exc:
+        raise ValidationError(str(exc)) from exc
+    meta = KafkaMetadata(bootstrap)
+    try:
+        partitions = meta.partitions(topics)
+        after = {t: dict(before.get(t, {})) for t in partitions}
+        lines: list[str] = []
+        for startpoint in startpoints:
+            matched = False
+            explicit = (parse_offsets(startpoint.value or "", _where(startpoint))
+                        if startpoint.kind == "offset" else None)
+            if explicit is not None:
+                for topic, parts in explicit.items():
+                    for part in parts:
+                        if topic not in partitions or int(part) not in partitions[topic]:
+                            raise ValidationError(
+                                f"{_where(startpoint)}: {topic}-{part} does not exist (the "
+                                f"source reads {_listing(partitions)})")
+            for topic, numbers in partitions.items():
+                for number in numbers:
+                    part = str(number)
+                    if not _partition_filter(startpoint, topic, part):
+                        continue
+                    if explicit is not None and part not in explicit.get(topic, {}):
+                        continue
+                    matched = True
+                    low, high = meta.bounds(topic, number)
+                    if startpoint.kind == "earliest":
+                        offset = low
+                    elif startpoint.kind == "latest":
+                        offset = high
+                    elif startpoint.kind == "timestamp":
+                        at = parse_timestamp(startpoint.value or "", _where(startpoint))
+                        offset = meta.offset_for_time(topic, number, at)
+                    else:
+                        assert explicit is not None
+                        offset = explicit[topic][part]
+                        if not low <= offset <= high:
+                            raise ValidationError(
+                                f"{_where(startpoint)}: offset {offset} of {topic}-{part} is "
+                                f"outside what the broker holds ({low}..{high})")
+                    was = before.get(topic, {}).get(part)
+                    after[topic][part] = offset
+                    lines.append(f"{topic}-{part}: {'-' if was is None else was} -> {offset}")
+            if not matched:
+                raise ValidationError(
+                    f"{_where(startpoint)}: partition {startpoint.partition} does not exist "
+                    f"(the source reads {_listing(partitions)})")
+    except KafkaSourceError as exc:
+        raise ValidationError(f"source '{source.name}': {exc}") from exc
+    finally:
+        meta.close()
+    text = json.dumps(after, separators=(",", ":"))
+    return Resolved(source.name, current, text, lines=lines)
+
+
+def _listing(partitions: dict[str, list[int]]) -> str:
+    return ", ".join(f"{t} partitions {','.join(map(str, ps))}" for t, ps in partitions.items())
+
+
+def _resolve_verbatim(source: SourceInfo, startpoints: list[Startpoint],
+                      current: str | None) -> Resolved:
+    startpoint = _whole_source_only(source, startpoints)
+    if startpoint.kind != "offset" or startpoint.value is None:
+        raise ValidationError(
+            f"{_where(startpoint)}: a '{source.kind}' source takes only --offset, in its own "
+            f"offset format (its current offset is {current or 'none'})")
+    try:
+        text = json.dumps(json.loads(startpoint.value), separators=(",", ":"))
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{_where(startpoint)}: expected JSON, found "
+                         f"{startpoint.value!r}") from exc
+    return Resolved(source.name, current, text, lines=[f"{current or '-'} -> {text}"])

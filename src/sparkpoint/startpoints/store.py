@@ -1,0 +1,75 @@
+"""Pending startpoints, one JSON file per source under ``<home>/jobs/<job>/startpoints/``.
+
+Kept apart from the checkpoint, so they can be written while the job runs; the job's next
+start applies them to its checkpoint and removes them (the job record keeps them for audit).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from sparkpoint.storage.home import Home
+from sparkpoint.storage.local import write_atomic
+
+PositionKind = Literal["earliest", "latest", "timestamp", "offset"]
+WHOLE_SOURCE = "*"
+
+
+class Startpoint(BaseModel):
+    """Where one source (or one of its partitions) starts at the job's next start."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    source: str
+    partition: str = WHOLE_SOURCE  # "*", "<p>" or "<topic>:<p>"
+    kind: PositionKind
+    value: str | None = None  # ISO 8601 time, or offset JSON
+    set_at: str
+
+    def describe(self) -> str:
+        where = "" if self.partition == WHOLE_SOURCE else f" partition {self.partition}"
+        what = self.kind if self.value is None else f"{self.kind} {self.value}"
+        return f"{self.source}{where}: {what}"
+
+
+class StartpointStore:
+    def __init__(self, home: Home) -> None:
+        self.home = home
+
+    def directory(self, job: str) -> Path:
+        return self.home.job_dir(job) / "startpoints"
+
+    def _path(self, job: str, source: str) -> Path:
+        return self.directory(job) / f"{source}.json"
+
+    def get(self, job: str, source: str) -> list[Startpoint]:
+        path = self._path(job, source)
+        if not path.is_file():
+            return []
+        return [Startpoint.model_validate(item) for item in json.loads(path.read_text())]
+
+    def set(self, job: str, startpoint: Startpoint) -> list[Startpoint]:
+        """Store ``startpoint``; a whole-source one replaces the source's others, a partition
+        one replaces that partition's."""
+        kept = [] if startpoint.partition == WHOLE_SOURCE else [
+            s for s in self.get(job, startpoint.source) if s.partition != startpoint.partition]
+        entries = [*kept, startpoint]
+        data = json.dumps([s.model_dump(mode="json") for s in entries], indent=2) + "\n"
+        write_atomic(self._path(job, startpoint.source), data.encode())
+        return entries
+
+    def all(self, job: str) -> dict[str, list[Startpoint]]:
+        directory = self.directory(job)
+        if not directory.is_dir():
+            return {}
+        return {path.stem: self.get(job, path.stem)
+                for path in sorted(directory.glob("*.json"))}
+
+    def clear(self, job: str, source: str) -> bool:
+        path = self._path(job, source)
+        existed = path.is_file()
+        path.unlink(missing_ok=True)
+        return existed

@@ -1,0 +1,31 @@
+"""Stateless: every input record becomes one output row, so the output shows exactly which
+records a run read.
+
+--param source=file   clicks (JSON files in --param input): event_id, user, ts
+--param source=kafka  records of --param topic on --param bootstrap: topic, partition,
+                      offset, value, timestamp (at most 4 offsets per batch)
+"""
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+import sparkpoint as sp
+
+SCHEMA = "event_id STRING, user STRING, url STRING, ts TIMESTAMP"
+
+
+def build(spark: SparkSession, ctx: sp.JobContext):  # type: ignore[no-untyped-def]
+    if ctx.param("source", "file") == "kafka":
+        rows = (spark.readStream.name("events").format("sparkpoint-kafka")
+                .option("kafka.bootstrap.servers", ctx.require_param("bootstrap"))
+                .option("subscribe", ctx.require_param("topic"))
+                .option("startingOffsets", "earliest")
+                .option("maxOffsetsPerTrigger", "4").load()
+                .select("topic", "partition", "offset",
+                        F.col("value").cast("string").alias("value"), "timestamp"))
+    else:
+        rows = (spark.readStream.name("clicks").schema(SCHEMA)
+                .option("maxFilesPerTrigger", ctx.param("files_per_batch", "1"))
+                .json(ctx.require_param("input")).select("event_id", "user", "ts"))
+    return (rows.writeStream.format("parquet").option("path", ctx.require_param("output"))
+            .outputMode("append"))

@@ -1,0 +1,231 @@
+"""Startpoints on real Spark: a file source and the Kafka source read exactly the records
+from the resolved positions on, once; startpoints set while a job runs wait for its next
+start; bad positions are refused and nothing is stored."""
+
+from __future__ import annotations
+
+import datetime as dt
+import signal
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkpoint import api
+from sparkpoint.storage.home import Home
+from sparkpoint.testing import Click, output_rows, write_clicks
+from tests.support.cli import files_committed, sparkpoint, start, wait_for
+from tests.support.kafka import kafka_broker
+
+pytestmark = pytest.mark.spark
+JOB = Path(__file__).resolve().parent.parent / "data" / "jobs" / "passthrough.py"
+
+
+def _rows(clicks: list[Click]) -> Counter[Any]:
+    return Counter((c.event_id, c.user, c.ts.replace(tzinfo=None)) for c in clicks)
+
+
+def _run(spark: object, home: Home, tmp: Path, job: str = "j") -> None:
+    api.run(home, JOB, job, params={"input": str(tmp / "in"), "output": str(tmp / "out")},
+            until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+
+
+def _out(spark: object, tmp: Path) -> Counter[Any]:
+    return output_rows(spark, tmp / "out")  # type: ignore[arg-type]
+
+
+def test_earliest_rereads_everything_once_then_is_cleared(
+    spark: object, home: Home, tmp_path: Path
+) -> None:
+    first = write_clicks(tmp_path / "in", range(0, 3))
+    _run(spark, home, tmp_path)
+    dry = sparkpoint(home, "startpoint", "set", "j", "clicks", "--earliest", "--dry-run",
+                     "--json")
+    assert dry.code == 0, dry.err
+    assert "reads 3 files again (log entry 3)" in dry.json()["resolves_to"]["positions"]
+    assert sparkpoint(home, "startpoint", "list", "j", "--json").json() == []
+    assert sparkpoint(home, "startpoint", "set", "j", "clicks", "--earliest").code == 0
+    assert [s["kind"] for s in sparkpoint(home, "startpoint", "list", "j", "--json").json()] \
+        == ["earliest"]
+    later = write_clicks(tmp_path / "in", range(3, 4))
+    _run(spark, home, tmp_path)
+    assert _out(spark, tmp_path) == _rows(first + first + later)
+    assert sparkpoint(home, "startpoint", "list", "j", "--json").json() == []
+    _run(spark, home, tmp_path)  # applied once: the next start reads nothing again
+    assert _out(spark, tmp_path) == _rows(first + first + later)
+    applied = sparkpoint(home, "jobs", "show", "j", "--json").json()["startpoints_applied"]
+    assert [a["source"] for a in applied] == ["clicks"]
+
+
+def test_latest_skips_the_backlog(spark: object, home: Home, tmp_path: Path) -> None:
+    first = write_clicks(tmp_path / "in", range(0, 2))
+    _run(spark, home, tmp_path)
+    write_clicks(tmp_path / "in", range(2, 4))  # backlog, never to be read
+    assert sparkpoint(home, "startpoint", "set", "j", "clicks", "--latest").code == 0
+    _run(spark, home, tmp_path)
+    assert _out(spark, tmp_path) == _rows(first)
+    fresh = write_clicks(tmp_path / "in", range(4, 5))
+    _run(spark, home, tmp_path)
+    assert _out(spark, tmp_path) == _rows(first + fresh)
+
+
+def _mtime_cut(directory: Path) -> str:
+    newest_ms = max(p.stat().st_mtime_ns for p in directory.iterdir()) // 1_000_000
+    return dt.datetime.fromtimestamp((newest_ms + 1) / 1000, dt.UTC).isoformat()
+
+
+def test_timestamp_starts_at_the_first_file_modified_at_or_after_it(
+    spark: object, home: Home, tmp_path: Path
+) -> None:
+    first = write_clicks(tmp_path / "in", range(0, 2))
+    _run(spark, home, tmp_path)
+    write_clicks(tmp_path / "in", range(2, 3))
+    cut = _mtime_cut(tmp_path / "in")  # after slice 2, before slices 3-4
+    after = write_clicks(tmp_path / "in", range(3, 5))
+    assert sparkpoint(home, "startpoint", "set", "j", "clicks", "--timestamp", cut).code == 0
+    _run(spark, home, tmp_path)
+    assert _out(spark, tmp_path) == _rows(first + after)
+    # A time before slice 1 reads slices 1.. again (slice 2 was skipped: never read).
+    one = write_clicks(tmp_path / "in", range(5, 6))
+    slice_1 = sorted((tmp_path / "in").glob("clicks-*.json"))[1]
+    at = dt.datetime.fromtimestamp(slice_1.stat().st_mtime_ns / 1e9, dt.UTC)
+    assert sparkpoint(home, "startpoint", "set", "j", "clicks", "--timestamp",
+                      at.isoformat()).code == 0
+    _run(spark, home, tmp_path)
+    again = [c for c in first if c.event_id.startswith("e1-")] + after
+    assert _out(spark, tmp_path) == _rows(first + after + one + again)
+
+
+def test_startpoint_set_while_running_applies_at_the_next_start(
+    spark: object, home: Home, tmp_path: Path
+) -> None:
+    first = write_clicks(tmp_path / "in", range(0, 2))
+    log = tmp_path / "live.log"
+    proc = start(home, "run", str(JOB), "--job", "live", "--param", f"input={tmp_path / 'in'}",
+                 "--param", f"output={tmp_path / 'out'}", log=log)
+    try:
+        wait_for(lambda: files_committed(home, "live", "clicks") == 2, 180, "2 files", log)
+        shown = sparkpoint(home, "startpoint", "set", "live", "clicks", "--earliest")
+        assert shown.code == 0, shown.err
+        time.sleep(2)  # the running job does not pick it up
+        assert _out(spark, tmp_path) == _rows(first)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    _run(spark, home, tmp_path, job="live")
+    assert _out(spark, tmp_path) == _rows(first + first)
+
+
+def test_bad_startpoints_are_refused_and_nothing_is_stored(
+    spark: object, home: Home, tmp_path: Path
+) -> None:
+    write_clicks(tmp_path / "in", range(0, 2))
+    _run(spark, home, tmp_path)
+    cases = [
+        (["nope", "clicks", "--earliest"], 4, "job 'nope' not found"),
+        (["j", "views", "--earliest"], 4, "no source 'views' (sources: clicks)"),
+        (["j", "clicks", "--timestamp", "yesterday"], 3, "ISO 8601"),
+        (["j", "clicks", "--earliest", "--partition", "0"], 3, "has no partitions"),
+        (["j", "clicks", "--offset", '{"logOffset": 7}'], 3, "past the end"),
+        (["j", "clicks", "--earliest", "--latest"], 2, "exactly one"),
+    ]
+    for args, code, fragment in cases:
+        result = sparkpoint(home, "startpoint", "set", *args)
+        assert result.code == code, (args, result.err)
+        assert fragment in result.err, (args, result.err)
+    assert sparkpoint(home, "startpoint", "list", "j", "--json").json() == []
+    cleared = sparkpoint(home, "startpoint", "clear", "j", "clicks")
+    assert cleared.code == 4 and "no startpoint" in cleared.err
+
+
+# -- Kafka ------------------------------------------------------------------------------
+
+TOPIC = "events"
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    base = tmp_path_factory.mktemp("kafka")
+    with kafka_broker(base / "data", base / "broker.log") as bootstrap:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for future in admin.create_topics(
+                [NewTopic(TOPIC, num_partitions=3, replication_factor=1)]).values():
+            future.result(30)
+        yield bootstrap
+
+
+# Record timestamps an hour back: the broker deletes records older than its retention.
+BASE_MS = (int(time.time()) - 3600) * 1000
+
+
+def _produce(bootstrap: str, first: int, count: int) -> list[tuple[int, int, str, int]]:
+    """Records i = first..first+count-1 to partition i % 3 with timestamp BASE + i s; returns
+    (partition, offset, value, timestamp ms) of each, offsets as the broker assigned them."""
+    from confluent_kafka import Producer
+
+    delivered: list[tuple[int, int, str, int]] = []
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(first, first + count):
+        producer.produce(TOPIC, value=f"v{i}".encode(), partition=i % 3,
+                         timestamp=BASE_MS + i * 1000,
+                         on_delivery=lambda err, msg: delivered.append(
+                             (msg.partition(), msg.offset(), msg.value().decode(),
+                              msg.timestamp()[1])))
+        producer.flush(30)
+    assert len(delivered) == count
+    return delivered
+
+
+def _kafka_rows(records: list[tuple[int, int, str, int]]) -> Counter[Any]:
+    return Counter((TOPIC, p, o, v, dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
+                    .replace(tzinfo=None)) for p, o, v, ms in records)
+
+
+def test_kafka_source_and_per_partition_startpoints(
+    spark: object, home: Home, tmp_path: Path, broker: str
+) -> None:
+    params = {"source": "kafka", "bootstrap": broker, "topic": TOPIC,
+              "output": str(tmp_path / "out")}
+
+    def run() -> api.RunResult:
+        return api.run(home, JOB, "k", params=params, until_caught_up=True,
+                       spark=spark)  # type: ignore[arg-type]
+
+    records = _produce(broker, 0, 15)
+    result = run()
+    # maxOffsetsPerTrigger=4: 15 records take 4 batches; every record exactly once.
+    assert result.batches_run >= 4
+    assert _out(spark, tmp_path) == _kafka_rows(records)
+    later = _produce(broker, 15, 6)
+    # Partition 0 from the first record at or after record 6's time (offset 2), partition 1
+    # from offset 1; partition 2 continues where it was.
+    at = dt.datetime.fromtimestamp((BASE_MS + 6000) / 1000, dt.UTC).isoformat()
+    shown = sparkpoint(home, "startpoint", "set", "k", "events", "--timestamp", at,
+                       "--partition", "0", "--json")
+    assert shown.code == 0, shown.err
+    assert shown.json()["resolves_to"]["positions"] == ["events-0: 5 -> 2"]
+    offset = sparkpoint(home, "startpoint", "set", "k", "events", "--offset",
+                        '{"events":{"1":1}}', "--partition", "1", "--json")
+    assert offset.code == 0, offset.err
+    assert offset.json()["resolves_to"]["offset_after"] == {
+        TOPIC: {"0": 2, "1": 1, "2": 5}}
+    run()
+    everything = records + later
+    again = [r for r in everything if (r[0] == 0 and r[1] >= 2) or (r[0] == 1 and r[1] >= 1)]
+    new_in_2 = [r for r in later if r[0] == 2]
+    assert _out(spark, tmp_path) == _kafka_rows(records) + _kafka_rows(again + new_in_2)
+    refused = [
+        (["--offset", '{"events":{"2":99}}'], "outside what the broker holds"),
+        (["--latest", "--partition", "7"], "partition 7 does not exist"),
+    ]
+    for args, fragment in refused:
+        result = sparkpoint(home, "startpoint", "set", "k", "events", *args)
+        assert result.code == 3 and fragment in result.err, result.err
+    assert sparkpoint(home, "startpoint", "list", "k", "--json").json() == []
