@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 import signal
 from collections import Counter
 from pathlib import Path
@@ -222,6 +223,32 @@ def test_drain_fires_transform_with_state_timers(
     assert _snapshot_rows(home, "after") == {"counts": 0}
     expected = Counter((user, n) for user, n in Counter(c.user for c in clicks).items())
     assert output_rows(spark, tmp_path / "out") == expected  # type: ignore[arg-type]
+
+
+def test_transform_with_state_resumes_across_an_inserted_operator(
+    spark: object, home: Home, tmp_path: Path
+) -> None:
+    """Operator metadata v2 with absolute schema paths: the state follows the operator to
+    its new id and new checkpoint, and its timers still fire at the drain."""
+    clicks = write_clicks(tmp_path / "in", range(0, 3))
+    params = {"mode": "EventTime", "input": str(tmp_path / "in"),
+              "output": str(tmp_path / "out1")}
+    api.run(home, TIMERS, "v1", params=params, until_caught_up=True,
+            spark=spark)  # type: ignore[arg-type]
+    api.snapshot_create(home, "v1", "s1")
+    # The snapshot must not lean on the old checkpoint its schema paths named.
+    shutil.rmtree(home.checkpoint_dir("v1"))
+    clicks += write_clicks(tmp_path / "in", range(3, 5))
+    v2 = {**params, "output": str(tmp_path / "out2"), "after": "dedupe"}
+    plan = api.plan(home, TIMERS, params=v2, from_snapshot="s1",
+                    spark=spark)  # type: ignore[arg-type]
+    assert {op.name: (op.action, op.operator_id) for op in plan.operators} == {
+        "counts": ("resume", 1), "unique_counts": ("initialize", 0)}
+    api.run(home, TIMERS, "v2", params=v2, from_snapshot="s1", until_caught_up=True,
+            spark=spark)  # type: ignore[arg-type]
+    api.drain(home, "v2", spark=spark)  # type: ignore[arg-type]
+    expected = Counter((user, n) for user, n in Counter(c.user for c in clicks).items())
+    assert output_rows(spark, tmp_path / "out2") == expected  # type: ignore[arg-type]
 
 
 def test_drain_completes_a_batch_planned_but_not_committed(

@@ -143,3 +143,4 @@ class Checkpoint:
 
     def is_rocksdb(self, batch: int) -> bool:
         return self.provider(batch) == ROCKSDB_PROVIDER
+

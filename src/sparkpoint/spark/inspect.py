@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint.layout import Checkpoint, OperatorDir
 from sparkpoint.checkpoint.operators import OperatorMetadata
+from sparkpoint.checkpoint.schema_paths import relocate_schema_paths
 from sparkpoint.spark.jvm import scala_list
 from sparkpoint.spark.sink import private_field
 from sparkpoint.storage.local import copy_file
@@ -147,6 +148,10 @@ def state_layout(
     """Per Spark operator id: the operator metadata and store schemas a first run writes."""
     scratch = Path(tempfile.mkdtemp(prefix="sparkpoint-plan-"))
     try:
+        # transformWithState reads its operator metadata only for batches the offsets log has.
+        (scratch / "offsets").mkdir()
+        (scratch / "offsets" / "0").write_text(
+            'v1\n{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}')
         execution = _incremental_execution(spark, frame, mode, scratch / "state", 0, None)
         execution.executedPlan()
         layout: dict[int, tuple[OperatorMetadata, list[PlannedStore]]] = {}
@@ -187,6 +192,10 @@ def restart_problem(
         for path in sorted(checkpoint.rglob("*")):
             if path.is_file():
                 copy_file(path, scratch / path.relative_to(checkpoint))
+        relocate_schema_paths(scratch)
+        # A restart writes offsets/N+1 before planning it; transformWithState reads its
+        # operator metadata only for batches the offsets log has.
+        copy_file(scratch / "offsets" / str(batch), scratch / "offsets" / str(batch + 1))
         offsets = source.offsets(batch)
         with _preserved_sql_conf(spark):
             execution = _incremental_execution(spark, frame, mode, scratch / "state", batch + 1,

@@ -77,10 +77,13 @@ def _copy_operator(src: Path, dst: Path, new_id: int, shift: int) -> None:
             continue
         rel = path.relative_to(src)
         link_or_copy(path, dst / rel.parent / _shifted_name(rel.name, shift))
-    meta = dst / "_metadata" / "metadata"
-    metadata = OperatorMetadata.parse(meta.read_bytes(), str(meta))
-    # Replace the link by a new file: the snapshot's copy must keep its own id.
-    write_atomic(meta, metadata.with_operator_id(new_id).to_bytes())
+    v2 = dst / "_metadata" / "v2"
+    metadata_files = [dst / "_metadata" / "metadata"] if not v2.is_dir() else sorted(
+        p for p in v2.iterdir() if p.name.isdigit())
+    for meta in metadata_files:
+        metadata = OperatorMetadata.parse(meta.read_bytes(), str(meta))
+        # Replace the link by a new file: the snapshot's copy must keep its own id.
+        write_atomic(meta, metadata.with_operator_id(new_id).to_bytes())
 
 
 def _operator_metadata(layout: NewOperatorLayout, partitions: int) -> bytes:

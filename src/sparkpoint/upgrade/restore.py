@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 from sparkpoint.checkpoint import hdfs_state
 from sparkpoint.checkpoint.layout import SHUFFLE_PARTITIONS_CONF, Checkpoint
 from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER
+from sparkpoint.checkpoint.schema_paths import relocate_schema_paths
 from sparkpoint.errors import NameTakenError, SparkpointError, ValidationError
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.store import SnapshotStore
@@ -248,6 +249,8 @@ def build_new_checkpoint(
             raise ValidationError(f"Spark refuses to restart the job from the assembled "
                                   f"checkpoint: {verdict}")
         if publish:
+            # transformWithState's schema paths must name where the checkpoint will live.
+            relocate_schema_paths(staging, target)
             fsync_dir(staging)
             if target.exists():
                 target.rmdir()

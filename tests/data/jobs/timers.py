@@ -5,6 +5,8 @@ count when the user's timer fires, then clear the state.
 EventTime       the timer is one day of event time after the user's newest click
 ProcessingTime  the timer is one day of processing time after the user's latest batch
 Neither fires during a test's run: only a drain makes them fire.
+--param after=dedupe  adds a dedupe ("unique_counts") after the counts, which moves the
+                      counts operator from Spark operator id 0 to 1
 """
 
 from collections.abc import Iterator
@@ -69,5 +71,7 @@ def build(spark: SparkSession, ctx: sp.JobContext):  # type: ignore[no-untyped-d
               .json(ctx.require_param("input")).withWatermark("ts", "10 minutes"))
     counts = ctx.stateful("counts", clicks.groupBy("user").transformWithStateInPandas(
         CountUntilTimer(mode), "user STRING, n LONG", "Append", mode))
+    if ctx.param("after") == "dedupe":
+        counts = ctx.stateful("unique_counts", counts.dropDuplicates(["user", "n"]))
     return (counts.writeStream.format("parquet").option("path", ctx.require_param("output"))
             .outputMode("append"))

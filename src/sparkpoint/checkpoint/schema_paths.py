@@ -1,0 +1,37 @@
+"""transformWithState keeps absolute paths to its state schema files in its operator
+metadata v2 (``state/<op>/_metadata/v2/<batch>``); a checkpoint copied, assembled or
+renumbered elsewhere needs them pointed at its own schema files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sparkpoint.checkpoint.operators import OperatorMetadata
+from sparkpoint.storage.local import write_atomic
+
+
+def relocate_schema_paths(checkpoint_root: Path, final_root: Path | None = None) -> int:
+    """Point every transformWithState operator's ``stateSchemaFilePaths`` (absolute URIs in
+    its metadata v2 files) into ``final_root`` (default: where the checkpoint is now), at the
+    operator's own directory. Spark reads schemas through these paths on restart, so a copied
+    or renumbered checkpoint needs them rewritten. Returns the number of files rewritten."""
+    target = (final_root or checkpoint_root).absolute()
+    state = checkpoint_root / "state"
+    rewritten = 0
+    for v2_dir in sorted(state.glob("*/_metadata/v2")) if state.is_dir() else []:
+        operator_id = v2_dir.parent.parent.name
+        for path in sorted(p for p in v2_dir.iterdir() if p.name.isdigit()):
+            metadata = OperatorMetadata.parse(path.read_bytes(), str(path))
+            body = metadata.obj
+            for store in body.get("stateStoreInfo", []):
+                store["stateSchemaFilePaths"] = [
+                    "file:" + str(target / "state" / operator_id / "_stateSchema"
+                                  / old.split("/_stateSchema/", 1)[1])
+                    for old in store.get("stateSchemaFilePaths", [])
+                ]
+            (path.parent / f".{path.name}.crc").unlink(missing_ok=True)
+            write_atomic(path, OperatorMetadata(
+                metadata.version, json.dumps(body, separators=(",", ":"))).to_bytes())
+            rewritten += 1
+    return rewritten
