@@ -229,3 +229,48 @@ def test_kafka_source_and_per_partition_startpoints(
         result = sparkpoint(home, "startpoint", "set", "k", "events", *args)
         assert result.code == 3 and fragment in result.err, result.err
     assert sparkpoint(home, "startpoint", "list", "k", "--json").json() == []
+
+
+def test_kafka_reader_options_and_rate_limit(broker: str) -> None:
+    """The reader on its own (as Spark drives it): starting positions, read limits, rows."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    from sparkpoint.sources.kafka import KafkaStreamReader
+
+    topic = "reader"
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker})
+    for future in admin.create_topics(
+            [NewTopic(topic, num_partitions=2, replication_factor=1)]).values():
+        future.result(30)
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": broker})
+    for i in range(10):
+        producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=i % 2,
+                         timestamp=BASE_MS + i * 1000)
+    producer.flush(30)
+
+    def reader(**options: str) -> KafkaStreamReader:
+        return KafkaStreamReader({"kafka.bootstrap.servers": broker, "subscribe": topic,
+                                  **options})
+
+    assert reader().initialOffset() == {topic: {"0": 5, "1": 5}}  # Spark's default: latest
+    assert reader(startingOffsets="earliest").initialOffset() == {topic: {"0": 0, "1": 0}}
+    assert reader(startingOffsets='{"reader":{"0":3,"1":-2}}').initialOffset() == {
+        topic: {"0": 3, "1": 0}}
+    # Record 6 is partition 0's offset 3; partition 1's first at or after it is record 7.
+    assert reader(startingTimestamp=str(BASE_MS + 6000)).initialOffset() == {
+        topic: {"0": 3, "1": 3}}
+    limited = reader(startingOffsets="earliest", maxOffsetsPerTrigger="3")
+    start = limited.initialOffset()
+    assert isinstance(limited.getDefaultReadLimit(), ReadMaxRows)
+    end = limited.latestOffset(start, limited.getDefaultReadLimit())
+    assert sum(end[topic].values()) - sum(start[topic].values()) == 3
+    assert limited.latestOffset(start, ReadAllAvailable()) == {topic: {"0": 5, "1": 5}}
+    rows = [row for part in limited.partitions(start, {topic: {"0": 2, "1": 0}})
+            for row in limited.read(part)]
+    assert [(r[0], r[1], r[2], r[3], r[4], r[6]) for r in rows] == [
+        (b"k0", b"v0", topic, 0, 0, 0), (b"k2", b"v2", topic, 0, 1, 0)]
+    assert rows[1][5] == dt.datetime.fromtimestamp((BASE_MS + 2000) / 1000, dt.UTC)
