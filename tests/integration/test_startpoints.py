@@ -143,6 +143,37 @@ def test_bad_startpoints_are_refused_and_nothing_is_stored(
     assert cleared.code == 4 and "no startpoint" in cleared.err
 
 
+def test_rate_source_starts_at_the_second_of_a_timestamp(
+    spark: object, home: Home, tmp_path: Path
+) -> None:
+    """The rate source's offset counts seconds since its start; second s emits the values
+    5s..5s+4 (5 rows per second) stamped from start + s seconds on."""
+    params = {"source": "rate", "output": str(tmp_path / "out")}
+    api.run(home, JOB, "r", params=params, max_batches=2, spark=spark)  # type: ignore[arg-type]
+    ckpt = home.checkpoint_dir("r")
+    started_ms = int((ckpt / "sources" / "ticks" / "0").read_text().split("\n")[1])
+    # Seconds up to the newest offsets entry are read (a batch planned when the run stopped
+    # is completed first); the startpoint skips the next two seconds.
+    planned = max(int(p.name) for p in (ckpt / "offsets").iterdir() if p.name.isdigit())
+    reached = int((ckpt / "offsets" / str(planned)).read_text().split("ticks:")[1])
+    target = reached + 2
+    # A position the source has not reached yet is refused: wait until it has.
+    time.sleep(max(0.0, (started_ms + (target + 1) * 1000) / 1000 - time.time()))
+    at = dt.datetime.fromtimestamp((started_ms + target * 1000 - 500) / 1000, dt.UTC)
+    shown = sparkpoint(home, "startpoint", "set", "r", "ticks", "--timestamp", at.isoformat(),
+                       "--json")
+    assert shown.code == 0, shown.err
+    assert shown.json()["resolves_to"]["offset_after"] == target  # rows at or after the time
+    future = sparkpoint(home, "startpoint", "set", "r", "ticks", "--offset", "100000")
+    assert future.code == 3 and "past the end" in future.err
+    api.run(home, JOB, "r", params=params, max_batches=1, spark=spark)  # type: ignore[arg-type]
+    values = sorted(row[1] for row in _out(spark, tmp_path).elements())
+    before = [v for v in values if v < 5 * reached]
+    after = [v for v in values if v >= 5 * reached]
+    assert before == list(range(5 * reached))
+    assert after and after == list(range(5 * target, 5 * target + len(after)))
+
+
 # -- Kafka ------------------------------------------------------------------------------
 
 TOPIC = "events"

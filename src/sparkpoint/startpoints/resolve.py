@@ -14,8 +14,10 @@ then points past. Kafka (Spark's or sparkpoint's source): per partition offsets 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +81,8 @@ def resolve(source: SourceInfo, startpoints: list[Startpoint], checkpoint: Check
         return _resolve_file(source, startpoints, checkpoint, current, compact_interval)
     if source.kind in KAFKA_KINDS:
         return _resolve_kafka(source, startpoints, current)
+    if source.kind == "rate":
+        return _resolve_rate(source, startpoints, checkpoint, current)
     return _resolve_verbatim(source, startpoints, current)
 
 
@@ -253,6 +257,48 @@ def _resolve_kafka(source: SourceInfo, startpoints: list[Startpoint],
 
 def _listing(partitions: dict[str, list[int]]) -> str:
     return ", ".join(f"{t} partitions {','.join(map(str, ps))}" for t, ps in partitions.items())
+
+
+def _resolve_rate(source: SourceInfo, startpoints: list[Startpoint], checkpoint: Checkpoint,
+                  current: str | None) -> Resolved:
+    """The rate source's offset is whole seconds since its start time, which its own log
+    (``sources/<name>/0``: ``v1`` and the start in ms) holds; second s yields the rows
+    stamped start + s*1000 ms onwards."""
+    startpoint = _whole_source_only(source, startpoints)
+    log = checkpoint.root / "sources" / source.name / "0"
+    try:
+        started_ms = int(log.read_text().split("\n")[1])
+    except (OSError, IndexError, ValueError) as exc:
+        raise ValidationError(f"{log}: expected the rate source's start time ('v1' and "
+                              "milliseconds), found none; run the job once first") from exc
+    now = max(0, (int(time.time() * 1000) - started_ms) // 1000)
+    if startpoint.kind == "earliest":
+        seconds = 0
+    elif startpoint.kind == "latest":
+        seconds = now
+    elif startpoint.kind == "timestamp":
+        at = parse_timestamp(startpoint.value or "", _where(startpoint))
+        seconds = max(0, -((started_ms - at) // 1000))  # ceiling: rows at or after the time
+    else:
+        try:
+            seconds = int(json.loads(startpoint.value or ""))
+        except (json.JSONDecodeError, TypeError, ValueError) as exc:
+            raise UsageError(f"{_where(startpoint)}: a rate source's offset is a whole number "
+                             "of seconds since its start") from exc
+        if seconds < 0:
+            raise ValidationError(f"{_where(startpoint)}: offset {seconds} is negative")
+    if seconds > now:
+        # The source cannot start after the second it has reached (Spark asserts start <= end).
+        raise ValidationError(
+            f"{_where(startpoint)}: second {seconds} is past the end: the source is at second "
+            f"{now} ({_iso(started_ms + now * 1000)})")
+    return Resolved(source.name, current, str(seconds),
+                    lines=[f"second {current or '-'} -> {seconds} (rows from "
+                           f"{_iso(started_ms + seconds * 1000)})"])
+
+
+def _iso(millis: int) -> str:
+    return dt.datetime.fromtimestamp(millis / 1000, dt.UTC).isoformat()
 
 
 def _resolve_verbatim(source: SourceInfo, startpoints: list[Startpoint],

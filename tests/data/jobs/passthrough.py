@@ -4,6 +4,7 @@ records a run read.
 --param source=file   clicks (JSON files in --param input): event_id, user, ts
 --param source=kafka  records of --param topic on --param bootstrap: topic, partition,
                       offset, value, timestamp (at most 4 offsets per batch)
+--param source=rate   Spark's rate source, 5 rows per second: timestamp, value
 """
 
 from pyspark.sql import SparkSession
@@ -23,6 +24,9 @@ def build(spark: SparkSession, ctx: sp.JobContext):  # type: ignore[no-untyped-d
                 .option("maxOffsetsPerTrigger", "4").load()
                 .select("topic", "partition", "offset",
                         F.col("value").cast("string").alias("value"), "timestamp"))
+    elif ctx.param("source") == "rate":
+        rows = (spark.readStream.name("ticks").format("rate").option("rowsPerSecond", "5")
+                .load())
     else:
         rows = (spark.readStream.name("clicks").schema(SCHEMA)
                 .option("maxFilesPerTrigger", ctx.param("files_per_batch", "1"))
