@@ -251,6 +251,31 @@ def test_transform_with_state_resumes_across_an_inserted_operator(
     assert output_rows(spark, tmp_path / "out2") == expected  # type: ignore[arg-type]
 
 
+def test_new_transform_with_state_operator_starts_empty_in_a_resumed_job(
+    spark: object, home: Home, tmp_path: Path
+) -> None:
+    """v1 only deduplicates; v2 also counts per user with transformWithState. The dedupe
+    resumes, the new operator gets the metadata v2 and schema files Spark writes for it."""
+    write_clicks(tmp_path / "in", range(0, 3))
+    base = {"mode": "EventTime", "input": str(tmp_path / "in")}
+    api.run(home, TIMERS, "v1", params={**base, "output": str(tmp_path / "out1"),
+                                        "only": "dedupe"},
+            until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+    api.snapshot_create(home, "v1", "s1")
+    later = write_clicks(tmp_path / "in", range(3, 5))
+    v2 = {**base, "output": str(tmp_path / "out2"), "before": "dedupe"}
+    plan = api.plan(home, TIMERS, params=v2, from_snapshot="s1",
+                    spark=spark)  # type: ignore[arg-type]
+    assert {op.name: op.action for op in plan.operators} == {
+        "counts": "initialize", "unique_clicks": "resume"}
+    api.run(home, TIMERS, "v2", params=v2, from_snapshot="s1", until_caught_up=True,
+            spark=spark)  # type: ignore[arg-type]
+    api.drain(home, "v2", spark=spark)  # type: ignore[arg-type]
+    unique = {(c.event_id, c.ts): c for c in later}.values()
+    expected = Counter((user, n) for user, n in Counter(c.user for c in unique).items())
+    assert output_rows(spark, tmp_path / "out2") == expected  # type: ignore[arg-type]
+
+
 def test_drain_completes_a_batch_planned_but_not_committed(
     spark: object, home: Home, tmp_path: Path
 ) -> None:

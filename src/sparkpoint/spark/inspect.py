@@ -142,9 +142,20 @@ def _preserved_sql_conf(spark: SparkSession) -> Iterator[None]:
                 spark.conf.set(key, saved[key])
 
 
+@dataclass(frozen=True)
+class PlannedOperatorState:
+    """What a first run writes for one stateful operator, learned on a scratch directory."""
+
+    metadata: OperatorMetadata
+    stores: list[PlannedStore]
+    # transformWithState: its metadata v2 and schema files (path in the operator dir -> bytes),
+    # which a new operator of a resumed job needs as Spark would have written them.
+    v2_files: dict[str, bytes] = field(default_factory=dict)
+
+
 def state_layout(
     spark: SparkSession, frame: DataFrame, mode: Any
-) -> dict[int, tuple[OperatorMetadata, list[PlannedStore]]]:
+) -> dict[int, PlannedOperatorState]:
     """Per Spark operator id: the operator metadata and store schemas a first run writes."""
     scratch = Path(tempfile.mkdtemp(prefix="sparkpoint-plan-"))
     try:
@@ -154,9 +165,17 @@ def state_layout(
             'v1\n{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}')
         execution = _incremental_execution(spark, frame, mode, scratch / "state", 0, None)
         execution.executedPlan()
-        layout: dict[int, tuple[OperatorMetadata, list[PlannedStore]]] = {}
+        layout: dict[int, PlannedOperatorState] = {}
         for operator in Checkpoint(scratch).operators():
-            layout[operator.operator_id] = (operator.metadata, _stores(operator))
+            v2_files = {}
+            if operator.metadata.version == 2:
+                for path in sorted(operator.path.rglob("*")):
+                    rel = path.relative_to(operator.path).as_posix()
+                    if path.is_file() and rel.startswith(("_metadata/v2/", "_stateSchema/")) \
+                            and not path.name.startswith("."):
+                        v2_files[rel] = path.read_bytes()
+            layout[operator.operator_id] = PlannedOperatorState(
+                operator.metadata, _stores(operator), v2_files)
         return layout
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -46,6 +46,8 @@ class NewOperatorLayout:
     operator_id: int
     spark_operator_name: str
     stores: tuple[tuple[str, int], ...]  # (store name, numColsPrefixKey)
+    # transformWithState: metadata v2 and schema files Spark wrote when planning the job.
+    v2_files: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -209,7 +211,15 @@ def _write(
         elif op_row.action == "initialize":
             layout = new_operators[op_row.name]
             op_dir = out / "state" / str(layout.operator_id)
-            write_atomic(op_dir / "_metadata" / "metadata", _operator_metadata(layout, partitions))
+            if layout.v2_files:
+                for rel, data in layout.v2_files:
+                    if rel.startswith("_metadata/v2/"):
+                        # Metadata v2 is read as of the batch the job continues from.
+                        rel = f"_metadata/v2/{batch}"
+                    write_atomic(op_dir / rel, data)
+            else:
+                write_atomic(op_dir / "_metadata" / "metadata",
+                             _operator_metadata(layout, partitions))
             for store, _prefix in layout.stores:
                 for partition in range(partitions):
                     pdir = op_dir / str(partition)

@@ -103,7 +103,8 @@ def job_shape(planned: PlannedJob) -> tuple[JobShape, dict[str, NewOperatorLayou
     operators = []
     layouts = {}
     for op in planned.operators:
-        metadata, stores = layout.get(op.operator_id, (None, []))
+        planned_state = layout.get(op.operator_id)
+        stores = planned_state.stores if planned_state is not None else []
         operators.append(NewOperator(
             name=op.name, operator_id=op.operator_id, spark_operator_name=op.spark_operator_name,
             stores=tuple(NewStore(s.name, s.key_schema, s.value_schema) for s in stores),
@@ -111,9 +112,11 @@ def job_shape(planned: PlannedJob) -> tuple[JobShape, dict[str, NewOperatorLayou
         ))
         layouts[op.name] = NewOperatorLayout(
             operator_id=op.operator_id,
-            spark_operator_name=(metadata.operator_name if metadata is not None
-                                 else op.spark_operator_name),
+            spark_operator_name=(planned_state.metadata.operator_name
+                                 if planned_state is not None else op.spark_operator_name),
             stores=tuple((s.name, s.num_cols_prefix_key) for s in stores) or (("default", 0),),
+            v2_files=tuple(sorted(planned_state.v2_files.items()))
+            if planned_state is not None else (),
         )
     sources = tuple(NewSource(s.name, s.named_by_user, s.kind, s.path,
                               tuple(sorted(s.options.items())))

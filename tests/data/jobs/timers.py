@@ -7,6 +7,8 @@ ProcessingTime  the timer is one day of processing time after the user's latest 
 Neither fires during a test's run: only a drain makes them fire.
 --param after=dedupe  adds a dedupe ("unique_counts") after the counts, which moves the
                       counts operator from Spark operator id 0 to 1
+--param before=dedupe deduplicates clicks ("unique_clicks") before counting them
+--param only=dedupe   writes the deduplicated clicks and counts nothing (no timers)
 """
 
 from collections.abc import Iterator
@@ -69,6 +71,11 @@ def build(spark: SparkSession, ctx: sp.JobContext):  # type: ignore[no-untyped-d
     mode = ctx.param("mode", "EventTime")
     clicks = (spark.readStream.name("clicks").schema(SCHEMA).option("maxFilesPerTrigger", "1")
               .json(ctx.require_param("input")).withWatermark("ts", "10 minutes"))
+    if "dedupe" in (ctx.param("before"), ctx.param("only")):
+        clicks = ctx.stateful("unique_clicks", clicks.dropDuplicates(["event_id", "ts"]))
+    if ctx.param("only") == "dedupe":
+        return (clicks.select("event_id", "user").writeStream.format("parquet")
+                .option("path", ctx.require_param("output")).outputMode("append"))
     counts = ctx.stateful("counts", clicks.groupBy("user").transformWithStateInPandas(
         CountUntilTimer(mode), "user STRING, n LONG", "Append", mode))
     if ctx.param("after") == "dedupe":
