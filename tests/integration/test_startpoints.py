@@ -58,6 +58,7 @@ def test_earliest_rereads_everything_once_then_is_cleared(
     assert _out(spark, tmp_path) == _rows(first + first + later)
     applied = sparkpoint(home, "jobs", "show", "j", "--json").json()["startpoints_applied"]
     assert [a["source"] for a in applied] == ["clicks"]
+    assert "reads 3 files again (log entry 3)" in sparkpoint(home, "jobs", "show", "j").out
 
 
 def test_latest_skips_the_backlog(spark: object, home: Home, tmp_path: Path) -> None:

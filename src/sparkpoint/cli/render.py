@@ -125,6 +125,11 @@ def job_show_text(view: JobView) -> str:
     if record.drain is not None:
         out.append(f"drained   at batch {record.drain.batch} ({record.drain.drained_at}); "
                    + drain_residual_text(record.drain))
+    if record.startpoints_applied:
+        out.append("startpoints applied:")
+        for applied in record.startpoints_applied[-5:]:
+            out.append(f"  {applied.applied_at}  {applied.source} (after batch {applied.batch}): "
+                       + "; ".join(applied.positions))
     out.append("operators:")
     for op in record.operators:
         named = "" if op.named_by_user else "  (derived name)"

@@ -149,7 +149,11 @@ def _resolve_file(source: SourceInfo, startpoints: list[Startpoint], checkpoint:
         resolved.log_files.append(entry_file(next_id, records, written, interval))
         resolved.lines.append(f"reads {len(again)} files again (log entry {next_id})")
     new = [r for r in unlisted if r["timestamp"] >= cut]
-    resolved.lines.append(f"then {len(new)} unread files as usual")
+    if new:
+        resolved.lines.append(f"then reads {len(new)} unread files as usual")
+    if not resolved.lines:
+        resolved.lines.append("nothing to read again or skip now (resolved again at the next "
+                              "start)")
     return resolved
 
 
