@@ -53,8 +53,9 @@ from sparkpoint.runtime.runner import (
 from sparkpoint.snapshot.export import JobInfo
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.store import Problem, SnapshotStore
+from sparkpoint.sources.positions import SourceDescription
 from sparkpoint.startpoints.apply import apply as apply_startpoints
-from sparkpoint.startpoints.resolve import Resolved, SourceInfo
+from sparkpoint.startpoints.resolve import Resolved
 from sparkpoint.startpoints.resolve import resolve as resolve_startpoints
 from sparkpoint.startpoints.store import WHOLE_SOURCE, PositionKind, Startpoint, StartpointStore
 from sparkpoint.storage.home import Home, validate_name
@@ -391,10 +392,10 @@ class StartpointPreview:
                 "state_not_rewound": self.stateful_operators}
 
 
-def _source_info(record: JobRecord, source: str) -> SourceInfo:
+def _source_description(record: JobRecord, source: str) -> SourceDescription:
     for known in record.sources:
         if known.name == source:
-            return SourceInfo(known.name, known.kind, known.path, dict(known.options))
+            return SourceDescription(known.name, known.kind, known.path, dict(known.options))
     names = ", ".join(s.name for s in record.sources) or "none recorded; run the job once"
     raise UnknownSourceError(f"job '{record.name}' has no source '{source}' (sources: {names})")
 
@@ -411,7 +412,7 @@ def startpoint_set(
     to refuse positions the source cannot take; ``dry_run`` stores nothing."""
     registry = JobRegistry(home)
     record = registry.get(job)
-    info = _source_info(record, source)
+    info = _source_description(record, source)
     checkpoint = registry.checkpoint(job)
     if not checkpoint.exists() or checkpoint.latest_committed_batch() is None:
         raise NoCommittedBatchError(
@@ -439,7 +440,7 @@ def startpoint_clear(home: Home, job: str, source: str) -> None:
     record = JobRegistry(home).get(job)
     if not StartpointStore(home).clear(job, source):
         pending = ", ".join(StartpointStore(home).all(job)) or "none"
-        _source_info(record, source)  # an unknown source says so first
+        _source_description(record, source)  # an unknown source says so first
         raise PreconditionError(
             f"job '{job}' has no startpoint for source '{source}' (pending: {pending})")
 
@@ -465,7 +466,7 @@ def _apply_startpoints(home: Home, options: RunOptions, spark: SparkSession | No
         run_job(home, replace(options, max_batches=1, until_caught_up=False,
                               pending_batch_only=True), spark=spark, echo=echo)
         record = registry.get(job)
-    resolved = [resolve_startpoints(_source_info(record, source), entries, checkpoint,
+    resolved = [resolve_startpoints(_source_description(record, source), entries, checkpoint,
                                     _compact_interval(record))
                 for source, entries in pending.items()]
     # Cleared before the checkpoint changes: a crash in between loses the startpoint rather

@@ -13,8 +13,9 @@ import pytest
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.source_log import FileSourceLogEntry, read_source_log
 from sparkpoint.errors import ValidationError
+from sparkpoint.sources.positions import SourceDescription
 from sparkpoint.startpoints.apply import apply
-from sparkpoint.startpoints.resolve import SourceInfo, resolve
+from sparkpoint.startpoints.resolve import resolve
 from sparkpoint.startpoints.store import Startpoint
 
 T0 = 1_767_225_600_000
@@ -55,7 +56,7 @@ def _startpoint(kind: str, value: str | None = None) -> Startpoint:
 
 
 def _apply(root: Path, inputs: Path, startpoint: Startpoint) -> list[str]:
-    resolved = resolve(SourceInfo("clicks", "file", str(inputs)), [startpoint],
+    resolved = resolve(SourceDescription("clicks", "file", str(inputs)), [startpoint],
                        Checkpoint(root), 10)
     apply(Checkpoint(root), [resolved])
     return resolved.lines

@@ -30,16 +30,8 @@ from sparkpoint.checkpoint.source_log import (
 from sparkpoint.errors import UsageError, ValidationError
 from sparkpoint.sources.file_input import input_files, local_directory
 from sparkpoint.sources.kafka import KAFKA_KINDS, KafkaMetadata, KafkaSourceError, parse_offsets
-from sparkpoint.sources.positions import parse_timestamp
+from sparkpoint.sources.positions import SourceDescription, parse_timestamp
 from sparkpoint.startpoints.store import WHOLE_SOURCE, Startpoint
-
-
-@dataclass(frozen=True)
-class SourceInfo:
-    name: str
-    kind: str
-    path: str | None = None
-    options: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -72,7 +64,7 @@ def _loads(text: str | None) -> Any:
         return text
 
 
-def resolve(source: SourceInfo, startpoints: list[Startpoint], checkpoint: Checkpoint,
+def resolve(source: SourceDescription, startpoints: list[Startpoint], checkpoint: Checkpoint,
             compact_interval: int) -> Resolved:
     batch = checkpoint.latest_committed_batch()
     current = (checkpoint.offsets(batch).source_offsets().get(source.name)
@@ -90,7 +82,7 @@ def _where(startpoint: Startpoint) -> str:
     return f"startpoint {startpoint.describe()}"
 
 
-def _whole_source_only(source: SourceInfo, startpoints: list[Startpoint]) -> Startpoint:
+def _whole_source_only(source: SourceDescription, startpoints: list[Startpoint]) -> Startpoint:
     for startpoint in startpoints:
         if startpoint.partition != WHOLE_SOURCE:
             raise ValidationError(
@@ -99,7 +91,7 @@ def _whole_source_only(source: SourceInfo, startpoints: list[Startpoint]) -> Sta
     return startpoints[-1]
 
 
-def _resolve_file(source: SourceInfo, startpoints: list[Startpoint], checkpoint: Checkpoint,
+def _resolve_file(source: SourceDescription, startpoints: list[Startpoint], checkpoint: Checkpoint,
                   current: str | None, interval: int) -> Resolved:
     startpoint = _whole_source_only(source, startpoints)
     assert source.path is not None
@@ -157,7 +149,7 @@ def _resolve_file(source: SourceInfo, startpoints: list[Startpoint], checkpoint:
     return resolved
 
 
-def _file_log_offset(source: SourceInfo, startpoint: Startpoint,
+def _file_log_offset(source: SourceDescription, startpoint: Startpoint,
                      entries: dict[int, list[dict[str, Any]]], committed: int,
                      current: str | None, interval: int) -> Resolved:
     try:
@@ -193,7 +185,7 @@ def _partition_filter(startpoint: Startpoint, topic: str, partition: str) -> boo
     return wanted == partition and wanted_topic in ("", topic)
 
 
-def _resolve_kafka(source: SourceInfo, startpoints: list[Startpoint],
+def _resolve_kafka(source: SourceDescription, startpoints: list[Startpoint],
                    current: str | None) -> Resolved:
     bootstrap = source.options.get("kafka.bootstrap.servers")
     topics = [t for t in source.options.get("subscribe", "").split(",") if t]
@@ -263,7 +255,7 @@ def _listing(partitions: dict[str, list[int]]) -> str:
     return ", ".join(f"{t} partitions {','.join(map(str, ps))}" for t, ps in partitions.items())
 
 
-def _resolve_rate(source: SourceInfo, startpoints: list[Startpoint], checkpoint: Checkpoint,
+def _resolve_rate(source: SourceDescription, startpoints: list[Startpoint], checkpoint: Checkpoint,
                   current: str | None) -> Resolved:
     """The rate source's offset is whole seconds since its start time, which its own log
     (``sources/<name>/0``: ``v1`` and the start in ms) holds; second s yields the rows
@@ -305,7 +297,7 @@ def _iso(millis: int) -> str:
     return dt.datetime.fromtimestamp(millis / 1000, dt.UTC).isoformat()
 
 
-def _resolve_verbatim(source: SourceInfo, startpoints: list[Startpoint],
+def _resolve_verbatim(source: SourceDescription, startpoints: list[Startpoint],
                       current: str | None) -> Resolved:
     startpoint = _whole_source_only(source, startpoints)
     if startpoint.kind != "offset" or startpoint.value is None:
