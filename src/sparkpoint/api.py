@@ -336,8 +336,9 @@ def drain(
                          conf=record.conf, master=record.master, max_batches=1,
                          pending_batch_only=True)
     last = checkpoint.require_latest_committed_batch()
-    if max(checkpoint.offset_ids()) > last:
-        echo(f"completing in-flight batch {last + 1}")
+    in_flight = checkpoint.uncommitted_batch()
+    if in_flight is not None:
+        echo(f"completing in-flight batch {in_flight}")
         run_job(home, options, spark=spark, echo=echo)
         last = checkpoint.require_latest_committed_batch()
     written: list[DrainBatch] = []
@@ -460,9 +461,9 @@ def _apply_startpoints(home: Home, options: RunOptions, spark: SparkSession | No
     if record.effective_status() == "running":
         raise JobRunningError(f"job '{job}' is already running (pid {record.pid})")
     checkpoint = registry.checkpoint(job)
-    last = checkpoint.latest_committed_batch()
-    if last is not None and max(checkpoint.offset_ids()) > last:
-        echo(f"completing batch {last + 1}, planned before the startpoints were set")
+    in_flight = checkpoint.uncommitted_batch()
+    if checkpoint.latest_committed_batch() is not None and in_flight is not None:
+        echo(f"completing batch {in_flight}, planned before the startpoints were set")
         run_job(home, replace(options, max_batches=1, until_caught_up=False,
                               pending_batch_only=True), spark=spark, echo=echo)
         record = registry.get(job)

@@ -94,6 +94,14 @@ class Checkpoint:
         ids = self.commit_ids()
         return ids[-1] if ids else None
 
+    def uncommitted_batch(self) -> int | None:
+        """The batch planned (in the offsets log) but not committed when the query stopped."""
+        planned = self.offset_ids()
+        committed = self.latest_committed_batch()
+        if planned and (committed is None or planned[-1] > committed):
+            return planned[-1]
+        return None
+
     def require_latest_committed_batch(self) -> int:
         batch = self.latest_committed_batch()
         if batch is None:

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from sparkpoint.checkpoint.operators import OperatorMetadata
-from sparkpoint.storage.local import write_atomic
+from sparkpoint.storage.local import replace_file
 
 
 def relocate_schema_paths(checkpoint_root: Path, final_root: Path | None = None) -> int:
@@ -30,8 +30,7 @@ def relocate_schema_paths(checkpoint_root: Path, final_root: Path | None = None)
                                   / old.split("/_stateSchema/", 1)[1])
                     for old in store.get("stateSchemaFilePaths", [])
                 ]
-            (path.parent / f".{path.name}.crc").unlink(missing_ok=True)
-            write_atomic(path, OperatorMetadata(
+            replace_file(path, OperatorMetadata(
                 metadata.version, json.dumps(body, separators=(",", ":"))).to_bytes())
             rewritten += 1
     return rewritten

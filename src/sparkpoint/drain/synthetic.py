@@ -12,13 +12,11 @@ watermark is put back to the one the job had before the drain.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
-from pathlib import Path
 
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.logs import CommitLogEntry, OffsetLogEntry, compact_json
-from sparkpoint.storage.local import write_atomic
+from sparkpoint.storage.local import remove_checksum_sibling, replace_file, write_atomic
 
 # 9999-12-31T23:59:59Z: above any event time; Spark's own drain experiments used it.
 MAX_WATERMARK_MS = 253402300799000
@@ -29,13 +27,6 @@ class DrainBatch:
     batch_id: int
     watermark_before_ms: int
     timestamp_before_ms: int
-
-
-def _replace(path: Path, data: bytes) -> None:
-    # Hadoop's checksum sibling of the old content must not outlive it.
-    with contextlib.suppress(FileNotFoundError):
-        (path.parent / f".{path.name}.crc").unlink()
-    write_atomic(path, data)
 
 
 def write_drain_offsets(checkpoint: Checkpoint, last_committed: int) -> DrainBatch:
@@ -56,8 +47,7 @@ def remove_unrun_drain_offsets(checkpoint: Checkpoint, drain: DrainBatch) -> boo
     if (checkpoint.root / "commits" / str(drain.batch_id)).exists():
         return False
     path = checkpoint.root / "offsets" / str(drain.batch_id)
-    with contextlib.suppress(FileNotFoundError):
-        (path.parent / f".{path.name}.crc").unlink()
+    remove_checksum_sibling(path)
     path.unlink(missing_ok=True)
     return True
 
@@ -69,10 +59,10 @@ def restore_watermark(checkpoint: Checkpoint, drain: DrainBatch, now_ms: int) ->
     metadata = entry.metadata
     metadata["batchWatermarkMs"] = drain.watermark_before_ms
     metadata["batchTimestampMs"] = max(now_ms, drain.timestamp_before_ms)
-    _replace(offsets_path, OffsetLogEntry(entry.version, compact_json(metadata),
+    replace_file(offsets_path, OffsetLogEntry(entry.version, compact_json(metadata),
                                           entry.sources).to_bytes())
     commit_path = checkpoint.root / "commits" / str(drain.batch_id)
     commit = checkpoint.commit(drain.batch_id)
     body = commit.metadata
     body["nextBatchWatermarkMs"] = drain.watermark_before_ms
-    _replace(commit_path, CommitLogEntry(commit.version, compact_json(body)).to_bytes())
+    replace_file(commit_path, CommitLogEntry(commit.version, compact_json(body)).to_bytes())

@@ -8,21 +8,20 @@ and the sink are untouched (a startpoint moves input, it does not rewind state).
 
 from __future__ import annotations
 
-import contextlib
-
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.logs import OffsetLogEntry, SourceOffset
 from sparkpoint.errors import PreconditionError
 from sparkpoint.startpoints.resolve import Resolved
-from sparkpoint.storage.local import write_atomic
+from sparkpoint.storage.local import replace_file, write_atomic
 
 
 def apply(checkpoint: Checkpoint, resolved: list[Resolved]) -> int:
     """Apply to the last committed batch N; return N. Needs no batch in flight."""
     batch = checkpoint.require_latest_committed_batch()
-    if max(checkpoint.offset_ids()) != batch:
+    planned = checkpoint.uncommitted_batch()
+    if planned is not None:
         raise PreconditionError(
-            f"{checkpoint.root}: batch {max(checkpoint.offset_ids())} was planned but not "
+            f"{checkpoint.root}: batch {planned} was planned but not "
             "committed; run the job to complete it before applying startpoints")
     for result in resolved:
         for name, data in result.log_files:
@@ -39,8 +38,6 @@ def apply(checkpoint: Checkpoint, resolved: list[Resolved]) -> int:
     if entry.version >= 2:  # a source with no offset yet gets its line
         sources += [SourceOffset(name, offset) for name, offset in moved.items()
                     if name not in keys]
-    with contextlib.suppress(FileNotFoundError):
-        (path.parent / f".{path.name}.crc").unlink()
-    write_atomic(path, OffsetLogEntry(entry.version, entry.metadata_text,
+    replace_file(path, OffsetLogEntry(entry.version, entry.metadata_text,
                                       tuple(sources)).to_bytes())
     return batch

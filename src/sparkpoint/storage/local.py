@@ -62,6 +62,18 @@ def write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def remove_checksum_sibling(path: Path) -> None:
+    """Remove Hadoop's ``.<name>.crc`` of ``path``: a checksum of old content must not outlive
+    it (Spark 4.3 did not check it for local files, Hadoop readers that verify would)."""
+    (path.parent / f".{path.name}.crc").unlink(missing_ok=True)
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Rewrite a file of a Spark checkpoint: checksum sibling dropped, content renamed in."""
+    remove_checksum_sibling(path)
+    write_atomic(path, data)
+
+
 CHECKSUM_ALGORITHM = "xxh3_128"
 
 

@@ -10,7 +10,6 @@ last two offsets entries are updated to the new count.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import shutil
 from pathlib import Path
@@ -22,7 +21,7 @@ from sparkpoint.checkpoint.logs import OffsetLogEntry, compact_json
 from sparkpoint.checkpoint.murmur3 import partition_of
 from sparkpoint.checkpoint.unsafe_row import read_fields
 from sparkpoint.errors import CheckpointFormatError
-from sparkpoint.storage.local import write_atomic
+from sparkpoint.storage.local import remove_checksum_sibling, write_atomic
 
 _STATE_FILE = re.compile(r"^\d+\.(delta|snapshot)$")
 
@@ -93,7 +92,6 @@ def _repartition_store(operator: OperatorDir, store_name: str, prefix: int,
         for path in directory.iterdir():
             if path.is_file() and _STATE_FILE.match(path.name):
                 path.unlink()
-                with contextlib.suppress(FileNotFoundError):
-                    (directory / f".{path.name}.crc").unlink()
+                remove_checksum_sibling(path)
     for partition, state in enumerate(targets):
         hdfs_state.write_snapshot(layout.partition_dir(operator.path, partition), version, state)
