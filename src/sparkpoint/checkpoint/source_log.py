@@ -113,6 +113,11 @@ def read_source_log(log_dir: Path) -> dict[int, list[dict[str, Any]]]:
     return entries
 
 
+def stamped(files: list[dict[str, Any]], log_id: int) -> list[dict[str, Any]]:
+    """Records of ``files`` (each with a ``path`` and a ``timestamp``) for entry ``log_id``."""
+    return [{"path": f["path"], "timestamp": f["timestamp"], "batchId": log_id} for f in files]
+
+
 def entry_file(log_id: int, records: list[dict[str, Any]],
                earlier: dict[int, list[dict[str, Any]]], interval: int) -> tuple[str, bytes]:
     """The file (name, bytes) Spark would write for entry ``log_id`` holding ``records``:

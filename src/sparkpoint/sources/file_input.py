@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from sparkpoint.checkpoint.logs import compact_json
-from sparkpoint.checkpoint.source_log import FileSourceLogEntry
 from sparkpoint.errors import ValidationError
 
 
@@ -63,9 +61,3 @@ def input_files(directory: Path) -> list[InputFile]:
             found.append(InputFile(path.as_uri(), mtime_ms))
     return sorted(found, key=lambda f: (f.mtime_ms, f.uri))
 
-
-def skip_entry(files: list[InputFile], log_id: int) -> FileSourceLogEntry:
-    """A file source log entry ``log_id`` that marks ``files`` as read."""
-    lines = tuple(compact_json({"path": f.uri, "timestamp": f.mtime_ms, "batchId": log_id})
-                  for f in files)
-    return FileSourceLogEntry(1, lines)

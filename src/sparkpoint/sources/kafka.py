@@ -83,11 +83,24 @@ class KafkaMetadata:
             return self.bounds(topic, partition)[1]
         return int(found.offset)
 
+    def watermarks(self, partitions: dict[str, list[int]]) -> dict[str, dict[str, tuple[int, int]]]:
+        """(earliest, latest) of every partition, one broker request each."""
+        return {t: {str(p): self.bounds(t, p) for p in ps} for t, ps in partitions.items()}
+
     def earliest(self, partitions: dict[str, list[int]]) -> Offsets:
-        return {t: {str(p): self.bounds(t, p)[0] for p in ps} for t, ps in partitions.items()}
+        return _side(self.watermarks(partitions), 0)
 
     def latest(self, partitions: dict[str, list[int]]) -> Offsets:
-        return {t: {str(p): self.bounds(t, p)[1] for p in ps} for t, ps in partitions.items()}
+        return _side(self.watermarks(partitions), 1)
+
+    def offsets_at(self, partitions: dict[str, list[int]], timestamp_ms: int) -> Offsets:
+        """Per partition, the first offset at or after ``timestamp_ms``."""
+        return {t: {str(p): self.offset_for_time(t, p, timestamp_ms) for p in ps}
+                for t, ps in partitions.items()}
+
+
+def _side(marks: dict[str, dict[str, tuple[int, int]]], index: int) -> Offsets:
+    return {t: {p: bounds[index] for p, bounds in parts.items()} for t, parts in marks.items()}
 
 
 def parse_offsets(text: str, where: str) -> Offsets:
@@ -137,16 +150,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             partitions = meta.partitions(self.topics)
             if self.starting_timestamp is not None:
-                at = int(self.starting_timestamp)
-                return {t: {str(p): meta.offset_for_time(t, p, at) for p in ps}
-                        for t, ps in partitions.items()}
+                return meta.offsets_at(partitions, int(self.starting_timestamp))
             if self.starting == "earliest":
                 return meta.earliest(partitions)
             if self.starting == "latest":
                 return meta.latest(partitions)
             given = parse_offsets(self.starting, "option startingOffsets")
-            earliest, latest = meta.earliest(partitions), meta.latest(partitions)
-            start = meta.latest(partitions)
+            marks = meta.watermarks(partitions)
+            earliest, latest = _side(marks, 0), _side(marks, 1)
+            start = _side(marks, 1)
             for topic, parts in given.items():
                 for part, offset in parts.items():
                     if topic not in start or part not in start[topic]:
@@ -171,13 +183,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         meta = self._metadata()
         try:
-            partitions = meta.partitions(self.topics)
-            end = self.available_now_end or meta.latest(partitions)
-            earliest = meta.earliest(partitions)
+            marks = meta.watermarks(meta.partitions(self.topics))
         finally:
             meta.close()
+        end = self.available_now_end or _side(marks, 1)
         # Partitions that appeared since the start begin at their earliest record.
-        begin = {t: {p: start.get(t, {}).get(p, earliest[t][p]) for p in ps}
+        begin = {t: {p: start.get(t, {}).get(p, marks[t][p][0]) for p in ps}
                  for t, ps in end.items()}
         end = {t: {p: max(begin[t][p], o) for p, o in ps.items()} for t, ps in end.items()}
         if isinstance(limit, ReadMaxRows):

@@ -13,8 +13,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkpoint.checkpoint.source_log import (
+    DEFAULT_SOURCE_COMPACT_INTERVAL,
+    entry_file,
+    stamped,
+)
 from sparkpoint.errors import ValidationError
-from sparkpoint.sources.file_input import input_files, local_directory, skip_entry
+from sparkpoint.sources.file_input import input_files, local_directory
 from sparkpoint.sources.kafka import KAFKA_KINDS, KafkaMetadata, KafkaSourceError
 
 
@@ -93,9 +98,10 @@ def _file_position(source: SourceDescription, start: Any, where: str) -> Resolve
         label = f"timestamp {start['timestamp']}"
     if not skipped:
         return None
-    entry = skip_entry(skipped, 0)
+    listing: list[dict[str, Any]] = [{"path": f.uri, "timestamp": f.mtime_ms} for f in skipped]
+    name, data = entry_file(0, stamped(listing, 0), {}, DEFAULT_SOURCE_COMPACT_INTERVAL)
     return ResolvedPosition(
-        json.dumps({"logOffset": 0}, separators=(",", ":")), {"0": entry.to_bytes()},
+        json.dumps({"logOffset": 0}, separators=(",", ":")), {name: data},
         summary=f"{label}: skips {len(skipped)} of {len(files)} files now in {source.path}")
 
 
@@ -111,9 +117,8 @@ def _kafka_position(source: SourceDescription, start: Any, where: str) -> Resolv
         if start == "latest":
             offsets = meta.latest(partitions)
         else:
-            at = parse_timestamp(str(start["timestamp"]), where)
-            offsets = {t: {str(p): meta.offset_for_time(t, p, at) for p in ps}
-                       for t, ps in partitions.items()}
+            offsets = meta.offsets_at(partitions,
+                                      parse_timestamp(str(start["timestamp"]), where))
     except KafkaSourceError as exc:
         raise ValidationError(f"{where}: {exc}") from exc
     finally:

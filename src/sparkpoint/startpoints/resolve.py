@@ -26,6 +26,7 @@ from sparkpoint.checkpoint.source_log import (
     entry_file,
     file_source_log_offset,
     read_source_log,
+    stamped,
 )
 from sparkpoint.errors import UsageError, ValidationError
 from sparkpoint.sources.file_input import input_files, local_directory
@@ -99,6 +100,8 @@ def _resolve_file(source: SourceDescription, startpoints: list[Startpoint], chec
     entries = read_source_log(log_dir)
     committed = file_source_log_offset(current)
     committed = -1 if committed is None else committed
+    if startpoint.kind == "offset":
+        return _file_log_offset(source, startpoint, entries, committed, current, interval)
     last_id = max(entries, default=-1)
     consumed = [r for i in sorted(entries) if i <= committed for r in entries[i]]
     pending = [r for i in sorted(entries) if i > committed for r in entries[i]]
@@ -106,9 +109,6 @@ def _resolve_file(source: SourceDescription, startpoints: list[Startpoint], chec
     present = input_files(local_directory(source.path, source.name))
     unlisted: list[dict[str, Any]] = [{"path": f.uri, "timestamp": f.mtime_ms}
                                       for f in present if f.uri not in listed]
-
-    if startpoint.kind == "offset":
-        return _file_log_offset(source, startpoint, entries, committed, current, interval)
     cut: float
     if startpoint.kind == "earliest":
         cut = -math.inf
@@ -124,8 +124,7 @@ def _resolve_file(source: SourceDescription, startpoints: list[Startpoint], chec
     if skip or skip_pending:
         # Mark the unread files before the position as read, and commit past them (and past
         # entries already written but not read yet).
-        records = [{"path": r["path"], "timestamp": r["timestamp"], "batchId": next_id}
-                   for r in skip]
+        records = stamped(skip, next_id)
         resolved.log_files.append(entry_file(next_id, records, written, interval))
         written[next_id] = records
         resolved.offset_after = json.dumps({"logOffset": next_id}, separators=(",", ":"))
@@ -136,9 +135,8 @@ def _resolve_file(source: SourceDescription, startpoints: list[Startpoint], chec
         again = [r for r in consumed if r["timestamp"] >= cut]
     if again:
         again.sort(key=lambda r: (r["timestamp"], r["path"]))
-        records = [{"path": r["path"], "timestamp": r["timestamp"], "batchId": next_id}
-                   for r in again]
-        resolved.log_files.append(entry_file(next_id, records, written, interval))
+        resolved.log_files.append(entry_file(next_id, stamped(again, next_id), written,
+                                             interval))
         resolved.lines.append(f"reads {len(again)} files again (log entry {next_id})")
     new = [r for r in unlisted if r["timestamp"] >= cut]
     if new:
@@ -170,9 +168,7 @@ def _file_log_offset(source: SourceDescription, startpoint: Startpoint,
         return resolved
     again = [r for i in sorted(entries) if target < i <= committed for r in entries[i]]
     next_id = last_id + 1
-    records = [{"path": r["path"], "timestamp": r["timestamp"], "batchId": next_id}
-               for r in again]
-    resolved.log_files.append(entry_file(next_id, records, entries, interval))
+    resolved.log_files.append(entry_file(next_id, stamped(again, next_id), entries, interval))
     resolved.lines.append(f"reads the {len(again)} files of log entries {target + 1}.."
                           f"{committed} again (log entry {next_id})")
     return resolved
