@@ -13,6 +13,7 @@ import click
 
 from sparkpoint import api
 from sparkpoint.cli import render
+from sparkpoint.crash_points import CRASH_POINTS
 from sparkpoint.errors import EXIT_UNEXPECTED, EXIT_VALIDATION, SparkpointError, UsageError
 from sparkpoint.startpoints.store import PositionKind
 from sparkpoint.storage.home import Home
@@ -357,6 +358,18 @@ def startpoint_clear(ctx: click.Context, job: str, source: str) -> None:
     """Remove SOURCE's pending startpoints."""
     api.startpoint_clear(_home(ctx), job, source)
     click.echo(f"startpoint of source '{source}' of job '{job}' cleared")
+
+
+@cli.group()
+def debug() -> None:
+    """Tools for testing sparkpoint itself."""
+
+
+@debug.command("crash-points")
+def debug_crash_points() -> None:
+    """Every name SPARKPOINT_CRASH_AT accepts, one per line."""
+    for name in CRASH_POINTS:
+        click.echo(name)
 
 
 def main() -> None:

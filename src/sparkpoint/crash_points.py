@@ -1,0 +1,55 @@
+"""Named crash points: where a multi-step command can be cut off, for fault-injection tests.
+
+Every command that changes things in more than one step calls ``crash_point(name)`` between
+its steps. With ``SPARKPOINT_CRASH_AT=<name>`` in the environment the process ends at that
+point at once (``os._exit(137)``: no ``finally``, no cleanup, as ``kill -9`` would), so a test
+can check that the next ordinary command completes or rolls back the interrupted work.
+
+Every name is declared here, in one place, so that ``sparkpoint debug crash-points`` can list
+them and a misspelt name in the code fails at once instead of never firing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+CRASH_ENV = "SPARKPOINT_CRASH_AT"
+CRASH_EXIT_CODE = 137
+
+# name -> where it is (the step just done, the next not started)
+CRASH_POINTS: dict[str, str] = {
+    # snapshot create: staging written, published by one rename
+    "snapshot.staging_created": "staging directory made, nothing copied yet",
+    "snapshot.files_copied": "state and logs copied into staging, manifest not written",
+    "snapshot.manifest_written": "manifest written in staging, not published",
+    "snapshot.published": "snapshot renamed into place, staging not synced",
+    # snapshot delete: renamed aside, then removed
+    "snapshot.delete_renamed": "snapshot renamed out of the listing, files not removed",
+    # run --from-snapshot / --resume-point
+    "restore.job_locked": "new job's lock taken, nothing assembled",
+    "restore.assembled": "new checkpoint assembled in staging, not checked by Spark",
+    "restore.repartitioned": "state repartitioned in staging, not checked by Spark",
+    "restore.published": "new checkpoint renamed into place, job record not written",
+    "restore.hdfs_partition_moved": "one HDFS state partition rewritten, others not yet",
+    # drain
+    "drain.intent_recorded": "drain intent recorded, drain offsets not written",
+    "drain.offsets_written": "drain batch's offsets written, the batch not run",
+    "drain.batch_committed": "drain batch committed, watermark not put back",
+    "drain.watermark_restored": "watermark put back, job record not marked drained",
+    # startpoints applied at a job's start
+    "startpoint.intent_recorded": "apply intent recorded, checkpoint unchanged",
+    "startpoint.source_log_written": "file-source log entries written, offsets not moved",
+    "startpoint.offsets_moved": "committed offsets moved, pending startpoints not cleared",
+    "startpoint.cleared": "pending startpoints cleared, job record not updated",
+}
+
+
+def crash_point(name: str) -> None:
+    """End the process here, at once, when the environment asks for this point."""
+    if name not in CRASH_POINTS:
+        raise KeyError(f"undeclared crash point {name!r}; declare it in CRASH_POINTS")
+    if os.environ.get(CRASH_ENV) == name:
+        sys.stderr.write(f"crash point {name}: exiting with {CRASH_EXIT_CODE}\n")
+        sys.stderr.flush()
+        os._exit(CRASH_EXIT_CODE)
