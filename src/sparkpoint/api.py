@@ -5,25 +5,21 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.sink_log import DEFAULT_COMPACT_INTERVAL, seed_empty_history
 from sparkpoint.checkpoint.source_log import DEFAULT_SOURCE_COMPACT_INTERVAL
-from sparkpoint.drain.residual import state_rows
+from sparkpoint.crash_points import crash_point
 from sparkpoint.drain.synthetic import (
-    DrainBatch,
+    plan_drain_batch,
     remove_unrun_drain_offsets,
-    restore_watermark,
     write_drain_offsets,
 )
 from sparkpoint.errors import (
-    JobRunningError,
     NameTakenError,
     NoCommittedBatchError,
     PreconditionError,
@@ -33,9 +29,19 @@ from sparkpoint.errors import (
     UsageError,
     ValidationError,
 )
+from sparkpoint.runtime.intents import DrainIntent
+from sparkpoint.runtime.intents import load as load_intent
+from sparkpoint.runtime.intents import remove as remove_intent
+from sparkpoint.runtime.intents import save as save_intent
+from sparkpoint.runtime.lock import job_lock, lock_holder
+from sparkpoint.runtime.recovery import (
+    finish_drain,
+    finish_startpoints,
+    record_startpoints,
+    recover,
+    snapshot_job,
+)
 from sparkpoint.runtime.registry import (
-    AppliedStartpoint,
-    DrainedOperator,
     DrainRecord,
     JobRecord,
     JobRegistry,
@@ -50,11 +56,9 @@ from sparkpoint.runtime.runner import (
     run_job,
     wait_until_stopped,
 )
-from sparkpoint.snapshot.export import JobInfo
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.store import Problem, SnapshotStore
 from sparkpoint.sources.positions import SourceDescription
-from sparkpoint.startpoints.apply import apply as apply_startpoints
 from sparkpoint.startpoints.resolve import Resolved
 from sparkpoint.startpoints.resolve import resolve as resolve_startpoints
 from sparkpoint.startpoints.store import WHOLE_SOURCE, PositionKind, Startpoint, StartpointStore
@@ -112,7 +116,6 @@ def run(
         master=master, until_caught_up=until_caught_up, max_batches=max_batches,
     )
     registry = JobRegistry(home)
-    prepare = None
     if from_snapshot is not None or resume_point is not None:
         store = SnapshotStore(home)
         point = load_resume_point(resume_point) if resume_point is not None else None
@@ -153,9 +156,13 @@ def run(
                 resume_point=str(resume_point) if resume_point is not None else None,
             )
 
-    else:
-        _apply_startpoints(home, options, spark, echo)
-    return run_job(home, options, spark=spark, prepare=prepare, echo=echo)
+        return run_job(home, options, spark=spark, prepare=prepare, echo=echo)
+    # Held from recovery to the end of the run, so nothing comes in between.
+    with job_lock(home, job):
+        if registry.exists(job):
+            recover(home, job, echo)
+            _apply_startpoints(home, options, spark, echo)
+        return run_job(home, options, spark=spark, echo=echo)
 
 
 def plan(
@@ -252,14 +259,12 @@ def snapshot_create(
         raise PreconditionError(
             f"job '{job}' has no checkpoint yet at {checkpoint.root}; run it first"
         )
-    info = JobInfo(
-        job=job,
-        operator_names=record.operator_names(),
-        job_file=record.job_file,
-        params=record.params,
-        spark_version=package_version("pyspark"),
-    )
-    return store.create(snapshot, checkpoint, info, progress=echo)
+    if record.effective_status() != "running" and lock_holder(home, job) is None:
+        # An interrupted drain may have left the maximal watermark in the last batch: it
+        # must not reach a snapshot.
+        with job_lock(home, job):
+            recover(home, job, echo)
+    return snapshot_job(home, job, snapshot, echo)
 
 
 def snapshot_list(home: Home, job: str | None = None) -> list[Manifest]:
@@ -312,14 +317,41 @@ def drain(
     """Stop the job (if running), complete an in-flight batch, run one synthetic batch that
     fires every event-time window and timer, put the job's watermark back, and optionally
     snapshot the drained state. Refusals (unknown, drained, nothing committed) change nothing.
+
+    Crash-safe: the drain batch is recorded in the home before the checkpoint changes; a
+    drain cut off after its batch committed is finished by the next drain or run, one cut
+    off before is rolled back (``runtime/recovery.py``).
     """
     registry = JobRegistry(home)
     record = registry.get(job)
     if snapshot is not None:
         validate_name(snapshot, "snapshot")
-        if SnapshotStore(home).path(snapshot).exists():
+        interrupted = load_intent(home, job, DrainIntent)
+        finishing = interrupted is not None and interrupted.snapshot == snapshot
+        if SnapshotStore(home).path(snapshot).exists() and not finishing:
             raise NameTakenError(
                 f"snapshot '{snapshot}' already exists; choose another name or delete it first")
+    if record.effective_status() == "running":
+        echo(f"asking job '{job}' (pid {record.pid}) to stop: no new input from here")
+        registry.request_stop(job)
+        wait_until_stopped(registry, job, CANCEL_TIMEOUT_S)
+    with job_lock(home, job):
+        recovered = recover(home, job, echo)
+        if recovered.drain is not None:
+            if snapshot is not None and recovered.drain.snapshot is None:
+                snapshot_job(home, job, snapshot, echo)
+                recovered.drain.snapshot = snapshot
+                record = registry.get(job)
+                record.drain = recovered.drain
+                registry.save(record)
+            return recovered.drain
+        return _drain_locked(home, job, snapshot, spark, echo)
+
+
+def _drain_locked(home: Home, job: str, snapshot: str | None, spark: SparkSession | None,
+                  echo: Echo) -> DrainRecord:
+    registry = JobRegistry(home)
+    record = registry.get(job)
     if record.effective_status() == "drained" and record.drain is not None:
         raise PreconditionError(
             f"job '{job}' is already drained (batch {record.drain.batch}, "
@@ -328,50 +360,37 @@ def drain(
     if not checkpoint.exists() or checkpoint.latest_committed_batch() is None:
         raise NoCommittedBatchError(
             f"job '{job}' has no committed batch in {checkpoint.root}; there is nothing to drain")
-    if record.effective_status() == "running":
-        echo(f"asking job '{job}' (pid {record.pid}) to stop: no new input from here")
-        registry.request_stop(job)
-        wait_until_stopped(registry, job, CANCEL_TIMEOUT_S)
     options = RunOptions(job=job, job_file=Path(record.job_file), params=record.params,
                          conf=record.conf, master=record.master, max_batches=1,
                          pending_batch_only=True)
-    last = checkpoint.require_latest_committed_batch()
     in_flight = checkpoint.uncommitted_batch()
     if in_flight is not None:
         echo(f"completing in-flight batch {in_flight}")
         run_job(home, options, spark=spark, echo=echo)
-        last = checkpoint.require_latest_committed_batch()
-    written: list[DrainBatch] = []
+    intent = DrainIntent(
+        drain=plan_drain_batch(checkpoint, checkpoint.require_latest_committed_batch()),
+        snapshot=snapshot, started_at=now_iso())
+    batch = intent.drain
+    save_intent(home, job, intent)
+    crash_point("drain.intent_recorded")
 
     def prepare(_planned: PlannedJob) -> None:
-        written.append(write_drain_offsets(checkpoint, last))
-        echo(f"drain batch {last + 1}: watermark and clock at their maximum, no new input")
+        write_drain_offsets(checkpoint, batch)
+        crash_point("drain.offsets_written")
+        echo(f"drain batch {batch.batch_id}: watermark and clock at their maximum, "
+             "no new input")
 
     try:
         run_job(home, options, spark=spark, prepare=prepare, echo=echo)
     finally:
-        if written and remove_unrun_drain_offsets(checkpoint, written[0]):
-            echo("the drain batch did not complete; its offsets entry was removed")
-    if not written or checkpoint.latest_committed_batch() != written[0].batch_id:
+        if checkpoint.latest_committed_batch() != batch.batch_id:
+            if remove_unrun_drain_offsets(checkpoint, batch):
+                echo("the drain batch did not complete; its offsets entry was removed")
+            remove_intent(home, job, DrainIntent)
+    if checkpoint.latest_committed_batch() != batch.batch_id:
         raise SparkQueryError(f"job '{job}': the drain batch did not complete; nothing changed")
-    batch = written[0]
-    restore_watermark(checkpoint, batch, int(time.time() * 1000))
-    record = registry.get(job)
-    names = record.operator_names()
-    operators = [
-        DrainedOperator(name=names.get(op.operator_id, str(op.operator_id)),
-                        operator_id=op.operator_id, spark_operator_name=op.spark_operator_name,
-                        rows=op.rows)
-        for op in state_rows(checkpoint, batch.batch_id)
-    ]
-    record.drain = DrainRecord(batch=batch.batch_id, drained_at=now_iso(),
-                               watermark_ms=batch.watermark_before_ms, operators=operators,
-                               snapshot=snapshot)
-    record.status = "drained"
-    registry.save(record)
-    if snapshot is not None:
-        snapshot_create(home, job, snapshot, echo=echo)
-    return record.drain
+    crash_point("drain.batch_committed")
+    return finish_drain(home, job, intent, echo)
 
 
 SOURCE_COMPACT_CONF = "spark.sql.streaming.fileSource.log.compactInterval"
@@ -448,18 +467,18 @@ def startpoint_clear(home: Home, job: str, source: str) -> None:
 
 def _apply_startpoints(home: Home, options: RunOptions, spark: SparkSession | None,
                        echo: Echo) -> None:
-    """Apply pending startpoints to the job's checkpoint, once, before the job starts."""
+    """Apply pending startpoints to the job's checkpoint, once, before the job starts.
+
+    The caller holds the job's lock. What is applied is recorded first (an intent), so a
+    crash at any step is finished by the next start from the record, never resolved twice.
+    """
     registry = JobRegistry(home)
     store = StartpointStore(home)
     job = options.job
-    if not registry.exists(job):
-        return
     pending = store.all(job)
     if not pending:
         return
     record = registry.get(job)
-    if record.effective_status() == "running":
-        raise JobRunningError(f"job '{job}' is already running (pid {record.pid})")
     checkpoint = registry.checkpoint(job)
     in_flight = checkpoint.uncommitted_batch()
     if checkpoint.latest_committed_batch() is not None and in_flight is not None:
@@ -467,21 +486,9 @@ def _apply_startpoints(home: Home, options: RunOptions, spark: SparkSession | No
         run_job(home, replace(options, max_batches=1, until_caught_up=False,
                               pending_batch_only=True), spark=spark, echo=echo)
         record = registry.get(job)
+    batch = checkpoint.require_latest_committed_batch()
     resolved = [resolve_startpoints(_source_description(record, source), entries, checkpoint,
                                     _compact_interval(record))
                 for source, entries in pending.items()]
-    # Cleared before the checkpoint changes: a crash in between loses the startpoint rather
-    # than applying it twice.
-    for source in pending:
-        store.clear(job, source)
-    batch = apply_startpoints(checkpoint, resolved)
-    for result in resolved:
-        record.startpoints_applied.append(AppliedStartpoint(
-            source=result.source,
-            startpoints=[s.model_dump(mode="json") for s in pending[result.source]],
-            applied_at=now_iso(), batch=batch, **{
-                k: v for k, v in result.to_dict().items()
-                if k in ("offset_before", "offset_after", "positions")}))
-        echo(f"startpoint applied to source '{result.source}': "
-             + "; ".join(result.lines))
-    registry.save(record)
+    intent = record_startpoints(home, job, batch, pending, resolved)
+    finish_startpoints(home, job, intent, echo)

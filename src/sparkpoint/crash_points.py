@@ -37,6 +37,7 @@ CRASH_POINTS: dict[str, str] = {
     "drain.offsets_written": "drain batch's offsets written, the batch not run",
     "drain.batch_committed": "drain batch committed, watermark not put back",
     "drain.watermark_restored": "watermark put back, job record not marked drained",
+    "drain.recorded": "job record marked drained, the asked-for snapshot not taken",
     # startpoints applied at a job's start
     "startpoint.intent_recorded": "apply intent recorded, checkpoint unchanged",
     "startpoint.source_log_written": "file-source log entries written, offsets not moved",

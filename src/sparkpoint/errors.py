@@ -89,6 +89,13 @@ class CheckpointFormatError(SparkpointError):
     exit_code = EXIT_VALIDATION
 
 
+class CorruptRecordError(SparkpointError):
+    """A file sparkpoint wrote in its home (job record, startpoint, intent) cannot be read."""
+
+    code = "CORRUPT_RECORD"
+    exit_code = EXIT_VALIDATION
+
+
 class SnapshotDamagedError(SparkpointError):
     code = "SNAPSHOT_DAMAGED"
     exit_code = EXIT_VALIDATION

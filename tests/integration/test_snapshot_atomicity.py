@@ -22,34 +22,57 @@ pytestmark = pytest.mark.spark
 KILLS = 8
 
 
+def _wait_for_export(proc: subprocess.Popen[str]) -> None:
+    """Read the create's progress until it names its first operator (export under way)."""
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if line.startswith("operator "):
+            return
+    raise AssertionError("snapshot create ended without exporting an operator")
+
+
 @pytest.mark.parametrize("provider", ["rocksdb", HDFS_PROVIDER], ids=["rocksdb", "hdfs"])
 def test_kill_9_during_create_leaves_no_partial_snapshot(
     spark: object, home: Home, tmp_path: Path, provider: str
 ) -> None:
     conf = {} if provider == "rocksdb" else {
         "spark.sql.streaming.stateStore.providerClass": provider}
-    write_clicks(tmp_path / "in", range(0, 6), events=200)
+    write_clicks(tmp_path / "in", range(0, 6), events=1000)
     api.run(home, EXAMPLES / "clicks_job.py", "big",
             params={"input": str(tmp_path / "in"), "output": str(tmp_path / "out")},
             conf=conf, until_caught_up=True, spark=spark)  # type: ignore[arg-type]
 
     started = time.monotonic()
-    assert sparkpoint(home, "snapshot", "create", "big", "timing").code == 0
-    full = time.monotonic() - started
+    timing = subprocess.Popen(command(home, "snapshot", "create", "big", "timing"),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _wait_for_export(timing)
+    exporting = time.monotonic()
+    assert timing.wait() == 0
+    export_s = time.monotonic() - exporting
     rng = random.Random(2026)
     survivors = {"timing"}
+    inside = 0
     for attempt in range(KILLS):
         name = f"k{attempt}"
         proc = subprocess.Popen(command(home, "snapshot", "create", "big", name),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.05, full))
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # The export has begun (its staging directory exists) once it names an operator; the
+        # kill then lands at a random moment of the export as long as the process runs.
+        _wait_for_export(proc)
+        time.sleep(rng.uniform(0, export_s))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        debris = [p for p in home.staging_dir.iterdir() if p.name.startswith(f"{proc.pid}.")]
         listed = {row["name"] for row in sparkpoint(home, "snapshot", "list", "--json").json()}
         assert listed - survivors <= {name}
         if name in listed:  # the kill came after the publishing rename
             survivors.add(name)
             assert sparkpoint(home, "snapshot", "verify", name).code == 0
+        else:
+            assert debris, "killed before publishing, yet no staging directory was left"
+            inside += 1
+    # Proof that the kills hit the export itself, not the start-up before it.
+    assert inside >= KILLS // 2, (inside, export_s, time.monotonic() - started)
     for name in survivors:
         assert sparkpoint(home, "snapshot", "verify", name).code == 0
     # Any name works afterwards, including those whose create was killed.

@@ -58,7 +58,8 @@ def _startpoint(kind: str, value: str | None = None) -> Startpoint:
 def _apply(root: Path, inputs: Path, startpoint: Startpoint) -> list[str]:
     resolved = resolve(SourceDescription("clicks", "file", str(inputs)), [startpoint],
                        Checkpoint(root), 10)
-    apply(Checkpoint(root), [resolved])
+    checkpoint = Checkpoint(root)
+    apply(checkpoint, [resolved], checkpoint.require_latest_committed_batch())
     return resolved.lines
 
 

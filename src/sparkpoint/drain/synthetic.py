@@ -12,7 +12,7 @@ watermark is put back to the one the job had before the drain.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from pydantic import BaseModel, ConfigDict
 
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.logs import CommitLogEntry, OffsetLogEntry, compact_json
@@ -22,34 +22,45 @@ from sparkpoint.storage.local import remove_checksum_sibling, replace_file, writ
 MAX_WATERMARK_MS = 253402300799000
 
 
-@dataclass(frozen=True)
-class DrainBatch:
+class DrainBatch(BaseModel):
+    """The drain batch N+1 and the job's own watermark and clock before it: recorded in the
+    home before the checkpoint changes, so an interrupted drain can be finished or undone."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
     batch_id: int
     watermark_before_ms: int
     timestamp_before_ms: int
 
 
-def write_drain_offsets(checkpoint: Checkpoint, last_committed: int) -> DrainBatch:
+def plan_drain_batch(checkpoint: Checkpoint, last_committed: int) -> DrainBatch:
+    """The drain batch that follows the committed batch N."""
+    return DrainBatch(
+        batch_id=last_committed + 1,
+        watermark_before_ms=checkpoint.commit(last_committed).next_batch_watermark_ms,
+        timestamp_before_ms=checkpoint.offsets(last_committed).batch_timestamp_ms,
+    )
+
+
+def write_drain_offsets(checkpoint: Checkpoint, drain: DrainBatch) -> None:
     """Append ``offsets/N+1``: batch N's offsets with a maximal watermark and clock."""
-    previous = checkpoint.offsets(last_committed)
+    previous = checkpoint.offsets(drain.batch_id - 1)
     metadata = previous.metadata
-    watermark = checkpoint.commit(last_committed).next_batch_watermark_ms
     metadata["batchWatermarkMs"] = MAX_WATERMARK_MS
     metadata["batchTimestampMs"] = MAX_WATERMARK_MS
     entry = OffsetLogEntry(previous.version, compact_json(metadata), previous.sources)
-    batch = last_committed + 1
-    write_atomic(checkpoint.root / "offsets" / str(batch), entry.to_bytes())
-    return DrainBatch(batch, watermark, previous.batch_timestamp_ms)
+    write_atomic(checkpoint.root / "offsets" / str(drain.batch_id), entry.to_bytes())
 
 
 def remove_unrun_drain_offsets(checkpoint: Checkpoint, drain: DrainBatch) -> bool:
-    """Take back a drain batch that Spark did not commit, so a later run cannot pick it up."""
+    """Take back a drain batch that Spark did not commit, so a later run cannot pick it up;
+    True when there was one to take back."""
     if (checkpoint.root / "commits" / str(drain.batch_id)).exists():
         return False
     path = checkpoint.root / "offsets" / str(drain.batch_id)
     remove_checksum_sibling(path)
+    existed = path.exists()
     path.unlink(missing_ok=True)
-    return True
+    return existed
 
 
 def restore_watermark(checkpoint: Checkpoint, drain: DrainBatch, now_ms: int) -> None:

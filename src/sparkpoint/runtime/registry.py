@@ -95,6 +95,8 @@ class AppliedStartpoint(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     source: str
+    # The apply intent this came from: an apply finished after a crash is recorded once.
+    intent_id: str | None = None
     startpoints: list[dict[str, Any]]
     applied_at: str
     batch: int

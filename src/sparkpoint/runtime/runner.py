@@ -7,13 +7,12 @@ right after its latest committed batch.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from sparkpoint.errors import JobRunningError, SparkpointError, SparkQueryError
 from sparkpoint.runtime.context import JobContext
 from sparkpoint.runtime.jobfile import build_writer, load_build
+from sparkpoint.runtime.lock import job_lock
 from sparkpoint.runtime.registry import (
     JobRecord,
     JobRegistry,
@@ -37,7 +37,6 @@ from sparkpoint.spark.plan import PlannedOperator, stateful_operators
 from sparkpoint.spark.session import apply_query_conf, create_session, restore_conf
 from sparkpoint.spark.sink import file_sink_path
 from sparkpoint.storage.home import Home
-from sparkpoint.storage.processes import pid_alive
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -47,7 +46,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 1
-LOCK_FILE = "run.lock"
 # Processing-time triggers fire at multiples of the interval since the epoch: the first at
 # once, the next one in 2070.
 HOLD_TRIGGER_INTERVAL = "36500 days"
@@ -135,36 +133,6 @@ def spark_error_summary(exc: BaseException) -> str:
     return summary[:2000] if summary else exc.__class__.__name__
 
 
-@contextlib.contextmanager
-def _job_lock(registry: JobRegistry, job: str) -> Iterator[None]:
-    """Exclusive right to run a job; a lock left by a dead process is taken over."""
-    path = registry.home.job_dir(job) / LOCK_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for _attempt in range(2):
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            text = path.read_text().strip()
-            holder = int(text) if text.isdigit() else None
-            if holder is not None and pid_alive(holder) and holder != os.getpid():
-                raise JobRunningError(
-                    f"job '{job}' is already running (pid {holder}); stop it first, or snapshot "
-                    "it with 'sparkpoint snapshot create'"
-                ) from None
-            path.unlink(missing_ok=True)
-            continue
-        with os.fdopen(fd, "w") as handle:
-            handle.write(str(os.getpid()))
-        break
-    try:
-        yield
-    finally:
-        path.unlink(missing_ok=True)
-        # A first run refused before anything was recorded leaves no trace.
-        with contextlib.suppress(OSError):
-            path.parent.rmdir()
-
-
 class _StopSignal:
     """SIGINT/SIGTERM ask the query to stop at the next poll instead of killing the JVM."""
 
@@ -238,7 +206,7 @@ def run_job(
     registry = JobRegistry(home)
     job = options.job
     home.job_dir(job)  # validates the name before anything is written
-    with _job_lock(registry, job):
+    with job_lock(home, job):
         if registry.exists(job):
             record = registry.get(job)
             if record.effective_status() == "running":

@@ -23,6 +23,7 @@ from pathlib import Path
 from sparkpoint.checkpoint.layout import SHUFFLE_PARTITIONS_CONF, Checkpoint, OperatorDir
 from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER, locate_version
 from sparkpoint.checkpoint.source_log import file_source_log_offset
+from sparkpoint.crash_points import crash_point
 from sparkpoint.snapshot.manifest import (
     CHECKPOINT_SUBDIR,
     MANIFEST_FILE,
@@ -197,6 +198,7 @@ def export_checkpoint(
             link_or_copy(source, out / rel)
         else:
             copy_file(source, out / rel)
+    crash_point("snapshot.files_copied")
     files = []
     for rel in [rel for _source, rel in plan.copies] + plan.written:
         # Checksums are taken of what the snapshot holds, not of what it was copied from.

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkpoint.checkpoint.layout import Checkpoint
+from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import NameTakenError, SnapshotDamagedError, UnknownSnapshotError
 from sparkpoint.snapshot.export import JobInfo, discard, export_checkpoint
 from sparkpoint.snapshot.manifest import (
@@ -27,6 +28,8 @@ from sparkpoint.snapshot.manifest import (
 from sparkpoint.storage.home import Home, validate_name
 from sparkpoint.storage.local import checksum_of, fsync_dir, walk_files
 from sparkpoint.storage.processes import pid_alive
+
+DELETED_PREFIX = "deleted"
 
 
 @dataclass(frozen=True)
@@ -46,12 +49,14 @@ class SnapshotStore:
         return (self.path(name) / MANIFEST_FILE).is_file()
 
     def _clean_abandoned_staging(self) -> None:
-        """Remove staging dirs whose creating process is gone (killed mid-create)."""
+        """Remove staging dirs whose creating process is gone (killed mid-create) and
+        snapshots renamed aside by a delete that was cut off before it removed them."""
         staging = self.home.staging_dir
         if not staging.is_dir():
             return
         for entry in staging.iterdir():
-            pid_text = entry.name.split(".", 1)[0]
+            owner, _, rest = entry.name.partition(".")
+            pid_text = rest.split(".", 1)[0] if owner == DELETED_PREFIX else owner
             if pid_text.isdigit() and not pid_alive(int(pid_text)):
                 shutil.rmtree(entry, ignore_errors=True)
 
@@ -71,9 +76,11 @@ class SnapshotStore:
         self._clean_abandoned_staging()
         staging = self.home.staging_dir / f"{os.getpid()}.{name}.{uuid.uuid4().hex[:8]}"
         staging.mkdir(parents=True)
+        crash_point("snapshot.staging_created")
         try:
             manifest = self._export(checkpoint, staging, name, info, progress)
             fsync_dir(staging)
+            crash_point("snapshot.manifest_written")
             try:
                 # rename() refuses a non-empty target, which closes the race with another create.
                 os.rename(staging, self.path(name))
@@ -84,6 +91,7 @@ class SnapshotStore:
                         "choose another name"
                     ) from exc
                 raise
+            crash_point("snapshot.published")
             fsync_dir(self.home.snapshots_dir)
         except BaseException:
             discard(staging)
@@ -138,11 +146,15 @@ class SnapshotStore:
 
     def delete(self, name: str) -> None:
         self.get(name)
+        self._clean_abandoned_staging()
         target = self.path(name)
-        # Rename first so that a half-deleted snapshot is never listed.
-        doomed = self.home.staging_dir / f"deleted.{name}.{uuid.uuid4().hex[:8]}"
+        # Rename first so that a half-deleted snapshot is never listed; the pid in the name
+        # lets a later create or delete remove it if this process is cut off.
+        doomed = (self.home.staging_dir
+                  / f"{DELETED_PREFIX}.{os.getpid()}.{name}.{uuid.uuid4().hex[:8]}")
         doomed.parent.mkdir(parents=True, exist_ok=True)
         os.rename(target, doomed)
+        crash_point("snapshot.delete_renamed")
         shutil.rmtree(doomed, ignore_errors=True)
 
     def verify(self, name: str) -> list[Problem]:

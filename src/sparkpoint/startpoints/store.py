@@ -68,6 +68,11 @@ class StartpointStore:
         return {path.stem: self.get(job, path.stem)
                 for path in sorted(directory.glob("*.json"))}
 
+    def clear_if_unchanged(self, job: str, source: str, applied: list[Startpoint]) -> None:
+        """Clear what was applied, but keep startpoints set meanwhile for the next start."""
+        if self.get(job, source) == applied:
+            self.clear(job, source)
+
     def clear(self, job: str, source: str) -> bool:
         path = self._path(job, source)
         existed = path.is_file()
