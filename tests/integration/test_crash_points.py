@@ -190,18 +190,23 @@ def test_startpoint_apply_cut_off_is_applied_exactly_once(
     assert not (home.job_dir("j") / "startpoint-intent.json").exists()
 
 
-def test_startpoint_set_during_an_interrupted_apply_waits_for_the_next_start(
+def test_startpoint_set_after_an_interrupted_apply_is_applied_after_it(
     spark: object, home: Home, tmp_path: Path
 ) -> None:
-    write_clicks(tmp_path / "in", range(0, 2))
+    first = write_clicks(tmp_path / "in", range(0, 2))
     _passthrough(spark, home, tmp_path)
     assert cli(home, "startpoint", "set", "j", "clicks", "--earliest").code == 0
     crash(home, "startpoint.offsets_moved", "run", str(PASSTHROUGH_JOB), "--job", "j",
           "--param", f"input={tmp_path / 'in'}", "--param", f"output={tmp_path / 'out'}")
+    # Set while the interrupted application still waits to be finished: the newer one wins.
     assert cli(home, "startpoint", "set", "j", "clicks", "--latest").code == 0
+    write_clicks(tmp_path / "in", range(2, 3))
     _passthrough(spark, home, tmp_path)
-    pending = cli(home, "startpoint", "list", "j", "--json").json()
-    assert [s["kind"] for s in pending] == ["latest"]
+    applied = JobRegistry(home).get("j").startpoints_applied
+    assert [a.startpoints[0]["kind"] for a in applied] == ["earliest", "latest"]
+    assert cli(home, "startpoint", "list", "j", "--json").json() == []
+    # Latest skipped everything the earliest would have read again, and the new file.
+    assert output_rows(spark, tmp_path / "out") == _rows(first)  # type: ignore[arg-type]
 
 
 # -- snapshot create and delete ---------------------------------------------------------
