@@ -22,13 +22,13 @@ pytestmark = pytest.mark.spark
 KILLS = 8
 
 
-def _wait_for_export(proc: subprocess.Popen[str]) -> None:
-    """Read the create's progress until it names its first operator (export under way)."""
+def _wait_for_progress(proc: subprocess.Popen[str], prefix: str) -> None:
+    """Read the create's progress lines until one starts with ``prefix``."""
     assert proc.stderr is not None
     for line in proc.stderr:
-        if line.startswith("operator "):
+        if line.startswith(prefix):
             return
-    raise AssertionError("snapshot create ended without exporting an operator")
+    raise AssertionError(f"snapshot create ended without a progress line {prefix!r}")
 
 
 @pytest.mark.parametrize("provider", ["rocksdb", HDFS_PROVIDER], ids=["rocksdb", "hdfs"])
@@ -45,10 +45,10 @@ def test_kill_9_during_create_leaves_no_partial_snapshot(
     started = time.monotonic()
     timing = subprocess.Popen(command(home, "snapshot", "create", "big", "timing"),
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    _wait_for_export(timing)
-    exporting = time.monotonic()
+    _wait_for_progress(timing, "copying ")
+    copying = time.monotonic()
     assert timing.wait() == 0
-    export_s = time.monotonic() - exporting
+    copy_s = time.monotonic() - copying
     rng = random.Random(2026)
     survivors = {"timing"}
     inside = 0
@@ -56,23 +56,28 @@ def test_kill_9_during_create_leaves_no_partial_snapshot(
         name = f"k{attempt}"
         proc = subprocess.Popen(command(home, "snapshot", "create", "big", name),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        # The export has begun (its staging directory exists) once it names an operator; the
-        # kill then lands at a random moment of the export as long as the process runs.
-        _wait_for_export(proc)
-        time.sleep(rng.uniform(0, export_s))
+        # Even attempts are killed as the export reads its first operator (its staging
+        # directory exists, nothing is copied yet); odd ones at a random moment of the copy
+        # and checksumming that follow "copying N files".
+        if attempt % 2 == 0:
+            _wait_for_progress(proc, "operator ")
+        else:
+            _wait_for_progress(proc, "copying ")
+            time.sleep(rng.uniform(0, copy_s))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         debris = [p for p in home.staging_dir.iterdir() if p.name.startswith(f"{proc.pid}.")]
         listed = {row["name"] for row in sparkpoint(home, "snapshot", "list", "--json").json()}
         assert listed - survivors <= {name}
         if name in listed:  # the kill came after the publishing rename
+            assert attempt % 2 == 1, "killed as it began exporting, yet it was published"
             survivors.add(name)
             assert sparkpoint(home, "snapshot", "verify", name).code == 0
         else:
             assert debris, "killed before publishing, yet no staging directory was left"
             inside += 1
     # Proof that the kills hit the export itself, not the start-up before it.
-    assert inside >= KILLS // 2, (inside, export_s, time.monotonic() - started)
+    assert inside >= KILLS // 2, (inside, copy_s, time.monotonic() - started)
     for name in survivors:
         assert sparkpoint(home, "snapshot", "verify", name).code == 0
     # Any name works afterwards, including those whose create was killed.
