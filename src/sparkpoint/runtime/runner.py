@@ -136,7 +136,9 @@ def spark_error_summary(exc: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def _job_lock(registry: JobRegistry, job: str) -> Iterator[None]:
+def _job_lock(
+    registry: JobRegistry, job: str, echo: Callable[[str], None]
+) -> Iterator[None]:
     """Exclusive right to run a job; a lock left by a dead process is taken over."""
     path = registry.home.job_dir(job) / LOCK_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -151,6 +153,10 @@ def _job_lock(registry: JobRegistry, job: str) -> Iterator[None]:
                     f"job '{job}' is already running (pid {holder}); stop it first, or snapshot "
                     "it with 'sparkpoint snapshot create'"
                 ) from None
+            if holder != os.getpid():
+                owner = f"pid {holder}, which is no longer running" if holder is not None \
+                    else "no process (the file is empty)"
+                echo(f"job '{job}': took over the lock left by an interrupted run ({owner})")
             path.unlink(missing_ok=True)
             continue
         with os.fdopen(fd, "w") as handle:
@@ -234,11 +240,14 @@ def run_job(
     spark: SparkSession | None = None,
     prepare: Prepare | None = None,
     echo: Callable[[str], None] = print,
+    on_recorded: Callable[[], None] | None = None,
 ) -> RunResult:
+    """Run the job under its lock. ``prepare`` may build its checkpoint before the query
+    starts; ``on_recorded`` is called once the job record names this run."""
     registry = JobRegistry(home)
     job = options.job
     home.job_dir(job)  # validates the name before anything is written
-    with _job_lock(registry, job):
+    with _job_lock(registry, job, echo):
         if registry.exists(job):
             record = registry.get(job)
             if record.effective_status() == "running":
@@ -279,6 +288,8 @@ def run_job(
             ]
             record.runs.append(run)
             registry.save(record)
+            if on_recorded is not None:
+                on_recorded()
             echo(f"job '{job}' run {run.run_id} starting at batch "
                  f"{0 if first_batch is None else first_batch + 1}")
             writer = writer.option("checkpointLocation", str(checkpoint.root)).queryName(job)
