@@ -156,3 +156,29 @@ def test_options_need_a_start_from_a_snapshot(home: Home, tmp_path: Path) -> Non
     plain = sparkpoint(home, "run", str(JOB), "--job", "j", "--first-batch", "5")
     assert plain.code == 2 and "--from-snapshot" in plain.err, plain.err
     assert not home.job_dir("j").exists()
+
+
+TIMERS = FOREACH_JOB.parent / "timers.py"
+
+
+def test_transform_with_state_resumes_under_renumbered_batches(
+    spark: Any, home: Home, tmp_path: Path
+) -> None:
+    """transformWithState keeps operator metadata per batch (_metadata/v2/<batch>): it moves
+    with the renumbered batches, and the state and its timers carry over (a drain fires
+    them: every user's count of all clicks)."""
+    clicks = write_clicks(tmp_path / "in", range(0, 3))
+    params = {"mode": "EventTime", "input": str(tmp_path / "in"),
+              "output": str(tmp_path / "out1")}
+    api.run(home, TIMERS, "v1", params=params, until_caught_up=True, spark=spark)
+    n = api.snapshot_create(home, "v1", "s1").batch_id
+    clicks += write_clicks(tmp_path / "in", range(3, 5))
+    v2 = {**params, "output": str(tmp_path / "out2")}
+    result = api.run(home, TIMERS, "v2", params=v2, from_snapshot="s1", until_caught_up=True,
+                     spark=spark, first_batch=n + 20)
+    assert result.first_batch == n + 19
+    metadata = home.checkpoint_dir("v2") / "state" / "0" / "_metadata" / "v2"
+    assert min(int(p.name) for p in metadata.iterdir() if p.name.isdigit()) >= 19
+    api.drain(home, "v2", spark=spark)
+    expected = Counter((user, k) for user, k in Counter(c.user for c in clicks).items())
+    assert output_rows(spark, tmp_path / "out2") == expected
