@@ -182,6 +182,12 @@ def run(
             clear_intent(target)
 
     else:
+        target = registry.checkpoint(job).root
+        if not registry.exists(job) and is_own_orphan(target):
+            raise PreconditionError(
+                f"job '{job}': {target} was built by a start from a snapshot that was "
+                "interrupted before the job was recorded; run the same command with "
+                "--from-snapshot/--resume-point again to roll it back and rebuild it")
         _apply_startpoints(home, options, spark, echo)
     return run_job(home, options, spark=spark, prepare=prepare, echo=echo,
                    on_recorded=on_recorded)

@@ -23,6 +23,8 @@ from tests.support.cli import sparkpoint
 
 JOB = EXAMPLES / "clicks_job.py"
 RESTORE_POINTS = sorted(name for name in CRASH_POINTS if name.startswith("restore."))
+# Crash points after the new checkpoint is renamed into place.
+PUBLISHED_AT = {"restore.published", "restore.sink_seeded"}
 CONF = {"spark.sql.streaming.stateStore.providerClass": HDFS_PROVIDER}
 pytestmark = pytest.mark.spark
 
@@ -78,6 +80,12 @@ def test_crashed_start_from_snapshot_is_rolled_back_and_redone(
     assert crashed.code == CRASH_EXIT_CODE, crashed.err
     assert f"crash point {point}" in crashed.err
     assert job not in [view.record.name for view in api.jobs_list(home)]
+    published = home.checkpoint_dir(job).exists()
+    assert published == (point in PUBLISHED_AT)
+    if published:
+        # A plain run must not continue a checkpoint no job record owns.
+        plain = sparkpoint(home, *[a for a in command if a not in ("--from-snapshot", "snap")])
+        assert plain.code == 4 and "interrupted" in plain.err, plain.err
 
     again = sparkpoint(home, *command)
     assert again.code == 0, again.err

@@ -88,3 +88,18 @@ def test_roll_back_removes_staging_and_a_proven_orphan_only(tmp_path: Path) -> N
     record_intent(target, target)
     assert roll_back(target, True, lines.append) == []
     assert (other / "metadata").is_file()
+
+
+def test_plan_text_shows_the_renumbering() -> None:
+    from sparkpoint.cli.render import plan_text
+    from sparkpoint.upgrade.batches import BatchNumbering
+    from sparkpoint.upgrade.validate import UpgradePlan
+
+    plan = UpgradePlan(batches=BatchNumbering(3, 8, True, 7))
+    assert "batches: snapshot batch 3, first new batch 8 (renumbered: batch ids shifted by 4, " \
+           "past the output's sink log at batch 7)" in plan_text(plan)
+    assert plan.to_dict()["batches"] == {"snapshot_batch": 3, "first_batch": 8,
+                                         "renumbered": True, "sink_latest_batch": 7}
+    assert "batches: snapshot batch 3, first new batch 4\n" in \
+        plan_text(UpgradePlan(batches=BatchNumbering(3, 4, False)))
+    assert UpgradePlan().to_dict()["batches"] is None

@@ -265,7 +265,8 @@ def build_new_checkpoint(
                                      batches.checkpoint_batch if batches is not None else None)
         if result.batch_id is None:
             return result
-        crash_point("restore.assembled")
+        if publish:
+            crash_point("restore.assembled")
         wanted = resolution.shape.partitions
         if wanted is not None and result.partitions is not None and wanted != result.partitions:
             if provider == ROCKSDB_PROVIDER:
@@ -281,7 +282,8 @@ def build_new_checkpoint(
                 repartition_hdfs_state(staging, result.batch_id, wanted)
                 batch = result.batch_id
             result = AssembleResult(batch, wanted)
-            crash_point("restore.repartitioned")
+            if publish:
+                crash_point("restore.repartitioned")
         verdict = restart_problem(planned.spark, planned.writer._df,
                                   output_mode(planned.writer), staging)
         if verdict is not None:
