@@ -2,7 +2,10 @@
 new checkpoint (assemble, repartition if asked, let Spark check it, publish).
 
 The checkpoint is assembled in a staging directory beside the target and published by one
-rename only after Spark's own restart checks pass on it; snapshots are only read.
+rename only after Spark's own restart checks pass on it, an intent file written just before
+(see ``interrupted``: what a killed start leaves and how the next one rolls it back); the
+batch id it holds comes from ``batches`` (the snapshot's, or renumbered past the sink).
+Snapshots are only read.
 """
 
 from __future__ import annotations
