@@ -23,6 +23,7 @@ from sparkpoint.errors import (
     NameTakenError,
     NoCommittedBatchError,
     PreconditionError,
+    SinkAheadError,
     SnapshotDamagedError,
     SparkQueryError,
     UnknownSourceError,
@@ -63,6 +64,8 @@ from sparkpoint.startpoints.resolve import Resolved
 from sparkpoint.startpoints.resolve import resolve as resolve_startpoints
 from sparkpoint.startpoints.store import WHOLE_SOURCE, PositionKind, Startpoint, StartpointStore
 from sparkpoint.storage.home import Home, validate_name
+from sparkpoint.upgrade.batches import BatchChoice, check_first_batch
+from sparkpoint.upgrade.interrupted import clear_intent, is_own_orphan, roll_back
 from sparkpoint.upgrade.restore import build_new_checkpoint, job_shape, resolve
 from sparkpoint.upgrade.resume_point import load_resume_point
 from sparkpoint.upgrade.validate import UpgradePlan, default_resume_point
@@ -105,12 +108,19 @@ def run(
     max_batches: int | None = None,
     spark: SparkSession | None = None,
     echo: Echo = _quiet,
+    renumber_batches: bool = False,
+    first_batch: int | None = None,
 ) -> RunResult:
     """Run a job. With ``from_snapshot`` or ``resume_point`` it starts as a new job whose
-    checkpoint is built from snapshots; validation failures change nothing (exit 3)."""
+    checkpoint is built from snapshots; validation failures change nothing (exit 3), nor
+    does an output whose sink log is ahead of the snapshot (exit 4)."""
     validate_name(job, "job")
     if from_snapshot is not None and resume_point is not None:
         raise UsageError("use either --from-snapshot or --resume-point, not both")
+    choice = BatchChoice(renumber_batches, first_batch)
+    if choice.asked and from_snapshot is None and resume_point is None:
+        raise UsageError("--renumber-batches and --first-batch apply to a new job started "
+                         "with --from-snapshot or --resume-point")
     options = RunOptions(
         job=job, job_file=job_file.absolute(), params=dict(params or {}), conf=dict(conf or {}),
         master=master, until_caught_up=until_caught_up, max_batches=max_batches,
@@ -120,19 +130,27 @@ def run(
         store = SnapshotStore(home)
         point = load_resume_point(resume_point) if resume_point is not None else None
         if from_snapshot is not None:
-            store.get(from_snapshot)
-        if registry.exists(job) or registry.checkpoint(job).exists():
+            check_first_batch(first_batch, store.get(from_snapshot).batch_id)
+        target = registry.checkpoint(job).root
+        # A checkpoint that an interrupted start built and no record owns is rolled back
+        # below, under the job's lock; any other makes the name taken.
+        if registry.exists(job) or (target.exists() and not is_own_orphan(target)):
             raise NameTakenError(
                 f"job '{job}' already exists; a job started from snapshots must be new: choose "
                 "another --job name (or drop --from-snapshot/--resume-point to continue it)"
             )
         _check_snapshots_intact(store, point.snapshots() if point else [from_snapshot or ""])
-        target = registry.checkpoint(job).root
 
         def prepare(planned: PlannedJob) -> Lineage:
-            resolution = resolve(store, planned, point, from_snapshot)
+            crash_point("restore.job_locked")
+            roll_back(target, registry.exists(job), lambda line: echo(f"job '{job}': {line}"))
+            resolution = resolve(store, planned, point, from_snapshot, choice)
             for warning in resolution.plan.warnings:
                 echo(f"warning: {warning}")
+            if resolution.sink_problem is not None and \
+                    resolution.plan.problems == [resolution.sink_problem]:
+                raise SinkAheadError(f"job '{job}' not started, nothing was created: "
+                                     f"{resolution.sink_problem}")
             if not resolution.plan.ok:
                 raise ValidationError(
                     f"the job cannot resume ({len(resolution.plan.problems)} problem(s)); "
@@ -142,12 +160,17 @@ def run(
             if result.batch_id is not None:
                 echo(f"built checkpoint for job '{job}' from {', '.join(used)} "
                      f"(batch {result.batch_id})")
+                numbering = resolution.plan.batches
+                if numbering is not None and numbering.renumbered:
+                    echo(f"batch ids renumbered: snapshot batch {numbering.snapshot_batch} "
+                         f"continues as batch {numbering.checkpoint_batch}")
                 if planned.file_sink is not None:
                     interval = int(planned.conf.get(COMPACT_INTERVAL_CONF,
                                                     DEFAULT_COMPACT_INTERVAL))
                     if seed_empty_history(planned.file_sink, result.batch_id, interval):
                         echo(f"gave the new output {planned.file_sink} an empty sink history "
                              f"up to batch {result.batch_id}")
+                        crash_point("restore.sink_seeded")
             first = resolution.snapshots[used[0]].manifest if used else None
             return Lineage(
                 from_snapshot=from_snapshot or (",".join(used) or None),
@@ -156,9 +179,19 @@ def run(
                 resume_point=str(resume_point) if resume_point is not None else None,
             )
 
-        return run_job(home, options, spark=spark, prepare=prepare, echo=echo)
+        def on_recorded() -> None:
+            clear_intent(target)
+
+        return run_job(home, options, spark=spark, prepare=prepare, echo=echo,
+                       on_recorded=on_recorded)
+    target = registry.checkpoint(job).root
+    if not registry.exists(job) and is_own_orphan(target):
+        raise PreconditionError(
+            f"job '{job}': {target} was built by a start from a snapshot that was "
+            "interrupted before the job was recorded; run the same command with "
+            "--from-snapshot/--resume-point again to roll it back and rebuild it")
     # Held from recovery to the end of the run, so nothing comes in between.
-    with job_lock(home, job):
+    with job_lock(home, job, echo):
         if registry.exists(job):
             recover(home, job, echo)
             _apply_startpoints(home, options, spark, echo)
@@ -175,20 +208,24 @@ def plan(
     resume_point: Path | None = None,
     spark: SparkSession | None = None,
     echo: Echo = _quiet,
+    renumber_batches: bool = False,
+    first_batch: int | None = None,
 ) -> UpgradePlan:
-    """Dry run: what would resume, initialize or be dropped, and every problem. Starts no
-    query and writes only scratch files, including Spark's own restart check."""
+    """Dry run: what would resume, initialize or be dropped, the batch ids the job would
+    continue with, and every problem. Starts no query and writes only scratch files,
+    including Spark's own restart check."""
     if (from_snapshot is None) == (resume_point is None):
         raise UsageError("give exactly one of --from-snapshot SNAP or --resume-point FILE")
+    choice = BatchChoice(renumber_batches, first_batch)
     point = load_resume_point(resume_point) if resume_point is not None else None
     store = SnapshotStore(home)
     if from_snapshot is not None:
-        store.get(from_snapshot)
+        check_first_batch(first_batch, store.get(from_snapshot).batch_id)
     _check_snapshots_intact(store, point.snapshots() if point else [from_snapshot or ""])
     planned = plan_job("plan", job_file.absolute(), dict(params or {}), dict(conf or {}),
                        master, spark)
     try:
-        resolution = resolve(store, planned, point, from_snapshot)
+        resolution = resolve(store, planned, point, from_snapshot, choice)
         if resolution.plan.ok:
             scratch = Path(tempfile.mkdtemp(prefix="sparkpoint-plan-")) / "checkpoint"
             try:

@@ -26,12 +26,14 @@ CRASH_POINTS: dict[str, str] = {
     "snapshot.published": "snapshot renamed into place, staging not synced",
     # snapshot delete: renamed aside, then removed
     "snapshot.delete_renamed": "snapshot renamed out of the listing, files not removed",
-    # run --from-snapshot / --resume-point
+    # run --from-snapshot / --resume-point: staging beside the target, published by one
+    # rename after an intent file; the next start of the same job rolls back the debris
     "restore.job_locked": "new job's lock taken, nothing assembled",
     "restore.assembled": "new checkpoint assembled in staging, not checked by Spark",
+    "restore.hdfs_partition_moved": "one HDFS state partition rewritten in staging, others not",
     "restore.repartitioned": "state repartitioned in staging, not checked by Spark",
     "restore.published": "new checkpoint renamed into place, job record not written",
-    "restore.hdfs_partition_moved": "one HDFS state partition rewritten, others not yet",
+    "restore.sink_seeded": "new output's empty sink history written, job record not written",
     # drain
     "drain.intent_recorded": "drain intent recorded, drain offsets not written",
     "drain.offsets_written": "drain batch's offsets written, the batch not run",

@@ -82,6 +82,12 @@ class NoCommittedBatchError(PreconditionError):
     code = "NO_COMMITTED_BATCH"
 
 
+class SinkAheadError(PreconditionError):
+    """The output's sink log already holds batch ids a job started from a snapshot would run."""
+
+    code = "SINK_AHEAD"
+
+
 class CheckpointFormatError(SparkpointError):
     """A file of a Spark checkpoint is not in a format this version understands."""
 

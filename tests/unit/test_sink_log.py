@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparkpoint.checkpoint.sink_log import batches_to_seed, committed_files, seed_empty_history
+from sparkpoint.checkpoint.sink_log import (
+    batches_to_seed,
+    committed_files,
+    latest_batch,
+    seed_empty_history,
+)
 
 
 def test_batches_to_seed_cover_what_the_next_compaction_reads() -> None:
@@ -39,3 +44,16 @@ def test_committed_files_reads_latest_compaction_and_later_entries(tmp_path: Pat
     (log / "10").write_text("v1\n" + entry % "c")
     (log / "11").write_text("v1")
     assert committed_files(tmp_path) == ["file:///o/a", "file:///o/b", "file:///o/c"]
+
+
+def test_latest_batch_reads_plain_and_compacted_entries(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert latest_batch(out) is None
+    seed_empty_history(out, 12, 10)
+    assert latest_batch(out) == 12
+    # Spark's temp files and checksum siblings are not entries.
+    (out / "_spark_metadata" / ".13.crc").write_bytes(b"")
+    (out / "_spark_metadata" / ".14.abc.tmp").write_bytes(b"")
+    assert latest_batch(out) == 12
+    (out / "_spark_metadata" / "19.compact").write_bytes(b"v1")
+    assert latest_batch(out) == 19

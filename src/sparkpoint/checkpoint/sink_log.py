@@ -53,6 +53,21 @@ def seed_empty_history(output_dir: Path, last_batch: int, interval: int) -> list
     return written
 
 
+def latest_batch(output_dir: Path) -> int | None:
+    """The newest batch id the sink log of ``output_dir`` holds, or None without a log.
+
+    Spark's file sink skips any batch whose id is at or below this one, so a job must not
+    run such batch ids into this output.
+    """
+    log_dir = output_dir / SINK_LOG_DIR
+    if not log_dir.is_dir():
+        return None
+    batches = [int(stem) for stem in (p.name.removesuffix(".compact") for p in log_dir.iterdir()
+                                      if p.is_file() and not p.name.startswith("."))
+               if stem.isdigit()]
+    return max(batches, default=None)
+
+
 def committed_files(output_dir: Path) -> list[str]:
     """Paths of the files a file sink committed, as Spark's readers see them.
 

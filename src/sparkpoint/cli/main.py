@@ -81,6 +81,19 @@ def cli(ctx: click.Context, home: str | None) -> None:
     ctx.obj["home"] = Home.resolve(home)
 
 
+def _batch_options(func: F) -> F:
+    for option in reversed([
+        click.option("--renumber-batches", is_flag=True,
+                     help="Number the new job's batches past those its file sink already "
+                          "holds (with --from-snapshot/--resume-point)."),
+        click.option("--first-batch", type=click.IntRange(min=0), default=None, metavar="K",
+                     help="The new job's first batch id, after the snapshot's batch (with "
+                          "--from-snapshot/--resume-point)."),
+    ]):
+        func = option(func)
+    return func
+
+
 @cli.command()
 @click.argument("job_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--job", required=True, help="Job name; its checkpoint lives in the home.")
@@ -95,11 +108,13 @@ def cli(ctx: click.Context, home: str | None) -> None:
               help="Process the input available at start, then stop.")
 @click.option("--max-batches", type=click.IntRange(min=1), default=None,
               help="Stop after N batches.")
+@_batch_options
 @click.pass_context
 @handle_errors
 def run(ctx: click.Context, job_file: Path, job: str, params: tuple[str, ...],
         confs: tuple[str, ...], master: str | None, from_snapshot: str | None,
-        resume_point: Path | None, until_caught_up: bool, max_batches: int | None) -> None:
+        resume_point: Path | None, until_caught_up: bool, max_batches: int | None,
+        renumber_batches: bool, first_batch: int | None) -> None:
     """Run JOB_FILE as job JOB until stopped (Ctrl-C stops cleanly)."""
     if until_caught_up and max_batches is not None:
         raise click.UsageError("use either --until-caught-up or --max-batches, not both")
@@ -107,7 +122,7 @@ def run(ctx: click.Context, job_file: Path, job: str, params: tuple[str, ...],
         _home(ctx), job_file, job, params=_pairs(params, "--param"),
         conf=_pairs(confs, "--conf"), master=master, from_snapshot=from_snapshot,
         resume_point=resume_point, until_caught_up=until_caught_up, max_batches=max_batches,
-        echo=_echo,
+        echo=_echo, renumber_batches=renumber_batches, first_batch=first_batch,
     )
 
 
@@ -127,16 +142,19 @@ def _job_options(func: F) -> F:
 @click.option("--resume-point", type=click.Path(dir_okay=False, path_type=Path), default=None,
               metavar="FILE")
 @_job_options
+@_batch_options
 @json_option
 @click.pass_context
 @handle_errors
 def plan_command(ctx: click.Context, job_file: Path, from_snapshot: str | None,
                  resume_point: Path | None, params: tuple[str, ...], confs: tuple[str, ...],
-                 master: str | None, as_json: bool) -> None:
+                 master: str | None, renumber_batches: bool, first_batch: int | None,
+                 as_json: bool) -> None:
     """Dry run: what resumes, initializes, is dropped, and every problem (exit 3 if any)."""
     result = api.plan(_home(ctx), job_file, params=_pairs(params, "--param"),
                       conf=_pairs(confs, "--conf"), master=master, from_snapshot=from_snapshot,
-                      resume_point=resume_point, echo=_echo)
+                      resume_point=resume_point, echo=_echo, renumber_batches=renumber_batches,
+                      first_batch=first_batch)
     click.echo(render.as_json(result.to_dict()) if as_json else render.plan_text(result))
     if not result.ok:
         sys.exit(EXIT_VALIDATION)

@@ -11,6 +11,7 @@ from sparkpoint.checkpoint.operators import schema_ddl
 from sparkpoint.runtime.registry import DrainRecord
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.store import Problem
+from sparkpoint.upgrade.batches import BatchNumbering
 from sparkpoint.upgrade.validate import UpgradePlan
 
 
@@ -158,6 +159,8 @@ def plan_text(plan: UpgradePlan) -> str:
         origin = f"{op.origin['snapshot']}/{op.origin['operator']}" if op.origin else "-"
         mark = "" if op.compatible else "  INCOMPATIBLE"
         out.append(f"  {op.name:24} {op.action:11} {origin:28} {op.reason}{mark}")
+    if plan.batches is not None:
+        out.append(f"batches: {batches_text(plan.batches)}")
     for warning in plan.warnings:
         out.append(f"warning: {warning}")
     if plan.problems:
@@ -166,6 +169,17 @@ def plan_text(plan: UpgradePlan) -> str:
     else:
         out.append("ok: the job can start from this resume point")
     return "\n".join(out)
+
+
+def batches_text(batches: BatchNumbering) -> str:
+    text = f"snapshot batch {batches.snapshot_batch}, first new batch {batches.first_batch}"
+    if batches.renumbered:
+        text += f" (renumbered: batch ids shifted by " \
+                f"{batches.first_batch - batches.snapshot_batch - 1}"
+        if batches.sink_latest_batch is not None:
+            text += f", past the output's sink log at batch {batches.sink_latest_batch}"
+        text += ")"
+    return text
 
 
 def drain_residual_text(drain: DrainRecord) -> str:

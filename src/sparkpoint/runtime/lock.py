@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from sparkpoint.errors import JobRunningError
@@ -18,6 +18,10 @@ from sparkpoint.storage.home import Home
 from sparkpoint.storage.processes import pid_alive
 
 LOCK_FILE = "run.lock"
+
+def _quiet(_message: str) -> None:
+    pass
+
 
 # Lock files this process holds, with how many times each is held.
 _held: dict[Path, int] = {}
@@ -38,7 +42,7 @@ def lock_holder(home: Home, job: str) -> int | None:
     return holder if holder is not None and pid_alive(holder) else None
 
 
-def _acquire(path: Path, job: str) -> None:
+def _acquire(path: Path, job: str, echo: Callable[[str], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     for _attempt in range(2):
         try:
@@ -51,6 +55,9 @@ def _acquire(path: Path, job: str) -> None:
                     f"job '{job}' is already running (pid {holder}); stop it first, or snapshot "
                     "it with 'sparkpoint snapshot create'"
                 ) from None
+            owner = f"pid {holder}, which is no longer running" if holder is not None \
+                else "no process (the file is empty)"
+            echo(f"job '{job}': took over the lock left by an interrupted run ({owner})")
             path.unlink(missing_ok=True)
             continue
         with os.fdopen(fd, "w") as handle:
@@ -60,7 +67,7 @@ def _acquire(path: Path, job: str) -> None:
 
 
 @contextlib.contextmanager
-def job_lock(home: Home, job: str) -> Iterator[None]:
+def job_lock(home: Home, job: str, echo: Callable[[str], None] = _quiet) -> Iterator[None]:
     """Hold the job's lock for the block (re-entrant in this process)."""
     path = lock_path(home, job)
     if _held.get(path):
@@ -70,7 +77,7 @@ def job_lock(home: Home, job: str) -> Iterator[None]:
         finally:
             _held[path] -= 1
         return
-    _acquire(path, job)
+    _acquire(path, job, echo)
     _held[path] = 1
     try:
         yield

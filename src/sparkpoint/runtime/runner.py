@@ -202,11 +202,14 @@ def run_job(
     spark: SparkSession | None = None,
     prepare: Prepare | None = None,
     echo: Callable[[str], None] = print,
+    on_recorded: Callable[[], None] | None = None,
 ) -> RunResult:
+    """Run the job under its lock. ``prepare`` may build its checkpoint before the query
+    starts; ``on_recorded`` is called once the job record names this run."""
     registry = JobRegistry(home)
     job = options.job
     home.job_dir(job)  # validates the name before anything is written
-    with job_lock(home, job):
+    with job_lock(home, job, echo):
         if registry.exists(job):
             record = registry.get(job)
             if record.effective_status() == "running":
@@ -247,6 +250,8 @@ def run_job(
             ]
             record.runs.append(run)
             registry.save(record)
+            if on_recorded is not None:
+                on_recorded()
             echo(f"job '{job}' run {run.run_id} starting at batch "
                  f"{0 if first_batch is None else first_batch + 1}")
             writer = writer.option("checkpointLocation", str(checkpoint.root)).queryName(job)

@@ -27,6 +27,12 @@ def private_field(obj: Any, name: str) -> Any:
     return None
 
 
+def sink_format(writer: DataStreamWriter) -> str:
+    """The sink's format as the job gave it (``parquet``, ``foreachBatch``, ``kafka``...)."""
+    source = private_field(writer._jwrite, "source")
+    return str(source) if source is not None else "unknown"
+
+
 def file_sink_path(writer: DataStreamWriter) -> Path | None:
     """The output directory of a file sink, or None for any other sink."""
     jwriter = writer._jwrite

@@ -78,7 +78,12 @@ def _copy_operator(src: Path, dst: Path, new_id: int, shift: int) -> None:
         if not path.is_file():
             continue
         rel = path.relative_to(src)
-        link_or_copy(path, dst / rel.parent / _shifted_name(rel.name, shift))
+        if rel.parent.as_posix() == "_metadata/v2" and rel.name.isdigit():
+            # transformWithState's metadata is kept per batch: it moves with the batches.
+            name = str(int(rel.name) + shift)
+        else:
+            name = _shifted_name(rel.name, shift)
+        link_or_copy(path, dst / rel.parent / name)
     v2 = dst / "_metadata" / "v2"
     metadata_files = [dst / "_metadata" / "metadata"] if not v2.is_dir() else sorted(
         p for p in v2.iterdir() if p.name.isdigit())
@@ -117,19 +122,27 @@ def assemble_checkpoint(
     new_operators: Mapping[str, NewOperatorLayout],
     empty_state: EmptyStateWriter,
     positions: Mapping[str, ResolvedPosition] | None = None,
+    batch_id: int | None = None,
 ) -> AssembleResult:
     """Write the new checkpoint into ``out`` (a new directory) for a valid ``plan``.
 
-    Nothing is written when the plan resumes nothing: the job then starts like a new one.
+    The checkpoint holds batch ``batch_id`` as committed (default: the newest snapshot's
+    batch); another id renumbers every snapshot's batches by the same shift that merging
+    snapshots of different batches uses. Nothing is written when the plan resumes nothing:
+    the job then starts like a new one.
     """
     if not plan.ok:
         raise ValidationError("the resume point has problems: " + "; ".join(plan.problems))
     used = used_snapshots(plan)
     if not used:
         return AssembleResult(None, None)
-    batch = max(snapshots[name].manifest.batch_id for name in used)
+    newest = max(snapshots[name].manifest.batch_id for name in used)
     primary = next(snapshots[name] for name in used
-                   if snapshots[name].manifest.batch_id == batch)
+                   if snapshots[name].manifest.batch_id == newest)
+    batch = newest if batch_id is None else batch_id
+    if batch < newest:
+        raise ValidationError(f"the new checkpoint's batch {batch} would come before the "
+                              f"snapshots' batch {newest}; a batch id only goes forward")
     out.mkdir(parents=True)
     _write(out, batch, primary, plan, snapshots, new_operators, empty_state, used,
            positions or {})

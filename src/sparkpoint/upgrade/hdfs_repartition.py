@@ -20,6 +20,7 @@ from sparkpoint.checkpoint.layout import SHUFFLE_PARTITIONS_CONF, Checkpoint, Op
 from sparkpoint.checkpoint.logs import OffsetLogEntry, compact_json
 from sparkpoint.checkpoint.murmur3 import partition_of
 from sparkpoint.checkpoint.unsafe_row import read_fields
+from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import CheckpointFormatError
 from sparkpoint.storage.local import remove_checksum_sibling, write_atomic
 
@@ -95,3 +96,4 @@ def _repartition_store(operator: OperatorDir, store_name: str, prefix: int,
                 remove_checksum_sibling(path)
     for partition, state in enumerate(targets):
         hdfs_state.write_snapshot(layout.partition_dir(operator.path, partition), version, state)
+        crash_point("restore.hdfs_partition_moved")

@@ -2,7 +2,10 @@
 new checkpoint (assemble, repartition if asked, let Spark check it, publish).
 
 The checkpoint is assembled in a staging directory beside the target and published by one
-rename only after Spark's own restart checks pass on it; snapshots are only read.
+rename only after Spark's own restart checks pass on it, an intent file written just before
+(see ``interrupted``: what a killed start leaves and how the next one rolls it back); the
+batch id it holds comes from ``batches`` (the snapshot's, or renumbered past the sink).
+Snapshots are only read.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from sparkpoint.checkpoint import hdfs_state
 from sparkpoint.checkpoint.layout import SHUFFLE_PARTITIONS_CONF, Checkpoint
 from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER
 from sparkpoint.checkpoint.schema_paths import relocate_schema_paths
-from sparkpoint.errors import NameTakenError, SparkpointError, ValidationError
+from sparkpoint.crash_points import crash_point
+from sparkpoint.errors import NameTakenError, SparkpointError, UsageError, ValidationError
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.store import SnapshotStore
 from sparkpoint.sources.positions import (
@@ -39,6 +43,7 @@ from sparkpoint.spark.inspect import (
     write_empty_rocksdb_version,
 )
 from sparkpoint.spark.plan import PlannedOperator
+from sparkpoint.spark.sink import file_sink_path, sink_format
 from sparkpoint.storage.local import copy_file, fsync_dir
 from sparkpoint.upgrade.assemble import (
     AssembleResult,
@@ -47,7 +52,9 @@ from sparkpoint.upgrade.assemble import (
     assemble_checkpoint,
     used_snapshots,
 )
+from sparkpoint.upgrade.batches import BatchChoice, SinkInfo, number_batches
 from sparkpoint.upgrade.hdfs_repartition import repartition_hdfs_state
+from sparkpoint.upgrade.interrupted import record_intent, staging_prefix
 from sparkpoint.upgrade.resume_point import ResumePoint
 from sparkpoint.upgrade.validate import (
     JobShape,
@@ -94,6 +101,8 @@ class Resolution:
     snapshots: dict[str, UsedSnapshot] = field(default_factory=dict)
     layouts: dict[str, NewOperatorLayout] = field(default_factory=dict)
     positions: dict[str, ResolvedPosition] = field(default_factory=dict)
+    # The sink already holds batches the new job would run (a refusal, not a bad plan).
+    sink_problem: str | None = None
 
 
 def job_shape(planned: PlannedJob) -> tuple[JobShape, dict[str, NewOperatorLayout]]:
@@ -127,7 +136,7 @@ def job_shape(planned: PlannedJob) -> tuple[JobShape, dict[str, NewOperatorLayou
 
 def resolve(
     store: SnapshotStore, planned: PlannedJob, resume_point: ResumePoint | None,
-    from_snapshot: str | None,
+    from_snapshot: str | None, choice: BatchChoice | None = None,
 ) -> Resolution:
     shape, layouts = job_shape(planned)
     manifests: dict[str, Manifest | None] = {}
@@ -151,6 +160,7 @@ def resolve(
             f"the snapshots {', '.join(used)} come from different state store providers "
             f"({', '.join(sorted(p.rsplit('.', 1)[-1] for p in providers))}); resume from "
             "snapshots of one provider")
+    _number_batches(resolution, planned, choice or BatchChoice())
     counts = {s.manifest.shuffle_partitions for s in resolution.snapshots.values()}
     listed_counts = ", ".join(str(c) for c in sorted(c or 0 for c in counts))
     if len(counts) > 1:
@@ -158,6 +168,25 @@ def resolve(
             f"the snapshots {', '.join(used)} have different partition counts "
             f"({listed_counts}); create them with one spark.sql.shuffle.partitions")
     return resolution
+
+
+def _number_batches(resolution: Resolution, planned: PlannedJob, choice: BatchChoice) -> None:
+    """The new job's first batch id, checked against what its sink already holds."""
+    if not resolution.snapshots:
+        if choice.asked and resolution.plan.ok:
+            raise UsageError("--renumber-batches and --first-batch apply to a job that resumes "
+                             "state or offsets from a snapshot; this one resumes nothing and "
+                             "starts at batch 0")
+        return
+    snapshot_batch = max(s.manifest.batch_id for s in resolution.snapshots.values())
+    sink = SinkInfo(sink_format(planned.writer), file_sink_path(planned.writer))
+    check = number_batches(snapshot_batch, sink, choice)
+    resolution.plan.batches = check.numbering
+    if check.problem is not None:
+        resolution.plan.problems.append(check.problem)
+        resolution.sink_problem = check.problem
+    if check.warning is not None:
+        resolution.plan.warnings.append(check.warning)
 
 
 def _resolve_positions(resolution: Resolution, resumes_something: bool) -> None:
@@ -220,16 +249,27 @@ def build_new_checkpoint(
         raise NameTakenError(f"{target}: a checkpoint already exists; choose a new job name")
     provider = next((s.manifest.state_store_provider for s in resolution.snapshots.values()),
                     ROCKSDB_PROVIDER)
-    scratch = Path(tempfile.mkdtemp(prefix="sparkpoint-build-"))
-    parent = target.parent if publish else scratch
-    parent.mkdir(parents=True, exist_ok=True)
-    staging = parent / f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"
+    if publish:
+        # Beside the target, so that publishing is one rename and an interrupted start's
+        # debris is found (and rolled back) by the next one.
+        target.parent.mkdir(parents=True, exist_ok=True)
+        prefix = staging_prefix(target)
+        scratch = Path(tempfile.mkdtemp(prefix=f"{prefix}scratch.", suffix=".tmp",
+                                        dir=target.parent))
+        staging = target.parent / f"{prefix}{uuid.uuid4().hex[:8]}.tmp"
+    else:
+        scratch = Path(tempfile.mkdtemp(prefix="sparkpoint-build-"))
+        staging = scratch / f".{target.name}.tmp"
+    batches = plan.batches
     try:
         result = assemble_checkpoint(staging, plan, resolution.snapshots, resolution.layouts,
                                      _empty_state_writer(planned, provider, scratch / "empty"),
-                                     resolution.positions)
+                                     resolution.positions,
+                                     batches.checkpoint_batch if batches is not None else None)
         if result.batch_id is None:
             return result
+        if publish:
+            crash_point("restore.assembled")
         wanted = resolution.shape.partitions
         if wanted is not None and result.partitions is not None and wanted != result.partitions:
             if provider == ROCKSDB_PROVIDER:
@@ -245,6 +285,8 @@ def build_new_checkpoint(
                 repartition_hdfs_state(staging, result.batch_id, wanted)
                 batch = result.batch_id
             result = AssembleResult(batch, wanted)
+            if publish:
+                crash_point("restore.repartitioned")
         verdict = restart_problem(planned.spark, planned.writer._df,
                                   output_mode(planned.writer), staging)
         if verdict is not None:
@@ -255,9 +297,12 @@ def build_new_checkpoint(
             # transformWithState's schema paths must name where the checkpoint will live.
             relocate_schema_paths(staging, target)
             fsync_dir(staging)
+            record_intent(target, staging)
             if target.exists():
                 target.rmdir()
             os.rename(staging, target)
+            fsync_dir(target.parent)
+            crash_point("restore.published")
         return result
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

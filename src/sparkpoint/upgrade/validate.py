@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkpoint.snapshot.manifest import Manifest, OperatorEntry, operator_kind
+from sparkpoint.upgrade.batches import BatchNumbering
 from sparkpoint.upgrade.resume_point import (
     InitializeSource,
     InitializeState,
@@ -95,6 +96,8 @@ class UpgradePlan:
     operators: list[OperatorRow] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # Set when the job resumes from a snapshot: the batch ids it continues with.
+    batches: BatchNumbering | None = None
 
     @property
     def ok(self) -> bool:
@@ -103,7 +106,8 @@ class UpgradePlan:
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "sources": [s.to_dict() for s in self.sources],
                 "operators": [o.to_dict() for o in self.operators],
-                "problems": self.problems, "warnings": self.warnings}
+                "problems": self.problems, "warnings": self.warnings,
+                "batches": self.batches.to_dict() if self.batches is not None else None}
 
 
 def _strip(spark_type: Any) -> Any:

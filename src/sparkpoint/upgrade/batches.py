@@ -1,0 +1,114 @@
+"""Which batch id a job started from a snapshot continues at, checked against its sink.
+
+A job started from a snapshot of batch N runs batch N+1 next. The snapshot's job may have
+gone on past N into the same output: a sink that is idempotent by batch id then takes the new
+job's batches N+1.. for ones it already has. Spark's file sink skips them (its log holds them),
+so the new version's rows would be lost silently. For a file sink sparkpoint reads the log and
+refuses, or, when asked, numbers the new job's batches past the log's latest. For a sink it
+cannot read it warns, and the user may choose the first batch id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparkpoint.checkpoint.sink_log import latest_batch
+from sparkpoint.errors import UsageError
+
+RENUMBER_OPTION = "--renumber-batches"
+FIRST_BATCH_OPTION = "--first-batch"
+
+
+@dataclass(frozen=True)
+class BatchChoice:
+    """What the user asked for: nothing, renumbering past the sink, or a first batch id."""
+
+    renumber: bool = False
+    first_batch: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.renumber and self.first_batch is not None:
+            raise UsageError(f"use either {RENUMBER_OPTION} or {FIRST_BATCH_OPTION}, not both")
+
+    @property
+    def asked(self) -> bool:
+        return self.renumber or self.first_batch is not None
+
+
+@dataclass(frozen=True)
+class SinkInfo:
+    """The new job's sink: its format and, for a local file sink, its output directory."""
+
+    format: str
+    file_path: Path | None
+
+
+@dataclass(frozen=True)
+class BatchNumbering:
+    snapshot_batch: int
+    first_batch: int  # the first batch id the new job runs
+    renumbered: bool
+    sink_latest_batch: int | None = None
+
+    @property
+    def checkpoint_batch(self) -> int:
+        """The batch the new checkpoint holds as committed."""
+        return self.first_batch - 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"snapshot_batch": self.snapshot_batch, "first_batch": self.first_batch,
+                "renumbered": self.renumbered, "sink_latest_batch": self.sink_latest_batch}
+
+
+@dataclass(frozen=True)
+class SinkCheck:
+    numbering: BatchNumbering
+    problem: str | None = None  # the sink already holds batches the new job would run
+    warning: str | None = None
+
+
+def check_first_batch(first_batch: int | None, snapshot_batch: int) -> None:
+    """``--first-batch K`` must come after the snapshot's batch: a batch id goes forward."""
+    if first_batch is not None and first_batch <= snapshot_batch:
+        raise UsageError(
+            f"{FIRST_BATCH_OPTION} {first_batch}: expected a batch id after the snapshot's "
+            f"batch {snapshot_batch}, i.e. at least {snapshot_batch + 1}; choose a larger one")
+
+
+def number_batches(snapshot_batch: int, sink: SinkInfo, choice: BatchChoice) -> SinkCheck:
+    """Decide the new job's first batch id and what to tell the user about its sink."""
+    check_first_batch(choice.first_batch, snapshot_batch)
+    if sink.file_path is None:
+        return _unreadable_sink(snapshot_batch, sink, choice)
+    latest = latest_batch(sink.file_path)
+    first = choice.first_batch if choice.first_batch is not None else snapshot_batch + 1
+    if choice.renumber and latest is not None and latest >= first:
+        first = latest + 1
+    numbering = BatchNumbering(snapshot_batch, first, first != snapshot_batch + 1, latest)
+    if latest is None or latest < first:
+        return SinkCheck(numbering)
+    return SinkCheck(numbering, problem=(
+        f"the output {sink.file_path} already holds batches up to {latest} in its sink log "
+        f"(_spark_metadata), after the snapshot's batch {snapshot_batch}: Spark's file sink "
+        f"would skip the new job's batches {first}..{latest} and their rows would be lost; "
+        f"write to a new output directory, or pass {RENUMBER_OPTION} to number the new job's "
+        f"batches from {latest + 1}"))
+
+
+def _unreadable_sink(snapshot_batch: int, sink: SinkInfo, choice: BatchChoice) -> SinkCheck:
+    if choice.renumber:
+        raise UsageError(
+            f"{RENUMBER_OPTION} reads the batches a file sink already holds, and this job's "
+            f"sink ({sink.format}) is not a local file sink; choose the first batch id with "
+            f"{FIRST_BATCH_OPTION} K instead")
+    if choice.first_batch is not None:
+        return SinkCheck(BatchNumbering(snapshot_batch, choice.first_batch,
+                                        choice.first_batch != snapshot_batch + 1))
+    return SinkCheck(BatchNumbering(snapshot_batch, snapshot_batch + 1, False), warning=(
+        f"the job's sink ({sink.format}) is one sparkpoint cannot read: its batch ids "
+        f"{snapshot_batch + 1}.. repeat ids the snapshot's job may already have used after "
+        f"batch {snapshot_batch}, and a sink idempotent by batch id (foreachBatch keyed by "
+        f"batch id, for one) would skip them; set the first batch id with "
+        f"{FIRST_BATCH_OPTION} K if so"))

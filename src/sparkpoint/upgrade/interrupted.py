@@ -1,0 +1,100 @@
+"""What an interrupted start from a snapshot leaves beside the new job's checkpoint, and
+how the next start rolls it back.
+
+The new checkpoint is assembled in staging directories beside the target (``.checkpoint.*.tmp``)
+and published by one rename; just before the rename an intent file records the new
+checkpoint's query id, and the runner removes it once the job record is written. A process
+killed on the way leaves, at most: staging directories, the intent, and a published
+checkpoint that no job record owns. None of them has run a batch (the job record is written
+before the query starts), and the snapshots they came from never change, so rolling back and
+building again gives the same checkpoint: that is what the next start does. A checkpoint
+without a record is removed only when the intent proves this code built it (same query id);
+any other is left alone and the name stays taken.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from sparkpoint.checkpoint.logs import QueryMetadata
+from sparkpoint.errors import CheckpointFormatError
+from sparkpoint.storage.local import write_atomic
+
+INTENT_SUFFIX = ".restoring"
+
+
+def staging_prefix(target: Path) -> str:
+    """Names of the staging directories of ``target`` start with this (and end in .tmp)."""
+    return f".{target.name}."
+
+
+def intent_path(target: Path) -> Path:
+    return target.parent / f"{target.name}{INTENT_SUFFIX}"
+
+
+def _query_id(checkpoint: Path) -> str | None:
+    path = checkpoint / "metadata"
+    try:
+        return QueryMetadata.parse(path.read_bytes(), str(path)).query_id
+    except (OSError, CheckpointFormatError):
+        return None
+
+
+def record_intent(target: Path, staging: Path) -> None:
+    """Before publishing ``staging`` at ``target``: remember which checkpoint it is."""
+    query_id = _query_id(staging)
+    write_atomic(intent_path(target), json.dumps({"query_id": query_id}).encode())
+
+
+def clear_intent(target: Path) -> None:
+    """The job record now owns the published checkpoint."""
+    intent_path(target).unlink(missing_ok=True)
+
+
+def _intended_query_id(target: Path) -> str | None:
+    try:
+        value = json.loads(intent_path(target).read_text("utf-8")).get("query_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def is_own_orphan(target: Path) -> bool:
+    """A published checkpoint that an interrupted start built and no job record owns yet
+    (the caller checks the record)."""
+    intended = _intended_query_id(target)
+    return intended is not None and target.is_dir() and _query_id(target) == intended
+
+
+def _staging_dirs(target: Path) -> list[Path]:
+    if not target.parent.is_dir():
+        return []
+    prefix = staging_prefix(target)
+    return sorted(p for p in target.parent.iterdir()
+                  if p.name.startswith(prefix) and p.name.endswith(".tmp"))
+
+
+def roll_back(target: Path, has_record: bool, echo: Callable[[str], None]) -> list[Path]:
+    """Remove what an interrupted start left; return the removed paths.
+
+    Call it holding the job's lock: staging directories of a live start must not vanish.
+    With a job record the checkpoint is the job's own and is never touched.
+    """
+    removed = []
+    for staging in _staging_dirs(target):
+        shutil.rmtree(staging, ignore_errors=True)
+        removed.append(staging)
+    if not has_record and is_own_orphan(target):
+        shutil.rmtree(target)
+        removed.append(target)
+    intent = intent_path(target)
+    if intent.exists() and not has_record:
+        intent.unlink()
+        removed.append(intent)
+    if removed:
+        echo("an earlier start from a snapshot was interrupted; rolled back: removed "
+             + ", ".join(str(p) for p in removed) + "; building the checkpoint again")
+    return removed
