@@ -8,7 +8,6 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +53,7 @@ from sparkpoint.snapshot.export import JobInfo
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.store import Problem, SnapshotStore
 from sparkpoint.sources.positions import SourceDescription
+from sparkpoint.spark.version import installed_pyspark_version, require_supported_pyspark
 from sparkpoint.startpoints.apply import apply as apply_startpoints
 from sparkpoint.startpoints.resolve import Resolved
 from sparkpoint.startpoints.resolve import resolve as resolve_startpoints
@@ -73,6 +73,13 @@ COMPACT_INTERVAL_CONF = "spark.sql.streaming.fileSink.log.compactInterval"
 
 def _quiet(_message: str) -> None:
     pass
+
+
+def _needs_spark(spark: SparkSession | None) -> None:
+    """Refuse an untested pyspark before anything changes, when sparkpoint will start Spark
+    itself (a session lent by the caller is the caller's choice)."""
+    if spark is None:
+        require_supported_pyspark()
 
 
 def _check_snapshots_intact(store: SnapshotStore, names: list[str]) -> None:
@@ -105,6 +112,7 @@ def run(
     """Run a job. With ``from_snapshot`` or ``resume_point`` it starts as a new job whose
     checkpoint is built from snapshots; validation failures change nothing (exit 3)."""
     validate_name(job, "job")
+    _needs_spark(spark)
     if from_snapshot is not None and resume_point is not None:
         raise UsageError("use either --from-snapshot or --resume-point, not both")
     options = RunOptions(
@@ -173,6 +181,7 @@ def plan(
     query and writes only scratch files, including Spark's own restart check."""
     if (from_snapshot is None) == (resume_point is None):
         raise UsageError("give exactly one of --from-snapshot SNAP or --resume-point FILE")
+    _needs_spark(spark)
     point = load_resume_point(resume_point) if resume_point is not None else None
     store = SnapshotStore(home)
     if from_snapshot is not None:
@@ -206,6 +215,7 @@ def resume_point_build(
 ) -> str:
     """The default resume point as YAML: same names resume, new ones initialize; snapshot
     operators the job lacks are listed in comments, to drop deliberately."""
+    _needs_spark(spark)
     store = SnapshotStore(home)
     manifest = store.get(snapshot)
     planned = plan_job("resume-point", job_file.absolute(), dict(params or {}),
@@ -257,7 +267,7 @@ def snapshot_create(
         operator_names=record.operator_names(),
         job_file=record.job_file,
         params=record.params,
-        spark_version=package_version("pyspark"),
+        spark_version=installed_pyspark_version(),
     )
     return store.create(snapshot, checkpoint, info, progress=echo)
 
@@ -313,6 +323,7 @@ def drain(
     fires every event-time window and timer, put the job's watermark back, and optionally
     snapshot the drained state. Refusals (unknown, drained, nothing committed) change nothing.
     """
+    _needs_spark(spark)
     registry = JobRegistry(home)
     record = registry.get(job)
     if snapshot is not None:
@@ -411,6 +422,7 @@ def startpoint_set(
 ) -> StartpointPreview:
     """Store where ``source`` starts at the job's next start (once), after resolving it now
     to refuse positions the source cannot take; ``dry_run`` stores nothing."""
+    validate_name(source, "source")
     registry = JobRegistry(home)
     record = registry.get(job)
     info = _source_description(record, source)
@@ -438,6 +450,7 @@ def startpoint_list(home: Home, job: str) -> dict[str, list[Startpoint]]:
 
 
 def startpoint_clear(home: Home, job: str, source: str) -> None:
+    validate_name(source, "source")
     record = JobRegistry(home).get(job)
     if not StartpointStore(home).clear(job, source):
         pending = ", ".join(StartpointStore(home).all(job)) or "none"

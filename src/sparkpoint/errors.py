@@ -89,6 +89,19 @@ class CheckpointFormatError(SparkpointError):
     exit_code = EXIT_VALIDATION
 
 
+class CorruptRecordError(SparkpointError):
+    """A file sparkpoint wrote itself (job record, startpoint) cannot be read back."""
+
+    code = "CORRUPT_RECORD"
+    exit_code = EXIT_VALIDATION
+
+
+class UnsupportedSparkError(PreconditionError):
+    """The installed pyspark is not the version this sparkpoint is tested with."""
+
+    code = "UNSUPPORTED_PYSPARK"
+
+
 class SnapshotDamagedError(SparkpointError):
     code = "SNAPSHOT_DAMAGED"
     exit_code = EXIT_VALIDATION
