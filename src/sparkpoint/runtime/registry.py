@@ -167,7 +167,7 @@ class JobRegistry:
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"]) or "(top level)"
             raise self._corrupt(path, f"field '{where}': {first['msg']}") from exc
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             raise self._corrupt(path, str(exc).strip().splitlines()[0]
                                 if str(exc).strip() else type(exc).__name__) from exc
         if record.name != job:

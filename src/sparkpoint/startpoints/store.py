@@ -56,7 +56,7 @@ class StartpointStore:
             if not isinstance(items, list):
                 raise ValueError(f"expected a JSON list, found {type(items).__name__}")
             entries = [Startpoint.model_validate(item) for item in items]
-        except (OSError, UnicodeDecodeError, ValueError, PydanticValidationError) as exc:
+        except (OSError, ValueError, RecursionError, PydanticValidationError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise CorruptRecordError(
                 f"{path}: expected the pending startpoints of source '{source}' (a JSON list), "

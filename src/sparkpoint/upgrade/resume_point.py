@@ -148,9 +148,15 @@ class ResumePoint(_Strict):
 _ADAPTER = TypeAdapter(ResumePoint)
 
 
+def _shown(part: int | str) -> str:
+    """A path part as typed, or quoted when it would break the one-line message."""
+    text = str(part)
+    return text if text and text.isprintable() and text.strip() == text else repr(text)
+
+
 def _where(location: tuple[int | str, ...]) -> str:
     # Drop pydantic's union tags ("resume", "initialize", "TimestampStart"...) from paths.
-    parts = [str(p) for p in location
+    parts = [_shown(p) for p in location
              if p not in ("resume", "initialize", "TimestampStart", "OffsetStart", "[key]")
              and not str(p).startswith(("literal[", "function-"))]
     return ".".join(parts) or "(top level)"
@@ -195,7 +201,7 @@ def _construct_unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -
                 f"{type(key).__name__}")
         if key in seen:
             raise ValidationError(
-                f"line {key_node.start_mark.line + 1}: '{key}' has two entries; each source and "
+                f"line {key_node.start_mark.line + 1}: {key!r} has two entries; each source and "
                 "operator must have exactly one"
             )
         seen.add(key)
@@ -212,7 +218,7 @@ def _reject_duplicate_json_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     for key in keys:
         if keys.count(key) > 1:
             raise ValidationError(
-                f"'{key}' has two entries; each source and operator must have exactly one"
+                f"{key!r} has two entries; each source and operator must have exactly one"
             )
     return dict(pairs)
 
