@@ -367,3 +367,12 @@ def test_cli_process_smoke(world: World, name: str, command: list[str]) -> None:
         assert _tree(world.home) == home_before
     elif _tree(world.home) != home_before:
         world.reset_home()
+
+
+@pytest.mark.parametrize("name", ["a/b", "..", ".hidden", "x\x00", "tab\there", ""])
+def test_operator_names_that_could_traverse_are_refused_in_the_job(name: str) -> None:
+    from sparkpoint.errors import JobFileError
+    from sparkpoint.runtime.context import JobContext
+
+    with pytest.raises(JobFileError, match=r"operator name .* is not valid"):
+        JobContext("j").stateful(name, None)  # type: ignore[arg-type]
