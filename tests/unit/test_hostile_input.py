@@ -38,7 +38,7 @@ from sparkpoint.upgrade.resume_point import load_resume_point
 
 GOLDEN = Path(__file__).resolve().parent.parent / "data" / "golden-hdfs"
 JOB, SNAPSHOT, SOURCE = "clicks", "base", "clicks"
-FAST = settings(max_examples=250, deadline=None,
+FAST = settings(max_examples=200, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
                                        HealthCheck.too_slow])
 
@@ -167,7 +167,7 @@ def test_job_commands(world: World, name: str, as_json: bool) -> None:
         _invoke(world, ["drain", name])
 
 
-@settings(FAST, max_examples=200)
+@settings(FAST, max_examples=150)
 @given(name=names, as_json=st.booleans())
 def test_snapshot_commands(world: World, name: str, as_json: bool) -> None:
     flag = ["--json"] if as_json else []
@@ -296,13 +296,13 @@ def _check_parse(world: World, text: str, suffix: str) -> None:
     assert _tree(world.root) == outside_before
 
 
-@settings(FAST, max_examples=1000)
+@settings(FAST, max_examples=800)
 @given(point=resume_points, form=st.sampled_from(["json", "flow", "block"]))
 def test_resume_point_files(world: World, point: dict[str, object], form: str) -> None:
     _check_parse(world, _as_text(point, form), ".json" if form == "json" else ".yaml")
 
 
-@settings(FAST, max_examples=400)
+@settings(FAST, max_examples=300)
 @given(text=st.one_of(
     st.text(max_size=200),
     st.text(alphabet=string.printable + "{}[]:-'\"&*!|>%@`", max_size=200),
@@ -351,7 +351,7 @@ def test_startpoint_clear_cannot_delete_outside_the_home(world: World) -> None:
     assert _tree(world.root) == before
 
 
-@settings(FAST, max_examples=24)
+@settings(FAST, max_examples=12)
 @given(name=names.filter(lambda n: "\x00" not in n),
        command=st.sampled_from([["startpoint", "clear", JOB], ["snapshot", "show"],
                                 ["jobs", "show"], ["snapshot", "delete"],
