@@ -99,7 +99,9 @@ class InitializeSource(_Strict):
             if key == "timestamp" and isinstance(inner, str | dt.date):
                 return value
         shown = repr(value) if not isinstance(value, dict) else \
-            "{" + ", ".join(f"{k}: {v!r}" for k, v in value.items()) + "}"
+            "{" + ", ".join(f"{_shown(str(k))}: {v!r}" for k, v in value.items()) + "}"
+        if len(shown) > 200:
+            shown = shown[:200] + "..."
         raise ValueError(f"expected {START_FORMS}, found {shown}")
 
 
