@@ -60,6 +60,7 @@ from sparkpoint.runtime.runner import (
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.store import Problem, SnapshotStore
 from sparkpoint.sources.positions import SourceDescription
+from sparkpoint.spark.version import require_supported_pyspark
 from sparkpoint.startpoints.resolve import Resolved
 from sparkpoint.startpoints.resolve import resolve as resolve_startpoints
 from sparkpoint.startpoints.store import WHOLE_SOURCE, PositionKind, Startpoint, StartpointStore
@@ -80,6 +81,13 @@ COMPACT_INTERVAL_CONF = "spark.sql.streaming.fileSink.log.compactInterval"
 
 def _quiet(_message: str) -> None:
     pass
+
+
+def _needs_spark(spark: SparkSession | None) -> None:
+    """Refuse an untested pyspark before anything changes, when sparkpoint will start Spark
+    itself (a session lent by the caller is the caller's choice)."""
+    if spark is None:
+        require_supported_pyspark()
 
 
 def _check_snapshots_intact(store: SnapshotStore, names: list[str]) -> None:
@@ -115,6 +123,7 @@ def run(
     checkpoint is built from snapshots; validation failures change nothing (exit 3), nor
     does an output whose sink log is ahead of the snapshot (exit 4)."""
     validate_name(job, "job")
+    _needs_spark(spark)
     if from_snapshot is not None and resume_point is not None:
         raise UsageError("use either --from-snapshot or --resume-point, not both")
     choice = BatchChoice(renumber_batches, first_batch)
@@ -217,6 +226,7 @@ def plan(
     if (from_snapshot is None) == (resume_point is None):
         raise UsageError("give exactly one of --from-snapshot SNAP or --resume-point FILE")
     choice = BatchChoice(renumber_batches, first_batch)
+    _needs_spark(spark)
     point = load_resume_point(resume_point) if resume_point is not None else None
     store = SnapshotStore(home)
     if from_snapshot is not None:
@@ -250,6 +260,7 @@ def resume_point_build(
 ) -> str:
     """The default resume point as YAML: same names resume, new ones initialize; snapshot
     operators the job lacks are listed in comments, to drop deliberately."""
+    _needs_spark(spark)
     store = SnapshotStore(home)
     manifest = store.get(snapshot)
     planned = plan_job("resume-point", job_file.absolute(), dict(params or {}),
@@ -359,6 +370,7 @@ def drain(
     drain cut off after its batch committed is finished by the next drain or run, one cut
     off before is rolled back (``runtime/recovery.py``).
     """
+    _needs_spark(spark)
     registry = JobRegistry(home)
     record = registry.get(job)
     if snapshot is not None:
@@ -467,6 +479,7 @@ def startpoint_set(
 ) -> StartpointPreview:
     """Store where ``source`` starts at the job's next start (once), after resolving it now
     to refuse positions the source cannot take; ``dry_run`` stores nothing."""
+    validate_name(source, "source")
     registry = JobRegistry(home)
     record = registry.get(job)
     info = _source_description(record, source)
@@ -494,6 +507,7 @@ def startpoint_list(home: Home, job: str) -> dict[str, list[Startpoint]]:
 
 
 def startpoint_clear(home: Home, job: str, source: str) -> None:
+    validate_name(source, "source")
     record = JobRegistry(home).get(job)
     if not StartpointStore(home).clear(job, source):
         pending = ", ".join(StartpointStore(home).all(job)) or "none"

@@ -102,6 +102,12 @@ class CorruptRecordError(SparkpointError):
     exit_code = EXIT_VALIDATION
 
 
+class UnsupportedSparkError(PreconditionError):
+    """The installed pyspark is not the version this sparkpoint is tested with."""
+
+    code = "UNSUPPORTED_PYSPARK"
+
+
 class SnapshotDamagedError(SparkpointError):
     code = "SNAPSHOT_DAMAGED"
     exit_code = EXIT_VALIDATION

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sparkpoint.errors import JobFileError
+from sparkpoint.storage.home import operator_name_problem
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -40,6 +41,9 @@ class JobContext:
 
     def stateful(self, name: str, frame: DataFrame) -> DataFrame:
         """Name the outermost stateful operator of ``frame``; its state follows this name."""
+        problem = operator_name_problem(name)
+        if problem is not None:
+            raise JobFileError(f"job '{self.job}': {problem}")
         if any(existing.name == name for existing in self.declarations):
             raise JobFileError(
                 f"job '{self.job}': the stateful name '{name}' is used twice; each stateful "

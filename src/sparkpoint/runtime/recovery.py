@@ -19,7 +19,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import version as package_version
 
 from sparkpoint.crash_points import crash_point
 from sparkpoint.drain.residual import state_rows
@@ -36,6 +35,7 @@ from sparkpoint.runtime.registry import (
 from sparkpoint.snapshot.export import JobInfo
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.store import SnapshotStore
+from sparkpoint.spark.version import installed_pyspark_version
 from sparkpoint.startpoints.apply import apply, require_applicable
 from sparkpoint.startpoints.resolve import Resolved
 from sparkpoint.startpoints.store import Startpoint, StartpointStore
@@ -49,7 +49,7 @@ def snapshot_job(home: Home, job: str, name: str, echo: Echo) -> Manifest:
     registry = JobRegistry(home)
     record = registry.get(job)
     info = JobInfo(job=job, operator_names=record.operator_names(), job_file=record.job_file,
-                   params=record.params, spark_version=package_version("pyspark"))
+                   params=record.params, spark_version=installed_pyspark_version())
     return SnapshotStore(home).create(name, registry.checkpoint(job), info, progress=echo)
 
 

@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ValidationError as PydanticValidationError
 
 from sparkpoint.checkpoint.layout import Checkpoint
-from sparkpoint.errors import UnknownJobError
-from sparkpoint.storage.home import Home
+from sparkpoint.errors import CorruptRecordError, UnknownJobError
+from sparkpoint.storage.home import Home, name_problem
 from sparkpoint.storage.local import write_atomic
 from sparkpoint.storage.processes import pid_alive
 
@@ -150,7 +151,7 @@ class JobRegistry:
             return []
         return sorted(
             entry.name for entry in self.home.jobs_dir.iterdir()
-            if (entry / JOB_FILE).is_file()
+            if name_problem(entry.name, "job") is None and (entry / JOB_FILE).is_file()
         )
 
     def get(self, job: str) -> JobRecord:
@@ -161,8 +162,26 @@ class JobRegistry:
                 f"job '{job}' not found in {self.home.jobs_dir} (jobs: {known}); "
                 "start it with 'sparkpoint run JOB.py --job NAME'"
             )
-        data: dict[str, Any] = json.loads(path.read_text("utf-8"))
-        return JobRecord.model_validate(data)
+        try:
+            data: Any = json.loads(path.read_text("utf-8"))
+            record = JobRecord.model_validate(data)
+        except PydanticValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "(top level)"
+            raise self._corrupt(path, f"field '{where}': {first['msg']}") from exc
+        except (OSError, ValueError, RecursionError) as exc:
+            raise self._corrupt(path, str(exc).strip().splitlines()[0]
+                                if str(exc).strip() else type(exc).__name__) from exc
+        if record.name != job:
+            raise self._corrupt(path, f"it names job {record.name!r}")
+        return record
+
+    @staticmethod
+    def _corrupt(path: Path, found: str) -> CorruptRecordError:
+        return CorruptRecordError(
+            f"{path}: expected a sparkpoint job record, found unreadable content ({found}); "
+            "restore the file from a backup, or remove the job's directory and start the job "
+            "again from a snapshot")
 
     def save(self, record: JobRecord) -> None:
         text = json.dumps(record.model_dump(mode="json"), indent=2) + "\n"

@@ -103,7 +103,7 @@ def read_manifest(snapshot_dir: Path) -> Manifest:
             f"{path}: expected the snapshot manifest, found nothing; the snapshot is incomplete, "
             "delete it with 'sparkpoint snapshot delete'"
         ) from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # JSON and UTF-8 errors included
         raise SnapshotDamagedError(
             f"{path}: expected a JSON manifest, found unreadable content ({exc}); "
             "the snapshot is damaged: delete it and create it again from the job"

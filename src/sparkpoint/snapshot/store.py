@@ -25,7 +25,7 @@ from sparkpoint.snapshot.manifest import (
     Manifest,
     read_manifest,
 )
-from sparkpoint.storage.home import Home, validate_name
+from sparkpoint.storage.home import Home, name_problem, validate_name
 from sparkpoint.storage.local import checksum_of, fsync_dir, walk_files
 from sparkpoint.storage.processes import pid_alive
 
@@ -122,7 +122,8 @@ class SnapshotStore:
         return sorted(
             entry.name
             for entry in root.iterdir()
-            if not entry.name.startswith(".") and (entry / MANIFEST_FILE).is_file()
+            if name_problem(entry.name, "snapshot") is None
+            and (entry / MANIFEST_FILE).is_file()
         )
 
     def manifests(self, job: str | None = None) -> list[Manifest]:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER
+from sparkpoint.spark.version import require_supported_pyspark
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -35,6 +36,7 @@ def _log_config_option() -> str:
 
 
 def create_session(master: str | None, conf: Mapping[str, str], app_name: str) -> SparkSession:
+    require_supported_pyspark()
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name).master(master or "local[2]")

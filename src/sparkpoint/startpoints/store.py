@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
+from pydantic import ValidationError as PydanticValidationError
 
-from sparkpoint.storage.home import Home
+from sparkpoint.errors import CorruptRecordError
+from sparkpoint.storage.home import Home, name_problem, validate_name
 from sparkpoint.storage.local import write_atomic
 
 PositionKind = Literal["earliest", "latest", "timestamp", "offset"]
@@ -43,13 +45,28 @@ class StartpointStore:
         return self.home.job_dir(job) / "startpoints"
 
     def _path(self, job: str, source: str) -> Path:
-        return self.directory(job) / f"{source}.json"
+        return self.directory(job) / f"{validate_name(source, 'source')}.json"
 
     def get(self, job: str, source: str) -> list[Startpoint]:
         path = self._path(job, source)
         if not path.is_file():
             return []
-        return [Startpoint.model_validate(item) for item in json.loads(path.read_text())]
+        try:
+            items = json.loads(path.read_text("utf-8"))
+            if not isinstance(items, list):
+                raise ValueError(f"expected a JSON list, found {type(items).__name__}")
+            entries = [Startpoint.model_validate(item) for item in items]
+        except (OSError, ValueError, RecursionError, PydanticValidationError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise CorruptRecordError(
+                f"{path}: expected the pending startpoints of source '{source}' (a JSON list), "
+                f"found unreadable content ({first}); remove them with 'sparkpoint startpoint "
+                f"clear JOB {source}' and set them again") from exc
+        if any(entry.source != source for entry in entries):
+            raise CorruptRecordError(
+                f"{path}: holds startpoints of another source than '{source}'; remove the file "
+                "and set them again with 'sparkpoint startpoint set'")
+        return entries
 
     def set(self, job: str, startpoint: Startpoint) -> list[Startpoint]:
         """Store ``startpoint``; a whole-source one replaces the source's others, a partition
@@ -65,8 +82,11 @@ class StartpointStore:
         directory = self.directory(job)
         if not directory.is_dir():
             return {}
+        # Only files named by a valid source name are startpoints (not temp files, not
+        # anything else dropped there).
         return {path.stem: self.get(job, path.stem)
-                for path in sorted(directory.glob("*.json"))}
+                for path in sorted(directory.glob("*.json"))
+                if path.is_file() and name_problem(path.stem, "source") is None}
 
     def clear_if_unchanged(self, job: str, source: str, applied: list[Startpoint]) -> None:
         """Clear what was applied, but keep startpoints set meanwhile for the next start."""

@@ -12,16 +12,48 @@ from sparkpoint.storage.local import to_path
 
 DEFAULT_HOME = ".sparkpoint"
 HOME_ENV = "SPARKPOINT_HOME"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+# Names that become a file or directory name under the home. Spark's source names
+# (DataStreamReader.name: ASCII letters, digits, '_') all fit; the length leaves room for the
+# suffixes sparkpoint adds (".json", staging and temp-file decorations) within 255 bytes.
+MAX_NAME_LENGTH = 200
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+# Stateful operator names never become paths, and derived ones carry Spark's operator name
+# and key columns ("stateStoreSave(user,window)"); only what could traverse is refused.
+_LABEL_FORBIDDEN = re.compile(r"[/\\\x00-\x1f\x7f]")
+
+
+def name_problem(name: object, what: str) -> str | None:
+    """Why ``name`` cannot name a job, snapshot or source (they become paths), or None."""
+    if isinstance(name, str) and 0 < len(name) <= MAX_NAME_LENGTH and _NAME.fullmatch(name) \
+            and ".." not in name:
+        return None
+    return (f"{what} name {name!r} is not valid: expected 1-{MAX_NAME_LENGTH} characters from "
+            "letters, digits, '_', '-', '.', starting with a letter, digit or '_', without "
+            "'..' or '/'; choose another")
+
+
+def operator_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot name a stateful operator, or None."""
+    if isinstance(name, str) and 0 < len(name) <= 1000 and not name.startswith(".") \
+            and ".." not in name and not _LABEL_FORBIDDEN.search(name):
+        return None
+    return (f"operator name {name!r} is not valid: expected 1-1000 characters without '/', "
+            "'\\', '..', control characters or a leading '.'; choose another")
 
 
 def validate_name(name: str, what: str) -> str:
-    """Job and snapshot names become directory names: no separators, no '..', no dot-files."""
-    if not _NAME.match(name) or ".." in name:
-        raise InvalidNameError(
-            f"{what} name {name!r} is not valid: expected 1-128 characters from letters, digits, "
-            "'_', '-', '.', starting with a letter or digit, without '..' or '/'; choose another"
-        )
+    """Job, snapshot and source names become directory or file names under the home: every
+    such path is built from a name that passed here."""
+    problem = name_problem(name, what)
+    if problem is not None:
+        raise InvalidNameError(problem)
+    return name
+
+
+def validate_operator_name(name: str) -> str:
+    problem = operator_name_problem(name)
+    if problem is not None:
+        raise InvalidNameError(problem)
     return name
 
 

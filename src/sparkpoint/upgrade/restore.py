@@ -44,6 +44,7 @@ from sparkpoint.spark.inspect import (
 )
 from sparkpoint.spark.plan import PlannedOperator
 from sparkpoint.spark.sink import file_sink_path, sink_format
+from sparkpoint.spark.version import installed_pyspark_version
 from sparkpoint.storage.local import copy_file, fsync_dir
 from sparkpoint.upgrade.assemble import (
     AssembleResult,
@@ -63,6 +64,7 @@ from sparkpoint.upgrade.validate import (
     NewStore,
     UpgradePlan,
     default_resume_point,
+    snapshot_format_problems,
     validate,
 )
 
@@ -146,6 +148,7 @@ def resolve(
     for name in resume_point.snapshots():
         manifests[name] = store.get(name) if store.exists(name) else None
     plan = validate(shape, resume_point, manifests)
+    _check_snapshot_formats(store, plan, manifests)
     used = used_snapshots(plan) if plan.ok else []
     resolution = Resolution(shape, plan, layouts=layouts)
     _resolve_positions(resolution, bool(used))
@@ -187,6 +190,22 @@ def _number_batches(resolution: Resolution, planned: PlannedJob, choice: BatchCh
         resolution.sink_problem = check.problem
     if check.warning is not None:
         resolution.plan.warnings.append(check.warning)
+
+def _check_snapshot_formats(
+    store: SnapshotStore, plan: UpgradePlan, manifests: Mapping[str, Manifest | None]
+) -> None:
+    """Problems for snapshots taken by another Spark, or whose resumed state was written with
+    settings sparkpoint does not decode (read from the snapshot's offsets entry)."""
+    state_from = {row.origin["snapshot"] for row in plan.operators
+                  if row.origin is not None and row.action == "resume"}
+    spark_version = installed_pyspark_version()
+    for name in used_snapshots(plan):
+        manifest = manifests.get(name)
+        if manifest is None:
+            continue
+        conf = Checkpoint(store.checkpoint_path(name)).offsets(manifest.batch_id).conf
+        plan.problems.extend(snapshot_format_problems(
+            name, manifest, conf, spark_version, resumes_state=name in state_from))
 
 
 def _resolve_positions(resolution: Resolution, resumes_something: bool) -> None:

@@ -18,15 +18,17 @@ Parsing reports every problem at once, each naming its entry; nothing else is ch
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from sparkpoint.errors import ValidationError
+from sparkpoint.storage.home import name_problem, operator_name_problem
 
 FORMAT_VERSION = 1
 
@@ -35,8 +37,32 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _checked(problem: str | None, name: str) -> str:
+    if problem is not None:
+        raise ValueError(problem)
+    return name
+
+
+# Every name read from the file is checked by the same rules as names on the command line.
+SnapshotName = Annotated[str, AfterValidator(lambda n: _checked(name_problem(n, "snapshot"), n))]
+SourceName = Annotated[str, AfterValidator(lambda n: _checked(name_problem(n, "source"), n))]
+OperatorName = Annotated[str, AfterValidator(lambda n: _checked(operator_name_problem(n), n))]
+
+
+def _iso_time(value: dt.datetime | dt.date) -> str:
+    """YAML reads an unquoted ``2026-01-01T00:00:00Z`` as a datetime: write it back as the
+    ISO 8601 text the user typed (zone kept; a zoneless time is refused where it is used)."""
+    text = value.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
 class TimestampStart(_Strict):
     timestamp: str
+
+    @field_validator("timestamp", mode="before")
+    @classmethod
+    def _from_yaml_time(cls, value: Any) -> Any:
+        return _iso_time(value) if isinstance(value, dt.date) else value
 
 
 class OffsetStart(_Strict):
@@ -46,21 +72,44 @@ class OffsetStart(_Strict):
 StartPosition = Literal["earliest", "latest"] | TimestampStart | OffsetStart
 
 
+START_FORMS = "earliest, latest, {timestamp: ISO 8601 time} or {offset: ...}"
+
+
 class ResumeSource(_Strict):
     mode: Literal["resume"]
-    snapshot: str
-    source: str | None = Field(default=None, description="name in the snapshot (default: same)")
+    snapshot: SnapshotName
+    source: SourceName | None = Field(default=None,
+                                      description="name in the snapshot (default: same)")
 
 
 class InitializeSource(_Strict):
     mode: Literal["initialize"]
     start: StartPosition = "earliest"
 
+    @field_validator("start", mode="before")
+    @classmethod
+    def _one_start_form(cls, value: Any) -> Any:
+        """One readable message instead of one per member of the union."""
+        if value in ("earliest", "latest") or isinstance(value, BaseModel):
+            return value
+        if isinstance(value, dict) and len(value) == 1:
+            ((key, inner),) = value.items()
+            if key == "offset":
+                return value
+            if key == "timestamp" and isinstance(inner, str | dt.date):
+                return value
+        shown = repr(value) if not isinstance(value, dict) else \
+            "{" + ", ".join(f"{_shown(str(k))}: {v!r}" for k, v in value.items()) + "}"
+        if len(shown) > 200:
+            shown = shown[:200] + "..."
+        raise ValueError(f"expected {START_FORMS}, found {shown}")
+
 
 class ResumeState(_Strict):
     mode: Literal["resume"]
-    snapshot: str
-    operator: str | None = Field(default=None, description="name in the snapshot (default: same)")
+    snapshot: SnapshotName
+    operator: OperatorName | None = Field(default=None,
+                                          description="name in the snapshot (default: same)")
 
 
 class InitializeState(_Strict):
@@ -68,8 +117,8 @@ class InitializeState(_Strict):
 
 
 class DropEntry(_Strict):
-    snapshot: str
-    operator: str
+    snapshot: SnapshotName
+    operator: OperatorName
 
 
 SourceEntry = Annotated[ResumeSource | InitializeSource, Field(discriminator="mode")]
@@ -78,8 +127,8 @@ StateEntry = Annotated[ResumeState | InitializeState, Field(discriminator="mode"
 
 class ResumePoint(_Strict):
     version: Literal[1] = 1
-    sources: dict[str, SourceEntry] = Field(default_factory=dict)
-    state: dict[str, StateEntry] = Field(default_factory=dict)
+    sources: dict[SourceName, SourceEntry] = Field(default_factory=dict)
+    state: dict[OperatorName, StateEntry] = Field(default_factory=dict)
     drop: list[DropEntry] = Field(default_factory=list)
 
     def snapshots(self) -> list[str]:
@@ -101,10 +150,16 @@ class ResumePoint(_Strict):
 _ADAPTER = TypeAdapter(ResumePoint)
 
 
+def _shown(part: int | str) -> str:
+    """A path part as typed, or quoted when it would break the one-line message."""
+    text = str(part)
+    return text if text and text.isprintable() and text.strip() == text else repr(text)
+
+
 def _where(location: tuple[int | str, ...]) -> str:
     # Drop pydantic's union tags ("resume", "initialize", "TimestampStart"...) from paths.
-    parts = [str(p) for p in location
-             if p not in ("resume", "initialize", "TimestampStart", "OffsetStart")
+    parts = [_shown(p) for p in location
+             if p not in ("resume", "initialize", "TimestampStart", "OffsetStart", "[key]")
              and not str(p).startswith(("literal[", "function-"))]
     return ".".join(parts) or "(top level)"
 
@@ -126,7 +181,8 @@ def parse_resume_point(data: Any, origin: str) -> ResumePoint:
     except PydanticValidationError as exc:
         problems = []
         for error in exc.errors():
-            problems.append(f"{_where(tuple(error['loc']))}: {error['msg']}")
+            message = error["msg"].removeprefix("Value error, ")
+            problems.append(f"{_where(tuple(error['loc']))}: {message}")
         unique = list(dict.fromkeys(problems))
         raise ValidationError(
             f"{origin}: {len(unique)} problem(s) in the resume point: " + "; ".join(unique)
@@ -141,9 +197,13 @@ def _construct_unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -
     seen: set[Any] = set()
     for key_node, _value in node.value:
         key = loader.construct_object(key_node)
+        if not isinstance(key, str | int | float | bool | dt.date) and key is not None:
+            raise ValidationError(
+                f"line {key_node.start_mark.line + 1}: expected a name as key, found "
+                f"{type(key).__name__}")
         if key in seen:
             raise ValidationError(
-                f"line {key_node.start_mark.line + 1}: '{key}' has two entries; each source and "
+                f"line {key_node.start_mark.line + 1}: {key!r} has two entries; each source and "
                 "operator must have exactly one"
             )
         seen.add(key)
@@ -160,7 +220,7 @@ def _reject_duplicate_json_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     for key in keys:
         if keys.count(key) > 1:
             raise ValidationError(
-                f"'{key}' has two entries; each source and operator must have exactly one"
+                f"{key!r} has two entries; each source and operator must have exactly one"
             )
     return dict(pairs)
 
@@ -170,6 +230,9 @@ def load_resume_point(path: Path) -> ResumePoint:
         text = path.read_text("utf-8")
     except FileNotFoundError as exc:
         raise ValidationError(f"{path}: resume point file not found") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValidationError(
+            f"{path}: expected a readable UTF-8 resume point file, found {exc}") from exc
     try:
         if path.suffix == ".json":
             data = json.loads(text, object_pairs_hook=_reject_duplicate_json_keys)
@@ -177,8 +240,11 @@ def load_resume_point(path: Path) -> ResumePoint:
             data = yaml.load(text, Loader=_UniqueKeyLoader)
     except ValidationError as exc:
         raise ValidationError(f"{path}: {exc.message}") from exc
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+    except (yaml.YAMLError, ValueError, TypeError, RecursionError) as exc:
+        # ValueError covers JSON syntax errors and YAML scalars that look like dates but are
+        # none (2026-13-45).
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValidationError(
-            f"{path}: expected YAML or JSON, found a syntax error: {str(exc).splitlines()[0]}"
+            f"{path}: expected YAML or JSON, found a syntax error: {first}"
         ) from exc
     return parse_resume_point(data, str(path))

@@ -295,6 +295,44 @@ def validate(
     return plan
 
 
+# Settings a query records in its offsets log that change how its state files are encoded.
+# sparkpoint reads and rewrites state files itself (repartitioning, drain, empty versions),
+# and decodes only these values; state written otherwise would be misread.
+DECODED_STATE_SETTINGS: dict[str, tuple[str, ...]] = {
+    "spark.sql.streaming.stateStore.encodingFormat": ("unsaferow",),
+    "spark.sql.streaming.stateStore.rowChecksum.enabled": ("false",),
+    "spark.sql.streaming.stateStore.compression.codec": (
+        "lz4", "org.apache.spark.io.lz4compressioncodec"),
+}
+
+
+def snapshot_format_problems(
+    snapshot: str, manifest: Manifest, state_conf: Mapping[str, str], spark_version: str,
+    resumes_state: bool,
+) -> list[str]:
+    """Why the snapshot's files cannot be trusted to this Spark and to sparkpoint's readers.
+
+    ``state_conf`` is the conf map of the snapshot's offsets entry; settings it lacks have
+    Spark's defaults, which sparkpoint decodes."""
+    problems = []
+    if manifest.spark_version != spark_version:
+        problems.append(
+            f"snapshot '{snapshot}' was taken with Spark {manifest.spark_version}, this is "
+            f"Spark {spark_version}: checkpoint and state formats differ between Spark versions; "
+            f"start from a snapshot taken with Spark {spark_version}, or run the job with Spark "
+            f"{manifest.spark_version}")
+    if resumes_state:
+        for setting, decoded in DECODED_STATE_SETTINGS.items():
+            value = state_conf.get(setting)
+            if value is not None and value.lower() not in decoded:
+                problems.append(
+                    f"snapshot '{snapshot}': its state was written with {setting}={value}, "
+                    f"sparkpoint decodes only {setting}={decoded[0]}; initialize the state "
+                    "instead of resuming it, or take the snapshot from a job run with "
+                    f"{setting}={decoded[0]}")
+    return problems
+
+
 def default_resume_point(job: JobShape, snapshot_name: str, manifest: Manifest) -> ResumePoint:
     """Same-named sources and operators resume from the snapshot; the rest initialize
     (sources from ``earliest``). Snapshot operators the job lacks are not dropped: state is

@@ -1,0 +1,47 @@
+"""The pyspark versions sparkpoint is tested with, and the guard every Spark-using command
+passes before a JVM starts.
+
+sparkpoint reads and writes Spark's checkpoint files itself; their formats are Spark
+internals that change between releases, so an untested pyspark could misread state silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from importlib.metadata import PackageNotFoundError, version
+
+from sparkpoint.errors import UnsupportedSparkError
+
+SUPPORTED_PYSPARK = ("4.3.0",)
+ALLOW_UNTESTED_ENV = "SPARKPOINT_ALLOW_UNTESTED_PYSPARK"
+
+_log = logging.getLogger(__name__)
+_warned: set[str] = set()
+
+
+def installed_pyspark_version() -> str:
+    """The installed pyspark's version: the one place the guard and manifests read it."""
+    try:
+        return version("pyspark")
+    except PackageNotFoundError:
+        return "none"
+
+
+def require_supported_pyspark() -> str:
+    """Refuse an untested pyspark (unless the override is set: then warn once)."""
+    found = installed_pyspark_version()
+    if found in SUPPORTED_PYSPARK:
+        return found
+    supported = ", ".join(SUPPORTED_PYSPARK)
+    if os.environ.get(ALLOW_UNTESTED_ENV) == "1":
+        if found not in _warned:
+            _warned.add(found)
+            _log.warning("pyspark %s is not a version sparkpoint is tested with (%s); "
+                         "%s=1 is set, so going on: state may be misread", found, supported,
+                         ALLOW_UNTESTED_ENV)
+        return found
+    raise UnsupportedSparkError(
+        f"pyspark {found} is installed, sparkpoint supports pyspark {supported}; install it "
+        f"(pip install pyspark=={SUPPORTED_PYSPARK[0]}), or set {ALLOW_UNTESTED_ENV}=1 to "
+        "go on at your own risk")
