@@ -7,14 +7,18 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint.layout import Checkpoint
-from sparkpoint.checkpoint.sink_log import DEFAULT_COMPACT_INTERVAL, seed_empty_history
-from sparkpoint.checkpoint.source_log import DEFAULT_SOURCE_COMPACT_INTERVAL
+from sparkpoint.checkpoint.sink_log import (
+    DEFAULT_COMPACT_INTERVAL,
+    latest_sink_batch,
+    seed_empty_history,
+)
+from sparkpoint.checkpoint.source_log import DEFAULT_SOURCE_COMPACT_INTERVAL, read_source_log
 from sparkpoint.drain.residual import state_rows
 from sparkpoint.drain.synthetic import (
     DrainBatch,
@@ -33,6 +37,7 @@ from sparkpoint.errors import (
     UsageError,
     ValidationError,
 )
+from sparkpoint.runtime.progress import ProgressSummary, read_progress
 from sparkpoint.runtime.registry import (
     AppliedStartpoint,
     DrainedOperator,
@@ -48,11 +53,13 @@ from sparkpoint.runtime.runner import (
     RunResult,
     plan_job,
     run_job,
+    run_lock_holder,
     wait_until_stopped,
 )
 from sparkpoint.snapshot.export import JobInfo
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.store import Problem, SnapshotStore
+from sparkpoint.sources.file_input import input_files, local_directory
 from sparkpoint.sources.positions import SourceDescription
 from sparkpoint.startpoints.apply import apply as apply_startpoints
 from sparkpoint.startpoints.resolve import Resolved
@@ -99,20 +106,33 @@ def run(
     resume_point: Path | None = None,
     until_caught_up: bool = False,
     max_batches: int | None = None,
+    ui: bool = False,
     spark: SparkSession | None = None,
     echo: Echo = _quiet,
 ) -> RunResult:
     """Run a job. With ``from_snapshot`` or ``resume_point`` it starts as a new job whose
-    checkpoint is built from snapshots; validation failures change nothing (exit 3)."""
+    checkpoint is built from snapshots; validation failures change nothing (exit 3). A job
+    that exists runs again with its stored params, conf and master, updated by those given."""
     validate_name(job, "job")
     if from_snapshot is not None and resume_point is not None:
         raise UsageError("use either --from-snapshot or --resume-point, not both")
-    options = RunOptions(
-        job=job, job_file=job_file.absolute(), params=dict(params or {}), conf=dict(conf or {}),
-        master=master, until_caught_up=until_caught_up, max_batches=max_batches,
-    )
     registry = JobRegistry(home)
-    prepare = None
+    registry.remove_deleted_leftovers()
+    params, conf = dict(params or {}), dict(conf or {})
+    prepare: Callable[[PlannedJob], Lineage | None] | None = None
+    if from_snapshot is None and resume_point is None and registry.exists(job):
+        record = registry.get(job)
+        params = _merged(record.params, params, "param", echo)
+        conf = _merged(record.conf, conf, "conf", echo)
+        if master is None:
+            master = record.master
+        elif master != record.master:
+            echo(f"master: {record.master or 'local[2]'} -> {master}")
+        prepare = _output_of_existing_job(registry, job, conf, echo)
+    options = RunOptions(
+        job=job, job_file=job_file.absolute(), params=params, conf=conf,
+        master=master, until_caught_up=until_caught_up, max_batches=max_batches, ui=ui,
+    )
     if from_snapshot is not None or resume_point is not None:
         store = SnapshotStore(home)
         point = load_resume_point(resume_point) if resume_point is not None else None
@@ -126,7 +146,7 @@ def run(
         _check_snapshots_intact(store, point.snapshots() if point else [from_snapshot or ""])
         target = registry.checkpoint(job).root
 
-        def prepare(planned: PlannedJob) -> Lineage:
+        def restore(planned: PlannedJob) -> Lineage:
             resolution = resolve(store, planned, point, from_snapshot)
             for warning in resolution.plan.warnings:
                 echo(f"warning: {warning}")
@@ -153,9 +173,56 @@ def run(
                 resume_point=str(resume_point) if resume_point is not None else None,
             )
 
+        prepare = restore
     else:
         _apply_startpoints(home, options, spark, echo)
     return run_job(home, options, spark=spark, prepare=prepare, echo=echo)
+
+
+def _merged(stored: Mapping[str, str], given: Mapping[str, str], what: str,
+            echo: Echo) -> dict[str, str]:
+    """Stored values updated by the given ones; each change is reported."""
+    for key, value in given.items():
+        if stored.get(key) != value:
+            echo(f"{what} {key}: {stored.get(key, '(unset)')} -> {value}")
+    return {**stored, **given}
+
+
+def _output_of_existing_job(
+    registry: JobRegistry, job: str, conf: Mapping[str, str], echo: Echo
+) -> Callable[[PlannedJob], None]:
+    """Check, before the query starts, that a file sink's log matches the job's checkpoint.
+
+    Spark's file sink skips every batch its log already has and compacts from the entries of
+    earlier batches. An output directory without a log (the job was given a new, empty
+    output) gets an empty history up to the job's last batch, as a job started from a
+    snapshot does. A log that ends before the job's last batch, or more than one batch after
+    it, is another job's output (or an older one of this job): the run is refused, since
+    Spark would fail at its next compaction or silently skip batches.
+    """
+
+    def prepare(planned: PlannedJob) -> None:
+        if planned.file_sink is None:
+            return
+        last = registry.checkpoint(job).latest_committed_batch()
+        ours = -1 if last is None else last
+        sink_last = latest_sink_batch(planned.file_sink)
+        if sink_last is None:
+            interval = int(conf.get(COMPACT_INTERVAL_CONF, DEFAULT_COMPACT_INTERVAL))
+            if last is not None and seed_empty_history(planned.file_sink, last, interval):
+                echo(f"gave the new output {planned.file_sink} an empty sink history up to "
+                     f"batch {last}")
+            return
+        # The sink writes its log entry just before the batch commits: one batch ahead is a
+        # run stopped in between.
+        if not ours <= sink_last <= ours + 1:
+            raise PreconditionError(
+                f"job '{job}': output {planned.file_sink} holds batches up to {sink_last} of "
+                f"another run, but the job's last committed batch is "
+                f"{'none' if last is None else last}; each job needs an output directory of "
+                "its own: pass a new, empty directory (or the job's previous output)")
+
+    return prepare
 
 
 def plan(
@@ -283,23 +350,90 @@ class JobView:
     record: JobRecord
     status: str
     batch: int | None
+    # The last batch the latest run processed, as Spark reported it (None before any).
+    progress: ProgressSummary | None = None
+    # Input files of each file source the job has not read yet (None: not a local file source).
+    files_behind: Mapping[str, int | None] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         data = self.record.model_dump(mode="json")
         data["status"] = self.status
         data["batch"] = self.batch
+        data["progress"] = None if self.progress is None else asdict(self.progress)
+        data["files_behind"] = dict(self.files_behind)
         return data
+
+
+def _files_behind(home: Home, record: JobRecord) -> dict[str, int | None]:
+    """Per file source: files in its directory that its log does not list (not read yet)."""
+    checkpoint = Checkpoint(home.checkpoint_dir(record.name))
+    behind: dict[str, int | None] = {}
+    for source in record.sources:
+        if source.kind != "file" or source.path is None:
+            continue
+        try:
+            directory = local_directory(source.path, source.name)
+        except ValidationError:
+            behind[source.name] = None
+            continue
+        read = {str(entry["path"]) for entries in
+                read_source_log(checkpoint.root / "sources" / source.name).values()
+                for entry in entries}
+        behind[source.name] = sum(1 for f in input_files(directory) if f.uri not in read)
+    return behind
 
 
 def job_view(home: Home, job: str) -> JobView:
     registry = JobRegistry(home)
     record = registry.get(job)
     batch = Checkpoint(home.checkpoint_dir(job)).latest_committed_batch()
-    return JobView(record, record.effective_status(), batch)
+    progress = read_progress(home.job_dir(job))
+    return JobView(record, record.effective_status(), batch,
+                   None if progress is None else ProgressSummary.of(progress),
+                   _files_behind(home, record))
 
 
 def jobs_list(home: Home) -> list[JobView]:
-    return [job_view(home, name) for name in JobRegistry(home).names()]
+    registry = JobRegistry(home)
+    registry.remove_deleted_leftovers()
+    return [job_view(home, name) for name in registry.names()]
+
+
+def jobs_stop(home: Home, job: str, wait: bool = False, echo: Echo = _quiet) -> dict[str, Any]:
+    """Ask a running job to stop after its last committed batch; with ``wait``, until it has."""
+    registry = JobRegistry(home)
+    record = registry.get(job)
+    status = record.effective_status()
+    if status != "running":
+        raise PreconditionError(f"job '{job}' is not running ({status}); there is nothing to "
+                                "stop")
+    registry.request_stop(job)
+    echo(f"asked job '{job}' (pid {record.pid}) to stop after its last committed batch")
+    if wait:
+        record = wait_until_stopped(registry, job, CANCEL_TIMEOUT_S)
+        status = record.effective_status()
+    return {"job": job, "status": status, "stopped": status != "running",
+            "batch": registry.checkpoint(job).latest_committed_batch()}
+
+
+def _tree_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+
+
+def jobs_delete(home: Home, job: str) -> dict[str, Any]:
+    """Remove a job that is not running: its record, checkpoint and pending startpoints.
+    Snapshots of it are kept."""
+    registry = JobRegistry(home)
+    registry.remove_deleted_leftovers()
+    record = registry.get(job)
+    holder = run_lock_holder(registry, job)
+    if record.effective_status() == "running" or holder is not None:
+        raise JobRunningError(
+            f"job '{job}' is running (pid {record.pid or holder}); stop it first with "
+            f"'sparkpoint jobs stop {job} --wait'")
+    checkpoint_bytes = _tree_bytes(home.checkpoint_dir(job))
+    registry.delete(job)
+    return {"job": job, "deleted": True, "checkpoint_bytes": checkpoint_bytes}
 
 
 def drain(

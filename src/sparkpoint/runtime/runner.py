@@ -185,6 +185,17 @@ def spark_error_summary(exc: BaseException) -> str:
     return summary[:2000] if summary else exc.__class__.__name__
 
 
+def run_lock_holder(registry: JobRegistry, job: str) -> int | None:
+    """The live process holding the job's run lock (it may still be starting), if any."""
+    path = registry.home.job_dir(job) / LOCK_FILE
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    holder = int(text) if text.isdigit() else None
+    return holder if holder is not None and pid_alive(holder) else None
+
+
 @contextlib.contextmanager
 def _job_lock(registry: JobRegistry, job: str) -> Iterator[None]:
     """Exclusive right to run a job; a lock left by a dead process is taken over."""
