@@ -18,7 +18,11 @@ from sparkpoint.checkpoint.sink_log import (
     latest_sink_batch,
     seed_empty_history,
 )
-from sparkpoint.checkpoint.source_log import DEFAULT_SOURCE_COMPACT_INTERVAL, read_source_log
+from sparkpoint.checkpoint.source_log import (
+    DEFAULT_SOURCE_COMPACT_INTERVAL,
+    file_source_log_offset,
+    read_source_log,
+)
 from sparkpoint.drain.residual import state_rows
 from sparkpoint.drain.synthetic import (
     DrainBatch,
@@ -365,8 +369,10 @@ class JobView:
 
 
 def _files_behind(home: Home, record: JobRecord) -> dict[str, int | None]:
-    """Per file source: files in its directory that its log does not list (not read yet)."""
+    """Per local file source: files in its directory that no committed batch read."""
     checkpoint = Checkpoint(home.checkpoint_dir(record.name))
+    committed = checkpoint.latest_committed_batch()
+    offsets = checkpoint.offsets(committed).sources if committed is not None else ()
     behind: dict[str, int | None] = {}
     for source in record.sources:
         if source.kind != "file" or source.path is None:
@@ -376,9 +382,12 @@ def _files_behind(home: Home, record: JobRecord) -> dict[str, int | None]:
         except ValidationError:
             behind[source.name] = None
             continue
-        read = {str(entry["path"]) for entries in
-                read_source_log(checkpoint.root / "sources" / source.name).values()
-                for entry in entries}
+        # Entries past the committed batch's log offset belong to a batch planned, not done.
+        done = next((file_source_log_offset(s.offset) for s in offsets
+                     if s.name == source.name), None)
+        read = {str(entry["path"]) for log_id, entries in
+                read_source_log(checkpoint.root / "sources" / source.name).items()
+                if done is not None and log_id <= done for entry in entries}
         behind[source.name] = sum(1 for f in input_files(directory) if f.uri not in read)
     return behind
 

@@ -182,7 +182,7 @@ def test_watch_stop_and_crash_safe_delete_of_a_running_job(home: Home, tmp_path:
 
     write_clicks(inp, range(3, 5))
     text = sparkpoint(home, "jobs", "show", "live").out
-    assert "lag         2 files" in text, text
+    assert "lag       2 files" in text, text
 
     crashed = sparkpoint(home, "jobs", "delete", "live", env={CRASH_ENV: "jobs.delete_renamed"})
     assert crashed.code == CRASH_EXIT_CODE, crashed.err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections import Counter
 from typing import Any
 
 from sparkpoint.api import JobView, StartpointPreview
@@ -135,15 +136,20 @@ def job_list_text(views: list[JobView]) -> str:
 def progress_lines(view: JobView) -> list[str]:
     progress = view.progress
     if progress is None:
-        return ["last batch  - (no batch has run in the latest run)"]
+        return ["progress  - (no batch has run in the latest run)"]
     out = [
-        f"last batch  {progress.batch} at {progress.timestamp}: {progress.input_rows} input "
+        f"progress  batch {progress.batch} at {progress.timestamp}: {progress.input_rows} input "
         f"rows, {progress.rows_per_second:.1f} rows/s, {progress.duration_ms} ms",
-        f"watermark   {progress.watermark or '-'}",
-        f"lag         {lag_text(view)}",
+        f"watermark {progress.watermark or '-'}",
+        f"lag       {lag_text(view)}",
     ]
+    # Spark's progress names operators by kind; a kind the job has once names the operator.
+    kinds = Counter(op.spark_operator_name for op in view.record.operators)
+    names = {op.spark_operator_name: op.name for op in view.record.operators
+             if kinds[op.spark_operator_name] == 1}
     for op in progress.operators:
-        out.append(f"  state {op.operator}: {op.rows} rows, {human_bytes(op.bytes)}")
+        name = names.get(op.operator, op.operator)
+        out.append(f"state     {name}: {op.rows} rows, {human_bytes(op.bytes)}")
     return out
 
 
