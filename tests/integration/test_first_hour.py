@@ -15,7 +15,14 @@ from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import expected_hourly_counts, output_rows, write_clicks
 from tests.conftest import EXAMPLES, SHUFFLE_PARTITIONS
-from tests.support.cli import committed_log_offset, files_committed, sparkpoint, start, wait_for
+from tests.support.cli import (
+    committed_log_offset,
+    files_committed,
+    sparkpoint,
+    sparkpoint_on_terminal,
+    start,
+    wait_for,
+)
 
 JOBS = Path(__file__).resolve().parent.parent / "data" / "jobs"
 CLICKS = EXAMPLES / "clicks_job.py"
@@ -140,6 +147,15 @@ def test_new_output_of_an_existing_job_then_delete(
     assert sparkpoint(home, "jobs", "show", "hourly").code == 4
     assert [s["name"] for s in sparkpoint(home, "snapshot", "list", "--json").json()] == ["kept"]
     assert sparkpoint(home, "snapshot", "verify", "kept").code == 0
+
+    # On a terminal, snapshot delete asks; "no" keeps the snapshot, --yes does not ask.
+    declined = sparkpoint_on_terminal(home, "snapshot", "delete", "kept", answer="n\n")
+    assert declined.code == 4 and "delete snapshot 'kept' of job 'hourly'" in declined.err
+    assert "snapshot 'kept' not deleted" in declined.err
+    assert sparkpoint(home, "snapshot", "verify", "kept").code == 0
+    forced = sparkpoint_on_terminal(home, "snapshot", "delete", "kept", "--yes", answer="")
+    assert forced.code == 0 and "?" not in forced.err, forced.err
+    assert sparkpoint(home, "snapshot", "list", "--json").json() == []
 
 
 @pytest.mark.spark

@@ -87,3 +87,19 @@ def wait_for(predicate: Any, timeout: float, what: str, log: Path | None = None)
         time.sleep(0.5)
     detail = log.read_text()[-3000:] if log is not None and log.exists() else ""
     raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{detail}")
+
+
+def sparkpoint_on_terminal(home: Home, *args: str, answer: str,
+                           timeout: float = 120) -> Result:
+    """Run the CLI with a terminal as its standard input, typing ``answer`` (e.g. "n\\n")."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    try:
+        os.write(controller, answer.encode())
+        done = subprocess.run(command(home, *args), stdin=terminal, capture_output=True,
+                              text=True, timeout=timeout, env=_env())
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    return Result(done.returncode, done.stdout, done.stderr)

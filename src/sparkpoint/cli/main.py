@@ -14,7 +14,13 @@ import click
 from sparkpoint import api
 from sparkpoint.cli import render
 from sparkpoint.crash_points import CRASH_POINTS
-from sparkpoint.errors import EXIT_UNEXPECTED, EXIT_VALIDATION, SparkpointError, UsageError
+from sparkpoint.errors import (
+    EXIT_PRECONDITION,
+    EXIT_UNEXPECTED,
+    EXIT_VALIDATION,
+    SparkpointError,
+    UsageError,
+)
 from sparkpoint.startpoints.store import PositionKind
 from sparkpoint.storage.home import Home
 
@@ -309,9 +315,11 @@ def snapshot_delete(ctx: click.Context, name: str, yes: bool) -> None:
     # Only an interactive terminal is asked: scripts and pipes keep working unattended.
     if not yes and sys.stdin.isatty():
         manifest = api.snapshot_show(_home(ctx), name)
-        click.confirm(f"delete snapshot '{name}' of job '{manifest.job}' (batch "
-                      f"{manifest.batch_id}, {render.human_bytes(manifest.total_bytes)})?",
-                      abort=True, err=True)
+        if not click.confirm(f"delete snapshot '{name}' of job '{manifest.job}' (batch "
+                             f"{manifest.batch_id}, "
+                             f"{render.human_bytes(manifest.total_bytes)})?", err=True):
+            click.echo(f"snapshot '{name}' not deleted", err=True)
+            sys.exit(EXIT_PRECONDITION)
     api.snapshot_delete(_home(ctx), name)
     click.echo(f"snapshot '{name}' deleted")
 
