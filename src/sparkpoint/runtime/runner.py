@@ -260,14 +260,16 @@ class _ProgressKeeper:
         self.written: tuple[int, str] | None = None
 
     def keep(self, query: StreamingQuery) -> None:
-        progress = query.lastProgress
-        if progress is None:
+        # The newest progress may be an idle trigger's: look back for the last batch that ran.
+        for progress in reversed(query.recentProgress):
+            data = _progress_dict(progress)
+            if not ran_a_batch(data):
+                continue
+            key = (int(data.get("batchId", -1)), str(data.get("timestamp")))
+            if key != self.written:
+                write_progress(self.job_dir, data)
+                self.written = key
             return
-        data = _progress_dict(progress)
-        key = (int(data.get("batchId", -1)), str(data.get("timestamp")))
-        if ran_a_batch(data) and key != self.written:
-            write_progress(self.job_dir, data)
-            self.written = key
 
 
 def _batch_counter(
