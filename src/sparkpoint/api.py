@@ -36,6 +36,7 @@ from sparkpoint.errors import (
     NoCommittedBatchError,
     PreconditionError,
     SnapshotDamagedError,
+    SparkpointError,
     SparkQueryError,
     UnknownSourceError,
     UsageError,
@@ -369,27 +370,30 @@ class JobView:
 
 
 def _files_behind(home: Home, record: JobRecord) -> dict[str, int | None]:
-    """Per local file source: files in its directory that no committed batch read."""
+    """Per local file source: files in its directory that no committed batch read (None when
+    that cannot be told: a remote path, a glob, a log sparkpoint cannot read)."""
     checkpoint = Checkpoint(home.checkpoint_dir(record.name))
-    committed = checkpoint.latest_committed_batch()
-    offsets = checkpoint.offsets(committed).sources if committed is not None else ()
     behind: dict[str, int | None] = {}
     for source in record.sources:
         if source.kind != "file" or source.path is None:
             continue
         try:
-            directory = local_directory(source.path, source.name)
-        except ValidationError:
-            behind[source.name] = None
-            continue
-        # Entries past the committed batch's log offset belong to a batch planned, not done.
-        done = next((file_source_log_offset(s.offset) for s in offsets
-                     if s.name == source.name), None)
-        read = {str(entry["path"]) for log_id, entries in
-                read_source_log(checkpoint.root / "sources" / source.name).items()
-                if done is not None and log_id <= done for entry in entries}
-        behind[source.name] = sum(1 for f in input_files(directory) if f.uri not in read)
+            behind[source.name] = _unread_files(checkpoint, source.name, source.path)
+        except (SparkpointError, OSError):
+            behind[source.name] = None  # a reading command reports what it can
     return behind
+
+
+def _unread_files(checkpoint: Checkpoint, source: str, path: str) -> int:
+    directory = local_directory(path, source)
+    committed = checkpoint.latest_committed_batch()
+    offsets = checkpoint.offsets(committed).sources if committed is not None else ()
+    # Entries past the committed batch's log offset belong to a batch planned, not done.
+    done = next((file_source_log_offset(s.offset) for s in offsets if s.name == source), None)
+    read = {str(entry["path"]) for log_id, entries in
+            read_source_log(checkpoint.root / "sources" / source).items()
+            if done is not None and log_id <= done for entry in entries}
+    return sum(1 for f in input_files(directory) if f.uri not in read)
 
 
 def job_view(home: Home, job: str) -> JobView:
