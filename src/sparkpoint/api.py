@@ -6,13 +6,21 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint.layout import Checkpoint
-from sparkpoint.checkpoint.sink_log import DEFAULT_COMPACT_INTERVAL, seed_empty_history
-from sparkpoint.checkpoint.source_log import DEFAULT_SOURCE_COMPACT_INTERVAL
+from sparkpoint.checkpoint.sink_log import (
+    DEFAULT_COMPACT_INTERVAL,
+    latest_sink_batch,
+    seed_empty_history,
+)
+from sparkpoint.checkpoint.source_log import (
+    DEFAULT_SOURCE_COMPACT_INTERVAL,
+    file_source_log_offset,
+    read_source_log,
+)
 from sparkpoint.crash_points import crash_point
 from sparkpoint.drain.synthetic import (
     plan_drain_batch,
@@ -20,11 +28,13 @@ from sparkpoint.drain.synthetic import (
     write_drain_offsets,
 )
 from sparkpoint.errors import (
+    JobRunningError,
     NameTakenError,
     NoCommittedBatchError,
     PreconditionError,
     SinkAheadError,
     SnapshotDamagedError,
+    SparkpointError,
     SparkQueryError,
     UnknownSourceError,
     UsageError,
@@ -35,6 +45,7 @@ from sparkpoint.runtime.intents import load as load_intent
 from sparkpoint.runtime.intents import remove as remove_intent
 from sparkpoint.runtime.intents import save as save_intent
 from sparkpoint.runtime.lock import job_lock, lock_holder
+from sparkpoint.runtime.progress import ProgressSummary, read_progress
 from sparkpoint.runtime.recovery import (
     finish_drain,
     finish_startpoints,
@@ -59,6 +70,7 @@ from sparkpoint.runtime.runner import (
 )
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.store import Problem, SnapshotStore
+from sparkpoint.sources.file_input import input_files, local_directory
 from sparkpoint.sources.positions import SourceDescription
 from sparkpoint.spark.version import require_supported_pyspark
 from sparkpoint.startpoints.resolve import Resolved
@@ -114,6 +126,7 @@ def run(
     resume_point: Path | None = None,
     until_caught_up: bool = False,
     max_batches: int | None = None,
+    ui: bool = False,
     spark: SparkSession | None = None,
     echo: Echo = _quiet,
     renumber_batches: bool = False,
@@ -121,7 +134,8 @@ def run(
 ) -> RunResult:
     """Run a job. With ``from_snapshot`` or ``resume_point`` it starts as a new job whose
     checkpoint is built from snapshots; validation failures change nothing (exit 3), nor
-    does an output whose sink log is ahead of the snapshot (exit 4)."""
+    does an output whose sink log is ahead of the snapshot (exit 4). A job that exists runs
+    again with its stored params, conf and master, updated by those given."""
     validate_name(job, "job")
     _needs_spark(spark)
     if from_snapshot is not None and resume_point is not None:
@@ -130,11 +144,23 @@ def run(
     if choice.asked and from_snapshot is None and resume_point is None:
         raise UsageError("--renumber-batches and --first-batch apply to a new job started "
                          "with --from-snapshot or --resume-point")
-    options = RunOptions(
-        job=job, job_file=job_file.absolute(), params=dict(params or {}), conf=dict(conf or {}),
-        master=master, until_caught_up=until_caught_up, max_batches=max_batches,
-    )
     registry = JobRegistry(home)
+    registry.remove_deleted_leftovers()
+    params, conf = dict(params or {}), dict(conf or {})
+    check_output: Callable[[PlannedJob], Lineage | None] | None = None
+    if from_snapshot is None and resume_point is None and registry.exists(job):
+        record = registry.get(job)
+        params = _merged(record.params, params, "param", echo)
+        conf = _merged(record.conf, conf, "conf", echo)
+        if master is None:
+            master = record.master
+        elif master != record.master:
+            echo(f"master: {record.master or 'local[2]'} -> {master}")
+        check_output = _output_of_existing_job(registry, job, conf, echo)
+    options = RunOptions(
+        job=job, job_file=job_file.absolute(), params=params, conf=conf,
+        master=master, until_caught_up=until_caught_up, max_batches=max_batches, ui=ui,
+    )
     if from_snapshot is not None or resume_point is not None:
         store = SnapshotStore(home)
         point = load_resume_point(resume_point) if resume_point is not None else None
@@ -204,7 +230,53 @@ def run(
         if registry.exists(job):
             recover(home, job, echo)
             _apply_startpoints(home, options, spark, echo)
-        return run_job(home, options, spark=spark, echo=echo)
+        return run_job(home, options, spark=spark, prepare=check_output, echo=echo)
+
+
+def _merged(stored: Mapping[str, str], given: Mapping[str, str], what: str,
+            echo: Echo) -> dict[str, str]:
+    """Stored values updated by the given ones; each change is reported."""
+    for key, value in given.items():
+        if stored.get(key) != value:
+            echo(f"{what} {key}: {stored.get(key, '(unset)')} -> {value}")
+    return {**stored, **given}
+
+
+def _output_of_existing_job(
+    registry: JobRegistry, job: str, conf: Mapping[str, str], echo: Echo
+) -> Callable[[PlannedJob], None]:
+    """Check, before the query starts, that a file sink's log matches the job's checkpoint.
+
+    Spark's file sink skips every batch its log already has and compacts from the entries of
+    earlier batches. An output directory without a log (the job was given a new, empty
+    output) gets an empty history up to the job's last batch, as a job started from a
+    snapshot does. A log that ends before the job's last batch, or more than one batch after
+    it, is another job's output (or an older one of this job): the run is refused, since
+    Spark would fail at its next compaction or silently skip batches.
+    """
+
+    def prepare(planned: PlannedJob) -> None:
+        if planned.file_sink is None:
+            return
+        last = registry.checkpoint(job).latest_committed_batch()
+        ours = -1 if last is None else last
+        sink_last = latest_sink_batch(planned.file_sink)
+        if sink_last is None:
+            interval = int(conf.get(COMPACT_INTERVAL_CONF, DEFAULT_COMPACT_INTERVAL))
+            if last is not None and seed_empty_history(planned.file_sink, last, interval):
+                echo(f"gave the new output {planned.file_sink} an empty sink history up to "
+                     f"batch {last}")
+            return
+        # The sink writes its log entry just before the batch commits: one batch ahead is a
+        # run stopped in between.
+        if not ours <= sink_last <= ours + 1:
+            raise PreconditionError(
+                f"job '{job}': output {planned.file_sink} holds batches up to {sink_last} of "
+                f"another run, but the job's last committed batch is "
+                f"{'none' if last is None else last}; each job needs an output directory of "
+                "its own: pass a new, empty directory (or the job's previous output)")
+
+    return prepare
 
 
 def plan(
@@ -336,23 +408,99 @@ class JobView:
     record: JobRecord
     status: str
     batch: int | None
+    # The last batch the latest run processed, as Spark reported it (None before any).
+    progress: ProgressSummary | None = None
+    # Input files of each file source the job has not read yet (None: not a local file source).
+    files_behind: Mapping[str, int | None] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         data = self.record.model_dump(mode="json")
         data["status"] = self.status
         data["batch"] = self.batch
+        data["progress"] = None if self.progress is None else asdict(self.progress)
+        data["files_behind"] = dict(self.files_behind)
         return data
+
+
+def _files_behind(home: Home, record: JobRecord) -> dict[str, int | None]:
+    """Per local file source: files in its directory that no committed batch read (None when
+    that cannot be told: a remote path, a glob, a log sparkpoint cannot read)."""
+    checkpoint = Checkpoint(home.checkpoint_dir(record.name))
+    behind: dict[str, int | None] = {}
+    for source in record.sources:
+        if source.kind != "file" or source.path is None:
+            continue
+        try:
+            behind[source.name] = _unread_files(checkpoint, source.name, source.path)
+        except (SparkpointError, OSError):
+            behind[source.name] = None  # a reading command reports what it can
+    return behind
+
+
+def _unread_files(checkpoint: Checkpoint, source: str, path: str) -> int:
+    directory = local_directory(path, source)
+    committed = checkpoint.latest_committed_batch()
+    offsets = checkpoint.offsets(committed).sources if committed is not None else ()
+    # Entries past the committed batch's log offset belong to a batch planned, not done.
+    done = next((file_source_log_offset(s.offset) for s in offsets if s.name == source), None)
+    read = {str(entry["path"]) for log_id, entries in
+            read_source_log(checkpoint.root / "sources" / source).items()
+            if done is not None and log_id <= done for entry in entries}
+    return sum(1 for f in input_files(directory) if f.uri not in read)
 
 
 def job_view(home: Home, job: str) -> JobView:
     registry = JobRegistry(home)
     record = registry.get(job)
     batch = Checkpoint(home.checkpoint_dir(job)).latest_committed_batch()
-    return JobView(record, record.effective_status(), batch)
+    progress = read_progress(home.job_dir(job))
+    return JobView(record, record.effective_status(), batch,
+                   None if progress is None else ProgressSummary.of(progress),
+                   _files_behind(home, record))
 
 
 def jobs_list(home: Home) -> list[JobView]:
-    return [job_view(home, name) for name in JobRegistry(home).names()]
+    registry = JobRegistry(home)
+    registry.remove_deleted_leftovers()
+    return [job_view(home, name) for name in registry.names()]
+
+
+def jobs_stop(home: Home, job: str, wait: bool = False, echo: Echo = _quiet) -> dict[str, Any]:
+    """Ask a running job to stop after its last committed batch; with ``wait``, until it has."""
+    registry = JobRegistry(home)
+    record = registry.get(job)
+    status = record.effective_status()
+    if status != "running":
+        raise PreconditionError(f"job '{job}' is not running ({status}); there is nothing to "
+                                "stop")
+    registry.request_stop(job)
+    echo(f"asked job '{job}' (pid {record.pid}) to stop after its last committed batch")
+    if wait:
+        record = wait_until_stopped(registry, job, CANCEL_TIMEOUT_S)
+        status = record.effective_status()
+    return {"job": job, "status": status, "stopped": status != "running",
+            "batch": registry.checkpoint(job).latest_committed_batch()}
+
+
+def _tree_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+
+
+def jobs_delete(home: Home, job: str) -> dict[str, Any]:
+    """Remove a job that is not running: its record, checkpoint and pending startpoints.
+    Snapshots of it are kept."""
+    registry = JobRegistry(home)
+    registry.remove_deleted_leftovers()
+    record = registry.get(job)
+    holder = lock_holder(home, job)
+    if record.effective_status() == "running" or holder is not None:
+        raise JobRunningError(
+            f"job '{job}' is running (pid {record.pid or holder}); stop it first with "
+            f"'sparkpoint jobs stop {job} --wait'")
+    checkpoint_bytes = _tree_bytes(home.checkpoint_dir(job))
+    with job_lock(home, job):  # no run can start while the job goes
+        registry.delete(job)
+    return {"job": job, "deleted": True, "checkpoint_bytes": checkpoint_bytes}
 
 
 def drain(

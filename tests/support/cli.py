@@ -24,9 +24,16 @@ class Result:
         return json.loads(self.out)
 
 
-def _env() -> dict[str, str]:
+def _env(worker_python: bool = True, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The test's environment; ``worker_python=False`` leaves PYSPARK_PYTHON unset, as in a
+    user's shell, so that sparkpoint has to choose the workers' Python itself."""
     env = dict(os.environ)
-    env["PYSPARK_PYTHON"] = sys.executable
+    if worker_python:
+        env["PYSPARK_PYTHON"] = sys.executable
+    else:
+        env.pop("PYSPARK_PYTHON", None)
+        env.pop("PYSPARK_DRIVER_PYTHON", None)
+    env.update(extra or {})
     return env
 
 
@@ -34,16 +41,17 @@ def command(home: Home, *args: str) -> list[str]:
     return [sys.executable, "-m", "sparkpoint.cli.main", "--home", str(home.root), *args]
 
 
-def sparkpoint(home: Home, *args: str, timeout: float = 300) -> Result:
+def sparkpoint(home: Home, *args: str, timeout: float = 300, worker_python: bool = True,
+               env: dict[str, str] | None = None) -> Result:
     done = subprocess.run(command(home, *args), capture_output=True, text=True,
-                          timeout=timeout, env=_env())
+                          timeout=timeout, env=_env(worker_python, env))
     return Result(done.returncode, done.stdout, done.stderr)
 
 
-def start(home: Home, *args: str, log: Path) -> subprocess.Popen[bytes]:
+def start(home: Home, *args: str, log: Path, worker_python: bool = True) -> subprocess.Popen[bytes]:
     handle = open(log, "wb")  # noqa: SIM115 - lives as long as the process
     return subprocess.Popen(command(home, *args), stdout=handle, stderr=subprocess.STDOUT,
-                            env=_env())
+                            env=_env(worker_python))
 
 
 def committed_log_offset(home: Home, job: str, source: str) -> int | None:
@@ -79,3 +87,19 @@ def wait_for(predicate: Any, timeout: float, what: str, log: Path | None = None)
         time.sleep(0.5)
     detail = log.read_text()[-3000:] if log is not None and log.exists() else ""
     raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{detail}")
+
+
+def sparkpoint_on_terminal(home: Home, *args: str, answer: str,
+                           timeout: float = 120) -> Result:
+    """Run the CLI with a terminal as its standard input, typing ``answer`` (e.g. "n\\n")."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    try:
+        os.write(controller, answer.encode())
+        done = subprocess.run(command(home, *args), stdin=terminal, capture_output=True,
+                              text=True, timeout=timeout, env=_env())
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    return Result(done.returncode, done.stdout, done.stderr)

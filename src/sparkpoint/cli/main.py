@@ -14,7 +14,13 @@ import click
 from sparkpoint import api
 from sparkpoint.cli import render
 from sparkpoint.crash_points import CRASH_POINTS
-from sparkpoint.errors import EXIT_UNEXPECTED, EXIT_VALIDATION, SparkpointError, UsageError
+from sparkpoint.errors import (
+    EXIT_PRECONDITION,
+    EXIT_UNEXPECTED,
+    EXIT_VALIDATION,
+    SparkpointError,
+    UsageError,
+)
 from sparkpoint.startpoints.store import PositionKind
 from sparkpoint.storage.home import Home
 
@@ -109,20 +115,24 @@ def _batch_options(func: F) -> F:
 @click.option("--max-batches", type=click.IntRange(min=1), default=None,
               help="Stop after N batches.")
 @_batch_options
+@click.option("--ui", is_flag=True, help="Turn the Spark UI on and print its address.")
 @click.pass_context
 @handle_errors
 def run(ctx: click.Context, job_file: Path, job: str, params: tuple[str, ...],
         confs: tuple[str, ...], master: str | None, from_snapshot: str | None,
         resume_point: Path | None, until_caught_up: bool, max_batches: int | None,
-        renumber_batches: bool, first_batch: int | None) -> None:
-    """Run JOB_FILE as job JOB until stopped (Ctrl-C stops cleanly)."""
+        renumber_batches: bool, first_batch: int | None, ui: bool) -> None:
+    """Run JOB_FILE as job JOB until stopped (Ctrl-C stops cleanly).
+
+    A job that exists runs again with its stored --param, --conf and --master; the ones
+    given replace them (each change is printed)."""
     if until_caught_up and max_batches is not None:
         raise click.UsageError("use either --until-caught-up or --max-batches, not both")
     api.run(
         _home(ctx), job_file, job, params=_pairs(params, "--param"),
         conf=_pairs(confs, "--conf"), master=master, from_snapshot=from_snapshot,
         resume_point=resume_point, until_caught_up=until_caught_up, max_batches=max_batches,
-        echo=_echo, renumber_batches=renumber_batches, first_batch=first_batch,
+        ui=ui, echo=_echo, renumber_batches=renumber_batches, first_batch=first_batch,
     )
 
 
@@ -214,6 +224,38 @@ def jobs_show(ctx: click.Context, name: str, as_json: bool) -> None:
     click.echo(render.as_json(view.to_dict()) if as_json else render.job_show_text(view))
 
 
+@jobs.command("stop")
+@click.argument("name")
+@click.option("--wait", is_flag=True, help="Return once the job has stopped.")
+@json_option
+@click.pass_context
+@handle_errors
+def jobs_stop(ctx: click.Context, name: str, wait: bool, as_json: bool) -> None:
+    """Ask job NAME to stop after its last committed batch (exit 4 if it is not running)."""
+    result = api.jobs_stop(_home(ctx), name, wait=wait, echo=_echo)
+    if as_json:
+        click.echo(render.as_json(result))
+    elif result["stopped"]:
+        click.echo(f"job '{name}' {result['status']} at batch {result['batch']}")
+    else:
+        click.echo(f"job '{name}' asked to stop; 'sparkpoint jobs show {name}' tells when")
+
+
+@jobs.command("delete")
+@click.argument("name")
+@json_option
+@click.pass_context
+@handle_errors
+def jobs_delete(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Remove job NAME and its checkpoint (refused while it runs); its snapshots stay."""
+    result = api.jobs_delete(_home(ctx), name)
+    if as_json:
+        click.echo(render.as_json(result))
+    else:
+        click.echo(f"job '{name}' deleted ({render.human_bytes(result['checkpoint_bytes'])} of "
+                   "checkpoint removed); its snapshots are kept")
+
+
 @cli.group()
 def snapshot() -> None:
     """Named, durable snapshots of a job's state and offsets."""
@@ -282,9 +324,19 @@ def snapshot_verify(ctx: click.Context, name: str, as_json: bool) -> None:
 
 @snapshot.command("delete")
 @click.argument("name")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_context
 @handle_errors
-def snapshot_delete(ctx: click.Context, name: str) -> None:
+def snapshot_delete(ctx: click.Context, name: str, yes: bool) -> None:
+    """Delete snapshot NAME (asks first on a terminal, unless --yes)."""
+    # Only an interactive terminal is asked: scripts and pipes keep working unattended.
+    if not yes and sys.stdin.isatty():
+        manifest = api.snapshot_show(_home(ctx), name)
+        if not click.confirm(f"delete snapshot '{name}' of job '{manifest.job}' (batch "
+                             f"{manifest.batch_id}, "
+                             f"{render.human_bytes(manifest.total_bytes)})?", err=True):
+            click.echo(f"snapshot '{name}' not deleted", err=True)
+            sys.exit(EXIT_PRECONDITION)
     api.snapshot_delete(_home(ctx), name)
     click.echo(f"snapshot '{name}' deleted")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections import Counter
 from typing import Any
 
 from sparkpoint.api import JobView, StartpointPreview
@@ -99,12 +100,58 @@ def problems_dict(name: str, problems: list[Problem]) -> dict[str, Any]:
     }
 
 
+def rate_text(view: JobView) -> str:
+    if view.progress is None:
+        return "-"
+    return f"{view.progress.rows_per_second:.1f} rows/s"
+
+
+def lag_text(view: JobView) -> str:
+    """How far behind its sources the job was: files not read yet for local file sources
+    (counted now), records for sources whose progress reports their latest offset, '?' where
+    neither is known."""
+    parts = []
+    for source in view.record.sources:
+        files = view.files_behind.get(source.name)
+        if files is not None:
+            parts.append(f"{files} file{'s' if files != 1 else ''}")
+            continue
+        reported = [s.records_behind for s in view.progress.sources] if view.progress else []
+        if source.kind != "file" and len(view.record.sources) == 1 and len(reported) == 1 \
+                and reported[0] is not None:
+            parts.append(f"{reported[0]} records")
+        else:
+            parts.append("?")
+    return ", ".join(parts) or "-"
+
+
 def job_list_text(views: list[JobView]) -> str:
     if not views:
         return "no jobs"
-    rows = [[v.record.name, v.status, "-" if v.batch is None else str(v.batch),
-             v.record.run_id or "-", v.record.lineage.from_snapshot or "-"] for v in views]
-    return table(["JOB", "STATE", "BATCH", "RUN ID", "FROM SNAPSHOT"], rows)
+    rows = [[v.record.name, v.status, "-" if v.batch is None else str(v.batch), rate_text(v),
+             lag_text(v), v.record.run_id or "-", v.record.lineage.from_snapshot or "-"]
+            for v in views]
+    return table(["JOB", "STATE", "BATCH", "RATE", "LAG", "RUN ID", "FROM SNAPSHOT"], rows)
+
+
+def progress_lines(view: JobView) -> list[str]:
+    progress = view.progress
+    if progress is None:
+        return ["progress  - (no batch has run in the latest run)"]
+    out = [
+        f"progress  batch {progress.batch} at {progress.timestamp}: {progress.input_rows} input "
+        f"rows, {progress.rows_per_second:.1f} rows/s, {progress.duration_ms} ms",
+        f"watermark {progress.watermark or '-'}",
+        f"lag       {lag_text(view)}",
+    ]
+    # Spark's progress names operators by kind; a kind the job has once names the operator.
+    kinds = Counter(op.spark_operator_name for op in view.record.operators)
+    names = {op.spark_operator_name: op.name for op in view.record.operators
+             if kinds[op.spark_operator_name] == 1}
+    for op in progress.operators:
+        name = names.get(op.operator, op.operator)
+        out.append(f"state     {name}: {op.rows} rows, {human_bytes(op.bytes)}")
+    return out
 
 
 def job_show_text(view: JobView) -> str:
@@ -116,6 +163,7 @@ def job_show_text(view: JobView) -> str:
         f"run id    {record.run_id or '-'}",
         f"job file  {record.job_file}",
         f"params    {' '.join(f'{k}={v}' for k, v in record.params.items()) or '-'}",
+        *progress_lines(view),
     ]
     if record.error:
         out.append(f"error     {record.error}")

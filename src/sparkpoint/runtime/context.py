@@ -32,6 +32,11 @@ class JobContext:
         return self.params.get(key, default)
 
     def require_param(self, key: str) -> str:
+        """The value of ``--param key=value``; missing, the job fails with a clear message.
+
+        A call with a literal key that ``build`` always makes (not under an ``if``, loop or
+        ``try``) is found by reading the job file, so a missing value fails before Spark
+        starts."""
         value = self.params.get(key)
         if value is None:
             raise JobFileError(

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import shutil
+import uuid
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
 from sparkpoint.checkpoint.layout import Checkpoint
+from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import CorruptRecordError, UnknownJobError
 from sparkpoint.storage.home import Home, name_problem
 from sparkpoint.storage.local import write_atomic
@@ -22,6 +26,7 @@ from sparkpoint.storage.processes import pid_alive
 
 JOB_FILE = "job.json"
 STOP_REQUEST = "stop"
+DELETED_PREFIX = ".deleted."
 
 Status = Literal["new", "running", "stopped", "failed", "drained"]
 
@@ -201,3 +206,23 @@ class JobRegistry:
 
     def clear_stop_request(self, job: str) -> None:
         (self.control_dir(job) / STOP_REQUEST).unlink(missing_ok=True)
+
+    def delete(self, job: str) -> None:
+        """Remove the job's directory (record, checkpoint, control files).
+
+        The directory is renamed aside first, to a hidden name no listing shows, so that a
+        crash while its files are removed leaves no half-deleted job; the next command that
+        looks removes what is left.
+        """
+        doomed = self.home.jobs_dir / f"{DELETED_PREFIX}{job}.{uuid.uuid4().hex[:8]}"
+        os.rename(self.home.job_dir(job), doomed)
+        crash_point("jobs.delete_renamed")
+        shutil.rmtree(doomed)
+
+    def remove_deleted_leftovers(self) -> None:
+        """Finish deletions a crash interrupted."""
+        if not self.home.jobs_dir.is_dir():
+            return
+        for entry in self.home.jobs_dir.iterdir():
+            if entry.name.startswith(DELETED_PREFIX) and entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)

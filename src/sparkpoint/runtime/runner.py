@@ -7,6 +7,7 @@ right after its latest committed batch.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -20,8 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 from sparkpoint.errors import JobRunningError, SparkpointError, SparkQueryError
 from sparkpoint.runtime.context import JobContext
-from sparkpoint.runtime.jobfile import build_writer, load_build
+from sparkpoint.runtime.jobfile import (
+    build_writer,
+    check_job_file,
+    check_required_params,
+    load_build,
+)
 from sparkpoint.runtime.lock import job_lock
+from sparkpoint.runtime.progress import clear_progress, ran_a_batch, write_progress
 from sparkpoint.runtime.registry import (
     JobRecord,
     JobRegistry,
@@ -74,10 +81,16 @@ def plan_job(
     conf: Mapping[str, str],
     master: str | None,
     spark: SparkSession | None = None,
+    ui: bool = False,
+    echo: Callable[[str], None] = print,
 ) -> PlannedJob:
     """Load the job file, build its writer in a session and learn its stateful operators."""
-    build = load_build(job_file)  # a broken job file fails before a JVM starts
-    session = spark or create_session(master, conf, f"sparkpoint:{job}")
+    # A broken job file or a missing required param fails before a JVM starts.
+    check_required_params(check_job_file(job_file), job, params)
+    session = spark or create_session(master, conf, f"sparkpoint:{job}", ui=ui)
+    if ui and spark is None:
+        echo(f"Spark UI: {session.sparkContext.uiWebUrl}")
+    build = load_build(job_file)  # after the session: module-level UDFs parse DDL with it
     session.dataSource.register(KafkaDataSource)  # format("sparkpoint-kafka") in job files
     replaced = apply_query_conf(session, conf)
     lent = replaced if spark is not None else {}
@@ -109,6 +122,8 @@ class RunOptions:
     # Run only the batch already in the offsets log (with max_batches=1): the next trigger
     # is put decades ahead, so Spark plans no batch of new input before the stop.
     pending_batch_only: bool = False
+    # Turn the Spark UI on and print its address.
+    ui: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,15 +136,50 @@ class RunResult:
     batches_run: int
 
 
+_STACK_MARKERS = ("JVM stacktrace", "at ", "Caused by", "=== Streaming Query ===")
+PYTHON_TRACEBACK = "Traceback (most recent call last):"
+
+
+def _python_exception(lines: list[str]) -> str | None:
+    """The exception a Python worker raised: the last traceback's final (unindented) line,
+    with any continuation lines of its message, without the frames."""
+    found = None
+    index = 0
+    while index < len(lines):
+        if PYTHON_TRACEBACK not in lines[index]:
+            index += 1
+            continue
+        index += 1
+        while index < len(lines) and lines[index].startswith((" ", "\t")):
+            index += 1  # frames and their source lines
+        message = []
+        while index < len(lines) and lines[index].strip() \
+                and not lines[index].startswith((" ", "\t")) \
+                and not lines[index].strip().startswith(_STACK_MARKERS):
+            message.append(lines[index].strip())
+            index += 1
+        if message:
+            found = " ".join(message)
+    return found
+
+
 def spark_error_summary(exc: BaseException) -> str:
-    """Spark's own message without the JVM stack trace."""
+    """Spark's own message without the JVM stack trace; a Python worker's failure as Spark's
+    error class and the Python exception, without the Python frames."""
     text = str(exc).strip()
+    lines = text.splitlines()
     kept = []
-    for line in text.splitlines():
-        if line.strip().startswith(("JVM stacktrace", "at ", "Caused by")) or line.startswith("\t"):
+    for line in lines:
+        if line.strip().startswith(_STACK_MARKERS) or line.startswith("\t"):
+            break
+        if PYTHON_TRACEBACK in line:
+            kept.append(line.split(PYTHON_TRACEBACK)[0].strip())
             break
         kept.append(line.strip())
     summary = " ".join(part for part in kept if part)
+    cause = _python_exception(lines)
+    if cause is not None:
+        summary = f"{summary} {cause}".strip()
     return summary[:2000] if summary else exc.__class__.__name__
 
 
@@ -154,8 +204,29 @@ class _StopSignal:
             signal.signal(sig, handler)  # type: ignore[arg-type]
 
 
-def _batches_seen(query: StreamingQuery) -> set[int]:
-    return {int(progress["batchId"]) for progress in query.recentProgress}
+def _progress_dict(progress: Any) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(progress.json)
+    return data
+
+
+class _ProgressKeeper:
+    """Writes the progress of each batch that ran to the job's directory, once per batch."""
+
+    def __init__(self, job_dir: Path) -> None:
+        self.job_dir = job_dir
+        self.written: tuple[int, str] | None = None
+
+    def keep(self, query: StreamingQuery) -> None:
+        # The newest progress may be an idle trigger's: look back for the last batch that ran.
+        for progress in reversed(query.recentProgress):
+            data = _progress_dict(progress)
+            if not ran_a_batch(data):
+                continue
+            key = (int(data.get("batchId", -1)), str(data.get("timestamp")))
+            if key != self.written:
+                write_progress(self.job_dir, data)
+                self.written = key
+            return
 
 
 def _batch_counter(
@@ -165,7 +236,8 @@ def _batch_counter(
 
     Progress events reach the driver's listener within milliseconds of a batch's commit, so
     the stop that follows abandons (uncommitted) at most a batch that just started; polling
-    the query would let whole batches slip through.
+    the query would let whole batches slip through. Idle triggers report progress too; only
+    progress of a batch that ran counts.
     """
     from pyspark.sql.streaming.listener import StreamingQueryListener
 
@@ -173,7 +245,7 @@ def _batch_counter(
 
     class Counter(StreamingQueryListener):
         def __init__(self) -> None:
-            self.count = 0
+            self.batches: set[int] = set()
 
         def onQueryStarted(self, event: object) -> None:
             pass
@@ -181,8 +253,10 @@ def _batch_counter(
         def onQueryProgress(self, event: Any) -> None:
             if event.progress.name != query_name:
                 return
-            self.count += 1
-            if self.count >= limit:
+            data = _progress_dict(event.progress)
+            if ran_a_batch(data):
+                self.batches.add(int(data["batchId"]))
+            if len(self.batches) >= limit:
                 reached.set()
 
         def onQueryIdle(self, event: object) -> None:
@@ -225,7 +299,7 @@ def run_job(
             )
         registry.clear_stop_request(job)
         planned = plan_job(job, options.job_file, options.params, options.conf,
-                           options.master, spark)
+                           options.master, spark, ui=options.ui, echo=echo)
         session, writer, operators = planned.spark, planned.writer, planned.operators
         try:
             lineage = prepare(planned) if prepare else None
@@ -260,7 +334,8 @@ def run_job(
             elif options.pending_batch_only:
                 writer = writer.trigger(processingTime=HOLD_TRIGGER_INTERVAL)
             error: SparkpointError | None = None
-            batches: set[int] = set()
+            keeper = _ProgressKeeper(home.job_dir(job))
+            clear_progress(home.job_dir(job))
             limit_reached, remove_counter = (
                 _batch_counter(session, job, options.max_batches)
                 if options.max_batches is not None
@@ -273,12 +348,12 @@ def run_job(
                         if limit_reached.wait(POLL_SECONDS):
                             query.stop()
                             break
-                        batches = _batches_seen(query)
+                        keeper.keep(query)
                         if stop_signal.requested.is_set() or registry.stop_requested(job):
                             echo(f"job '{job}': stop requested, stopping after the last committed "
                                  "batch")
                             query.stop()
-                    batches |= _batches_seen(query)
+                    keeper.keep(query)
                     failure = query.exception()
                     if failure is not None:
                         summary = spark_error_summary(failure)
@@ -299,8 +374,10 @@ def run_job(
                 registry.save(record)
             if error is not None:
                 raise error
-            echo(f"job '{job}' stopped at batch {last} ({len(batches)} batches in this run)")
-            return RunResult(job, run.run_id, run.status, first_batch, last, len(batches))
+            # Batches committed by this run: the commit log counts each exactly once.
+            ran = 0 if last is None else last - (-1 if first_batch is None else first_batch)
+            echo(f"job '{job}' stopped at batch {last} ({ran} batches in this run)")
+            return RunResult(job, run.run_id, run.status, first_batch, last, ran)
         finally:
             planned.release()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,12 +37,30 @@ def _log_config_option() -> str:
     return f"-Dlog4j.configurationFile=file:{path}"
 
 
-def create_session(master: str | None, conf: Mapping[str, str], app_name: str) -> SparkSession:
+UI_CONF = "spark.ui.enabled"
+WORKER_PYTHON_ENV = "PYSPARK_PYTHON"
+
+
+def use_own_python_for_workers() -> None:
+    """Python workers run the interpreter that runs sparkpoint, which has pandas, pyarrow and
+    sparkpoint itself; a bare ``python3`` on the PATH usually has none of them. A
+    ``PYSPARK_PYTHON`` the user set wins. Must happen before the JVM starts: the worker
+    command is fixed when the SparkContext is created."""
+    if not os.environ.get(WORKER_PYTHON_ENV):
+        os.environ[WORKER_PYTHON_ENV] = sys.executable
+
+
+def create_session(
+    master: str | None, conf: Mapping[str, str], app_name: str, ui: bool = False
+) -> SparkSession:
     require_supported_pyspark()
     from pyspark.sql import SparkSession
 
+    use_own_python_for_workers()
     builder = SparkSession.builder.appName(app_name).master(master or "local[2]")
     defaults = {**SESSION_DEFAULTS, "spark.driver.extraJavaOptions": _log_config_option()}
+    if ui:
+        defaults[UI_CONF] = "true"
     for key, value in {**defaults, **conf}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

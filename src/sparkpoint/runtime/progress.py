@@ -1,0 +1,123 @@
+"""The last query progress of a running job, kept in the home for ``jobs show`` and ``jobs list``.
+
+The process running a job writes ``jobs/<job>/progress.json`` (atomically) after every batch
+that ran; other processes only read it. Spark's progress events are kept as Spark reports
+them; ``ProgressSummary`` picks what a user watches: rows, rate, duration, watermark, state
+per operator, and how far behind its sources the job is where that can be known.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparkpoint.storage.local import write_atomic
+
+PROGRESS_FILE = "progress.json"
+
+
+def ran_a_batch(progress: Mapping[str, Any]) -> bool:
+    """Idle triggers report progress too, under the id of the next (unrun) batch; only a
+    trigger that ran a batch has an ``addBatch`` duration."""
+    return "addBatch" in (progress.get("durationMs") or {})
+
+
+def write_progress(job_dir: Path, progress: Mapping[str, Any]) -> None:
+    write_atomic(job_dir / PROGRESS_FILE, (json.dumps(progress, indent=2) + "\n").encode())
+
+
+def read_progress(job_dir: Path) -> dict[str, Any] | None:
+    path = job_dir / PROGRESS_FILE
+    try:
+        data: dict[str, Any] = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data
+
+
+def _offset_lag(end: Any, latest: Any) -> int | None:
+    """Records between two offsets of the shape {topic: {partition: n}}, else unknown."""
+    def parse(value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except ValueError:
+                return None
+        return value
+
+    end, latest = parse(end), parse(latest)
+    if not isinstance(end, dict) or not isinstance(latest, dict):
+        return None
+    total = 0
+    for topic, partitions in latest.items():
+        if not isinstance(partitions, dict) or not isinstance(end.get(topic), dict):
+            return None
+        for partition, offset in partitions.items():
+            done = end[topic].get(partition)
+            if not isinstance(offset, int) or not isinstance(done, int):
+                return None
+            total += max(0, offset - done)
+    return total
+
+
+@dataclass(frozen=True)
+class SourceProgress:
+    description: str
+    input_rows: int
+    end_offset: Any
+    # Records the source had and the batch did not read; None when the source does not say.
+    records_behind: int | None
+
+
+@dataclass(frozen=True)
+class OperatorProgress:
+    operator: str
+    rows: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class ProgressSummary:
+    batch: int
+    timestamp: str
+    input_rows: int
+    rows_per_second: float
+    duration_ms: int
+    watermark: str | None
+    operators: list[OperatorProgress] = field(default_factory=list)
+    sources: list[SourceProgress] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, progress: Mapping[str, Any]) -> ProgressSummary:
+        sources = [
+            SourceProgress(
+                description=str(s.get("description", "")),
+                input_rows=int(s.get("numInputRows") or 0),
+                end_offset=s.get("endOffset"),
+                records_behind=_offset_lag(s.get("endOffset"), s.get("latestOffset")),
+            )
+            for s in progress.get("sources") or []
+        ]
+        operators = [
+            OperatorProgress(str(op.get("operatorName", "?")), int(op.get("numRowsTotal") or 0),
+                             int(op.get("memoryUsedBytes") or 0))
+            for op in progress.get("stateOperators") or []
+        ]
+        return cls(
+            batch=int(progress.get("batchId", -1)),
+            timestamp=str(progress.get("timestamp", "")),
+            input_rows=int(progress.get("numInputRows") or 0),
+            rows_per_second=float(progress.get("processedRowsPerSecond") or 0.0),
+            duration_ms=int((progress.get("durationMs") or {}).get("triggerExecution") or 0),
+            watermark=(progress.get("eventTime") or {}).get("watermark"),
+            operators=operators,
+            sources=sources,
+        )
+
+
+def clear_progress(job_dir: Path) -> None:
+    """A new run starts without the previous run's last progress."""
+    (job_dir / PROGRESS_FILE).unlink(missing_ok=True)

@@ -1,0 +1,35 @@
+"""A failing query's message as sparkpoint reports it: Spark's error class and the real cause."""
+
+from __future__ import annotations
+
+from sparkpoint.runtime.runner import spark_error_summary
+
+FRAME = '  File "/venv/pyspark.zip/pyspark/worker.py", line 2845, in read_udfs\n' \
+        "    import pyarrow as pa\n"
+
+
+def test_a_python_worker_failure_names_the_python_exception() -> None:
+    text = ("[PYTHON_EXCEPTION] An exception was thrown from the Python worker: Traceback "
+            f"(most recent call last):\n{FRAME}ModuleNotFoundError: No module named 'pyarrow'\n"
+            " SQLSTATE: 38000\n=== Streaming Query ===\nIdentifier: p [id = 1]\n"
+            "\tat org.apache.spark.api.python.BasePythonRunner.handle(PythonRunner.scala:1)\n")
+    assert spark_error_summary(RuntimeError(text)) == (
+        "[PYTHON_EXCEPTION] An exception was thrown from the Python worker: "
+        "ModuleNotFoundError: No module named 'pyarrow'")
+
+
+def test_a_data_source_failure_keeps_the_last_exception_and_its_message_lines() -> None:
+    text = ("[PYTHON_DATA_SOURCE_ERROR] Failed to plan Python data source 'kafka' in Python: "
+            f"Traceback (most recent call last):\n{FRAME}KeyError: 'a'\n\nDuring handling...\n"
+            f"Traceback (most recent call last):\n{FRAME}RuntimeError: broker down\n"
+            "retry later\n SQLSTATE: 38000\nJVM stacktrace:\n\tat x.y(Z.scala:1)\n")
+    assert spark_error_summary(RuntimeError(text)) == (
+        "[PYTHON_DATA_SOURCE_ERROR] Failed to plan Python data source 'kafka' in Python: "
+        "RuntimeError: broker down retry later")
+
+
+def test_a_jvm_failure_is_cut_before_the_stack_trace() -> None:
+    text = ("[UNRESOLVED_COLUMN] A column `nope` cannot be resolved.\n"
+            "\tat org.apache.spark.sql.Foo(Foo.scala:1)\nCaused by: x\n")
+    assert spark_error_summary(RuntimeError(text)) == (
+        "[UNRESOLVED_COLUMN] A column `nope` cannot be resolved.")
