@@ -60,7 +60,7 @@ from sparkpoint.startpoints.resolve import resolve as resolve_startpoints
 from sparkpoint.startpoints.store import WHOLE_SOURCE, PositionKind, Startpoint, StartpointStore
 from sparkpoint.storage.home import Home, validate_name
 from sparkpoint.upgrade.restore import build_new_checkpoint, job_shape, resolve
-from sparkpoint.upgrade.resume_point import load_resume_point
+from sparkpoint.upgrade.resume_point import flow_mapping, load_resume_point
 from sparkpoint.upgrade.validate import UpgradePlan, default_resume_point
 
 if TYPE_CHECKING:
@@ -222,8 +222,8 @@ def resume_point_build(
     if left:
         text += ("# state of the snapshot that no operator of the job resumes; drop it "
                  "deliberately, or resume it under another name in state:\n# drop:\n")
-        text += "".join(f"#   - {{snapshot: {snapshot}, operator: {op.name}}}  # {op.kind}, "
-                        f"{op.rows} rows\n" for op in left)
+        text += "".join(f"#   - {flow_mapping(snapshot=snapshot, operator=op.name)}  "
+                        f"# {op.kind}, {op.rows} rows\n" for op in left)
     return text
 
 

@@ -101,19 +101,129 @@ class ResumePoint(_Strict):
 _ADAPTER = TypeAdapter(ResumePoint)
 
 
-def _where(location: tuple[int | str, ...]) -> str:
-    # Drop pydantic's union tags ("resume", "initialize", "TimestampStart"...) from paths.
-    parts = [str(p) for p in location
-             if p not in ("resume", "initialize", "TimestampStart", "OffsetStart")
-             and not str(p).startswith(("literal[", "function-"))]
-    return ".".join(parts) or "(top level)"
+def flow_mapping(**entries: str) -> str:
+    """``{snapshot: s1, operator: 'stateStoreSave(window,word)'}``: a one-line YAML mapping
+    that parses when pasted, whatever the names hold (derived operator names have commas
+    and parentheses; a snapshot named 123 would otherwise become a number)."""
+    text: str = yaml.safe_dump(entries, default_flow_style=True, sort_keys=False,
+                               width=2**31 - 1)
+    return text.strip()
+
+
+# Union members pydantic puts into error locations; the user never wrote them.
+_ENTRY_MODELS: dict[tuple[str, str], type[BaseModel]] = {
+    ("sources", "resume"): ResumeSource,
+    ("sources", "initialize"): InitializeSource,
+    ("state", "resume"): ResumeState,
+    ("state", "initialize"): InitializeState,
+}
+_START_CHOICES = "earliest, latest, {timestamp: ISO8601} or {offset: ...}"
+
+
+def _shown(value: Any) -> str:
+    """A value as the user wrote it in YAML terms."""
+    if isinstance(value, dict):
+        text = yaml.safe_dump(value, default_flow_style=True, width=2**31 - 1).strip()
+        return text if len(text) <= 80 else "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "nothing"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _entry_path(location: tuple[int | str, ...]) -> tuple[str, type[BaseModel] | None]:
+    """The dotted entry path the user wrote (``state.word_counts.mode``, ``drop[0].operator``)
+    and the model of the innermost entry, for listing the keys it takes."""
+    path = ""
+    model: type[BaseModel] | None = ResumePoint
+    section = ""
+    for depth, part in enumerate(location):
+        if depth == 0:
+            section = str(part)
+            if len(location) > 1:
+                model = DropEntry if section == "drop" else None
+        if depth == 2 and section in ("sources", "state") and (section, part) in _ENTRY_MODELS:
+            model = _ENTRY_MODELS[(section, str(part))]
+            continue
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else str(part)
+    return path or "(top level)", model
+
+
+def _problem(error: Any) -> str:
+    """One pydantic error in the user's terms."""
+    kind = error["type"]
+    path, model = _entry_path(tuple(error["loc"]))
+    value = error.get("input")
+    ctx = error.get("ctx") or {}
+    if kind == "union_tag_invalid":
+        expected = ctx.get("expected_tags", "").replace("'", "")
+        return f"{path}.mode: {ctx.get('tag')!r} is not one of {expected}"
+    if kind == "union_tag_not_found":
+        return f"{path}: no mode; expected mode: resume or mode: initialize"
+    if kind == "missing":
+        return f"{path}: required but missing"
+    if kind == "extra_forbidden":
+        keys = ", ".join(model.model_fields) if model is not None else ""
+        known = f"; expected one of {keys}" if keys else ""
+        return f"{path}: unknown key{known}"
+    if kind == "string_type":
+        return f"{path}: expected text, found {_shown(value)} (put it in quotes)"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return f"{path}: expected a mapping, found {_shown(value)}"
+    if kind == "list_type":
+        return f"{path}: expected a list, found {_shown(value)}"
+    if kind == "literal_error":
+        expected = ctx.get("expected", "").replace("'", "").replace(" or ", ", ")
+        return f"{path}: {_shown(value)} is not one of {expected}"
+    return f"{path}: {error['msg']}"
+
+
+def _start_problems(path: str, value: Any, errors: list[Any]) -> list[str]:
+    """A wrong ``start`` fails every way of writing one; report the way the user meant
+    (the one whose key they wrote), else the choices."""
+    members = {"timestamp": "TimestampStart", "offset": "OffsetStart"}
+    if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in members:
+        member = members[next(iter(value))]
+        return [_problem({**error, "loc": tuple(p for p in error["loc"] if p != member)})
+                for error in errors if member in error["loc"]]
+    return [f"{path}: expected {_START_CHOICES}, found {_shown(value)}"]
+
+
+def _problems(errors: list[Any]) -> list[str]:
+    """Every problem once, in the order of the file."""
+    problems: list[str] = []
+    starts: dict[tuple[Any, ...], list[Any]] = {}
+    for error in errors:
+        location = tuple(error["loc"])
+        if location[0] == "sources" and "start" in location:
+            prefix = location[: location.index("start") + 1]
+            if prefix not in starts:
+                starts[prefix] = []
+                problems.append(f"\0{len(starts) - 1}")  # placeholder keeps the order
+            starts[prefix].append(error)
+            continue
+        problems.append(_problem(error))
+    expanded: list[str] = []
+    groups = list(starts.items())
+    for problem in problems:
+        if problem.startswith("\0"):
+            prefix, group = groups[int(problem[1:])]
+            value = next((e.get("input") for e in group if e["type"] == "literal_error"), None)
+            expanded.extend(_start_problems(_entry_path(prefix)[0], value, group))
+        else:
+            expanded.append(problem)
+    return list(dict.fromkeys(expanded))
 
 
 def parse_resume_point(data: Any, origin: str) -> ResumePoint:
     if not isinstance(data, dict):
         raise ValidationError(
             f"{origin}: expected a mapping with 'version', 'sources', 'state', 'drop', found "
-            f"{type(data).__name__}"
+            f"{_shown(data)}"
         )
     version = data.get("version")
     if version != FORMAT_VERSION:
@@ -124,12 +234,13 @@ def parse_resume_point(data: Any, origin: str) -> ResumePoint:
     try:
         return _ADAPTER.validate_python(data)
     except PydanticValidationError as exc:
-        problems = []
-        for error in exc.errors():
-            problems.append(f"{_where(tuple(error['loc']))}: {error['msg']}")
-        unique = list(dict.fromkeys(problems))
+        problems = _problems(exc.errors())
+        if len(problems) == 1:
+            raise ValidationError(f"{origin}: {problems[0]}", problems=problems) from exc
+        # One line per problem: each names its entry, and all are fixed in one pass.
         raise ValidationError(
-            f"{origin}: {len(unique)} problem(s) in the resume point: " + "; ".join(unique)
+            f"{origin}: {len(problems)} problems in the resume point:\n  "
+            + "\n  ".join(problems), problems=problems,
         ) from exc
 
 
@@ -143,8 +254,8 @@ def _construct_unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -
         key = loader.construct_object(key_node)
         if key in seen:
             raise ValidationError(
-                f"line {key_node.start_mark.line + 1}: '{key}' has two entries; each source and "
-                "operator must have exactly one"
+                f"line {key_node.start_mark.line + 1}, column {key_node.start_mark.column + 1}: "
+                f"'{key}' has two entries; each source and operator must have exactly one"
             )
         seen.add(key)
     return loader.construct_mapping(node)
@@ -165,6 +276,27 @@ def _reject_duplicate_json_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
+def _syntax_error(path: Path, exc: json.JSONDecodeError | yaml.YAMLError) -> ValidationError:
+    """A syntax error with its line and column (1-based), as editors count them."""
+    if isinstance(exc, json.JSONDecodeError):
+        line, column, problem = exc.lineno, exc.colno, exc.msg
+    else:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        context = getattr(exc, "context", None)
+        if context:
+            problem = f"{problem} ({context})"
+        if mark is None:
+            return ValidationError(f"{path}: expected YAML or JSON, found a syntax error: "
+                                   f"{problem}")
+        line, column = mark.line + 1, mark.column + 1
+    kind = "JSON" if path.suffix == ".json" else "YAML"
+    return ValidationError(
+        f"{path} line {line}, column {column}: expected {kind}, found a syntax error: {problem}",
+        line=line, column=column,
+    )
+
+
 def load_resume_point(path: Path) -> ResumePoint:
     try:
         text = path.read_text("utf-8")
@@ -178,7 +310,5 @@ def load_resume_point(path: Path) -> ResumePoint:
     except ValidationError as exc:
         raise ValidationError(f"{path}: {exc.message}") from exc
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise ValidationError(
-            f"{path}: expected YAML or JSON, found a syntax error: {str(exc).splitlines()[0]}"
-        ) from exc
+        raise _syntax_error(path, exc) from exc
     return parse_resume_point(data, str(path))

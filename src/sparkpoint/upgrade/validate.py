@@ -18,6 +18,7 @@ from sparkpoint.upgrade.resume_point import (
     ResumePoint,
     ResumeSource,
     ResumeState,
+    flow_mapping,
 )
 
 
@@ -287,7 +288,7 @@ def validate(
                 problems.append(
                     f"snapshot '{snap}' operator '{left.name}' ({left.kind}, {rows} rows) is "
                     "neither resumed nor dropped: resume it into an operator of the job or add "
-                    f"{{snapshot: {snap}, operator: {left.name}}} to drop")
+                    f"{flow_mapping(snapshot=snap, operator=left.name)} to drop")
     return plan
 
 
