@@ -179,7 +179,7 @@ def plan(
         store.get(from_snapshot)
     _check_snapshots_intact(store, point.snapshots() if point else [from_snapshot or ""])
     planned = plan_job("plan", job_file.absolute(), dict(params or {}), dict(conf or {}),
-                       master, spark)
+                       master, spark, log_dir=home.logs_dir)
     try:
         resolution = resolve(store, planned, point, from_snapshot)
         if resolution.plan.ok:
@@ -209,7 +209,7 @@ def resume_point_build(
     store = SnapshotStore(home)
     manifest = store.get(snapshot)
     planned = plan_job("resume-point", job_file.absolute(), dict(params or {}),
-                       dict(conf or {}), master, spark)
+                       dict(conf or {}), master, spark, log_dir=home.logs_dir)
     try:
         shape, _layouts = job_shape(planned)
     finally:

@@ -8,6 +8,7 @@ right after its latest committed batch.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
 import os
 import signal
@@ -19,7 +20,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from sparkpoint.errors import JobRunningError, SparkpointError, SparkQueryError
+from sparkpoint.errors import JobFileError, JobRunningError, SparkpointError, SparkQueryError
 from sparkpoint.runtime.context import JobContext
 from sparkpoint.runtime.jobfile import build_writer, load_build
 from sparkpoint.runtime.registry import (
@@ -32,9 +33,15 @@ from sparkpoint.runtime.registry import (
     now_iso,
 )
 from sparkpoint.sources.kafka import KafkaDataSource
+from sparkpoint.spark.errors import failure_details, failure_summary
 from sparkpoint.spark.inspect import PlannedSource, job_sources
 from sparkpoint.spark.plan import PlannedOperator, stateful_operators
-from sparkpoint.spark.session import apply_query_conf, create_session, restore_conf
+from sparkpoint.spark.session import (
+    apply_query_conf,
+    create_session,
+    restore_conf,
+    session_log_file,
+)
 from sparkpoint.spark.sink import file_sink_path
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.processes import pid_alive
@@ -69,6 +76,21 @@ class PlannedJob:
         restore_conf(self.spark, self.replaced_conf)
 
 
+def new_log_file(log_dir: Path, job: str) -> Path:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%f")[:-3]
+    return log_dir / f"{job}-{stamp}Z.log"
+
+
+def log_failure(log_file: Path | None, what: str, exc: BaseException) -> Path | None:
+    """Append a failure's full story (tracebacks, JVM frames) to the log file; return it."""
+    if log_file is None:
+        return None
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "a", encoding="utf-8") as handle:
+        handle.write(f"{now_iso()} sparkpoint: {what}\n{failure_details(exc)}\n")
+    return log_file
+
+
 def plan_job(
     job: str,
     job_file: Path,
@@ -76,16 +98,31 @@ def plan_job(
     conf: Mapping[str, str],
     master: str | None,
     spark: SparkSession | None = None,
+    log_dir: Path | None = None,
 ) -> PlannedJob:
-    """Load the job file, build its writer in a session and learn its stateful operators."""
+    """Load the job file, build its writer in a session and learn its stateful operators.
+
+    With ``log_dir``, a JVM started here logs to a new file there, and a failing ``build``
+    leaves its stack traces in that file, which the error names."""
     build = load_build(job_file)  # a broken job file fails before a JVM starts
-    session = spark or create_session(master, conf, f"sparkpoint:{job}")
+    log_file = new_log_file(log_dir, job) if log_dir is not None else None
+    session = spark or create_session(master, conf, f"sparkpoint:{job}", log_file)
     session.dataSource.register(KafkaDataSource)  # format("sparkpoint-kafka") in job files
     replaced = apply_query_conf(session, conf)
     lent = replaced if spark is not None else {}
     try:
         ctx = JobContext(job=job, params=dict(params))
-        writer = build_writer(build, job_file, session, ctx)
+        try:
+            writer = build_writer(build, job_file, session, ctx)
+        except JobFileError as exc:
+            cause = exc.__cause__
+            logged = log_failure(session_log_file() or log_file, exc.message, exc)
+            if logged is None or cause is None:
+                raise
+            raise JobFileError(
+                f"{job_file}: build() raised {cause.__class__.__name__}: "
+                f"{failure_summary(cause)}; stack traces in {logged}", log_file=str(logged),
+            ) from exc
         operators = stateful_operators(writer._df, ctx.declarations)
         sources = job_sources(writer._df)
     except BaseException:
@@ -124,15 +161,18 @@ class RunResult:
 
 
 def spark_error_summary(exc: BaseException) -> str:
-    """Spark's own message without the JVM stack trace."""
-    text = str(exc).strip()
-    kept = []
-    for line in text.splitlines():
-        if line.strip().startswith(("JVM stacktrace", "at ", "Caused by")) or line.startswith("\t"):
-            break
-        kept.append(line.strip())
-    summary = " ".join(part for part in kept if part)
-    return summary[:2000] if summary else exc.__class__.__name__
+    """Spark's own message without plans, stack traces or SQL states, on one short line."""
+    return failure_summary(exc)
+
+
+def _query_failed(job: str, exc: BaseException, log_file: Path | None) -> SparkQueryError:
+    """The one line a failed query gets; its stack traces go to the log file it names."""
+    summary = failure_summary(exc)
+    logged = log_failure(log_file, f"job '{job}' failed: {summary}", exc)
+    if logged is None:
+        return SparkQueryError(f"job '{job}' failed: {summary}")
+    return SparkQueryError(f"job '{job}' failed: {summary}; Spark's log and stack traces: "
+                           f"{logged}", log_file=str(logged))
 
 
 @contextlib.contextmanager
@@ -254,7 +294,8 @@ def run_job(
             )
         registry.clear_stop_request(job)
         planned = plan_job(job, options.job_file, options.params, options.conf,
-                           options.master, spark)
+                           options.master, spark, log_dir=home.logs_dir)
+        log_file = session_log_file() or new_log_file(home.logs_dir, job)
         session, writer, operators = planned.spark, planned.writer, planned.operators
         try:
             lineage = prepare(planned) if prepare else None
@@ -308,12 +349,11 @@ def run_job(
                     batches |= _batches_seen(query)
                     failure = query.exception()
                     if failure is not None:
-                        summary = spark_error_summary(failure)
-                        error = SparkQueryError(f"job '{job}' failed: {summary}")
+                        error = _query_failed(job, failure, log_file)
             except SparkpointError as exc:
                 error = exc
             except Exception as exc:
-                error = SparkQueryError(f"job '{job}' failed: {spark_error_summary(exc)}")
+                error = _query_failed(job, exc, log_file)
             finally:
                 remove_counter()
                 registry.clear_stop_request(job)

@@ -29,20 +29,63 @@ QUERY_DEFAULTS = {
 }
 
 
-def _log_config_option() -> str:
-    path = Path(__file__).resolve().parent.parent / "resources" / "log4j2.properties"
-    return f"-Dlog4j.configurationFile=file:{path}"
+LOG_FILE_PROPERTY = "sparkpoint.log.file"
+# PySpark's Python loggers that print an exception with its JVM stack trace to stderr.
+_PYSPARK_ERROR_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
+
+# The log file of the JVM this process started (one JVM per process; later sessions share it).
+_session_log: Path | None = None
 
 
-def create_session(master: str | None, conf: Mapping[str, str], app_name: str) -> SparkSession:
+def _log_config_option(log_file: Path | None) -> str:
+    resources = Path(__file__).resolve().parent.parent / "resources"
+    if log_file is None:
+        return f'-Dlog4j.configurationFile="file:{resources / "log4j2.properties"}"'
+    return (f'-Dlog4j.configurationFile="file:{resources / "log4j2-file.properties"}" '
+            f'-D{LOG_FILE_PROPERTY}="{log_file}"')
+
+
+def _route_pyspark_loggers(log_file: Path) -> None:
+    import logging
+
+    from pyspark.logger import PySparkLogger
+
+    for name in _PYSPARK_ERROR_LOGGERS:
+        logger = PySparkLogger.getLogger(name)
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+        logger.addHandler(logging.FileHandler(log_file))
+        logger.propagate = False
+
+
+def session_log_file() -> Path | None:
+    """Where Spark's own log of this process goes, when sparkpoint started its JVM."""
+    return _session_log
+
+
+def create_session(
+    master: str | None, conf: Mapping[str, str], app_name: str, log_file: Path | None = None
+) -> SparkSession:
+    """A session for managed jobs. With ``log_file``, Spark's warnings, errors and stack
+    traces (JVM and PySpark's) go there instead of the terminal."""
+    global _session_log
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
+    starts_jvm = SparkContext._active_spark_context is None
+    if not starts_jvm:
+        log_file = None  # the running JVM keeps the log configuration it started with
     builder = SparkSession.builder.appName(app_name).master(master or "local[2]")
-    defaults = {**SESSION_DEFAULTS, "spark.driver.extraJavaOptions": _log_config_option()}
+    defaults = {**SESSION_DEFAULTS, "spark.driver.extraJavaOptions": _log_config_option(log_file)}
     for key, value in {**defaults, **conf}.items():
         builder = builder.config(key, value)
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    if log_file is not None:
+        _session_log = log_file
+        _route_pyspark_loggers(log_file)
+    spark.sparkContext.setLogLevel("WARN" if _session_log is not None else "ERROR")
     return spark
 
 
