@@ -255,6 +255,7 @@ def snapshot_create(
     info = JobInfo(
         job=job,
         operator_names=record.operator_names(),
+        operator_windows=record.operator_windows(),
         job_file=record.job_file,
         params=record.params,
         spark_version=package_version("pyspark"),

@@ -18,6 +18,7 @@ from sparkpoint.errors import UnknownJobError
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.local import write_atomic
 from sparkpoint.storage.processes import pid_alive
+from sparkpoint.windows import WindowSpec
 
 JOB_FILE = "job.json"
 STOP_REQUEST = "stop"
@@ -35,6 +36,9 @@ class OperatorRecord(BaseModel):
     operator_id: int
     spark_operator_name: str
     named_by_user: bool
+    # The event-time window its keys hold; None: not known (recorded by an older version,
+    # or a session gap computed per row).
+    window: WindowSpec | None = None
 
 
 class SourceRecord(BaseModel):
@@ -131,6 +135,9 @@ class JobRecord(BaseModel):
 
     def operator_names(self) -> dict[int, str]:
         return {op.operator_id: op.name for op in self.operators}
+
+    def operator_windows(self) -> dict[int, WindowSpec | None]:
+        return {op.operator_id: op.window for op in self.operators}
 
 
 class JobRegistry:

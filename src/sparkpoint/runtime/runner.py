@@ -310,7 +310,7 @@ def run_job(
             record.operators = [
                 OperatorRecord(name=op.name, operator_id=op.operator_id,
                                spark_operator_name=op.spark_operator_name,
-                               named_by_user=op.named_by_user)
+                               named_by_user=op.named_by_user, window=op.window)
                 for op in operators
             ]
             record.sources = [
