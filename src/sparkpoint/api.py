@@ -215,10 +215,10 @@ def resume_point_build(
     finally:
         planned.release()
     point = default_resume_point(shape, snapshot, manifest)
-    text = f"# resume point for {job_file.name} from snapshot '{snapshot}' (job " \
-           f"'{manifest.job}', batch {manifest.batch_id})\n" + point.to_yaml()
     names = {op.name for op in shape.operators}
     left = [op for op in manifest.operators if op.name not in names]
+    text = f"# resume point for {job_file.name} from snapshot '{snapshot}' (job " \
+           f"'{manifest.job}', batch {manifest.batch_id})\n" + point.to_yaml(bool(left))
     if left:
         text += ("# state of the snapshot that no operator of the job resumes; drop it "
                  "deliberately, or resume it under another name in state:\n# drop:\n")

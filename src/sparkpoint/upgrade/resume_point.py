@@ -94,8 +94,13 @@ class ResumePoint(_Strict):
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
 
-    def to_yaml(self) -> str:
-        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None)
+    def to_yaml(self, omit_empty_drop: bool = False) -> str:
+        """``omit_empty_drop``: leave out ``drop: []`` so that a commented drop list
+        written below it can be uncommented without making a second ``drop`` key."""
+        data = self.to_dict()
+        if omit_empty_drop and not data.get("drop"):
+            data.pop("drop", None)
+        return yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
 
 
 _ADAPTER = TypeAdapter(ResumePoint)
