@@ -160,11 +160,6 @@ class RunResult:
     batches_run: int
 
 
-def spark_error_summary(exc: BaseException) -> str:
-    """Spark's own message without plans, stack traces or SQL states, on one short line."""
-    return failure_summary(exc)
-
-
 def _query_failed(job: str, exc: BaseException, log_file: Path | None) -> SparkQueryError:
     """The one line a failed query gets; its stack traces go to the log file it names."""
     summary = failure_summary(exc)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER
 
@@ -45,16 +46,25 @@ def _log_config_option(log_file: Path | None) -> str:
             f'-D{LOG_FILE_PROPERTY}="{log_file}"')
 
 
-def _route_pyspark_loggers(log_file: Path) -> None:
-    import logging
+class _LazyFileHandler(logging.FileHandler):
+    """Opens (and creates the directory of) its file at the first record only."""
 
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, delay=True)
+
+    def _open(self) -> Any:
+        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
+        return super()._open()
+
+
+def _route_pyspark_loggers(log_file: Path) -> None:
     from pyspark.logger import PySparkLogger
 
     for name in _PYSPARK_ERROR_LOGGERS:
         logger = PySparkLogger.getLogger(name)
         for handler in list(logger.handlers):
             logger.removeHandler(handler)
-        logger.addHandler(logging.FileHandler(log_file))
+        logger.addHandler(_LazyFileHandler(log_file))
         logger.propagate = False
 
 
@@ -66,8 +76,8 @@ def session_log_file() -> Path | None:
 def create_session(
     master: str | None, conf: Mapping[str, str], app_name: str, log_file: Path | None = None
 ) -> SparkSession:
-    """A session for managed jobs. With ``log_file``, Spark's warnings, errors and stack
-    traces (JVM and PySpark's) go there instead of the terminal."""
+    """A session for managed jobs. With ``log_file``, Spark's errors and stack traces (JVM
+    and PySpark's) go there instead of the terminal; the file exists once one is logged."""
     global _session_log
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
@@ -79,13 +89,11 @@ def create_session(
     defaults = {**SESSION_DEFAULTS, "spark.driver.extraJavaOptions": _log_config_option(log_file)}
     for key, value in {**defaults, **conf}.items():
         builder = builder.config(key, value)
-    if log_file is not None:
-        log_file.parent.mkdir(parents=True, exist_ok=True)
     spark = builder.getOrCreate()
     if log_file is not None:
         _session_log = log_file
         _route_pyspark_loggers(log_file)
-    spark.sparkContext.setLogLevel("WARN" if _session_log is not None else "ERROR")
+    spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
