@@ -116,8 +116,10 @@ def plan_job(
             writer = build_writer(build, job_file, session, ctx)
         except JobFileError as exc:
             cause = exc.__cause__
+            if cause is None:
+                raise  # sparkpoint's own finding (a missing param...): the line says it all
             logged = log_failure(session_log_file() or log_file, exc.message, exc)
-            if logged is None or cause is None:
+            if logged is None:
                 raise
             raise JobFileError(
                 f"{job_file}: build() raised {cause.__class__.__name__}: "
