@@ -76,18 +76,39 @@ def test_changed_window_length_is_refused_by_plan_and_run(
     assert not home.job_dir("v2").exists() and not (tmp / "out2").exists()
 
 
-def test_session_gap_change_is_refused_and_same_window_passes(
+def test_same_window_passes_and_another_window_kind_is_refused(
     spark: object, snapshot_home: tuple[Home, Path]
 ) -> None:
     home, tmp = snapshot_home
     same = api.plan(home, JOB, params=_params(tmp, "out3", minutes="10"), from_snapshot="s1",
                     spark=spark)  # type: ignore[arg-type]
     assert same.ok, same.problems
-    assert not [w for w in same.warnings if "window" in w and "check" in w]
-    sliding = api.plan(home, JOB, params=_params(tmp, "out3", minutes="10", session="yes"),
-                       from_snapshot="s1", spark=spark)  # type: ignore[arg-type]
+    assert not [w for w in same.warnings if "could not check" in w]
+    sessions = api.plan(home, JOB, params=_params(tmp, "out3", minutes="10", session="yes"),
+                        from_snapshot="s1", spark=spark)  # type: ignore[arg-type]
     # Session windows are another operator kind altogether: refused for that reason.
-    assert not sliding.ok
+    assert not sessions.ok
+
+
+def test_session_gap_change_is_refused_unless_drained_first(
+    spark: object, snapshot_home: tuple[Home, Path]
+) -> None:
+    home, tmp = snapshot_home
+    session = _params(tmp, "out5", minutes="10", session="yes")
+    api.run(home, JOB, "sessions", params=session, until_caught_up=True,
+            spark=spark)  # type: ignore[arg-type]
+    api.snapshot_create(home, "sessions", "live")
+    wider = _params(tmp, "out6", minutes="15", session="yes")
+    refused = api.plan(home, JOB, params=wider, from_snapshot="live",
+                       spark=spark)  # type: ignore[arg-type]
+    [problem] = refused.problems
+    assert "gap of 10 minutes" in problem and "gap of 15 minutes" in problem
+    # A drained operator holds no sessions: nothing can overlap, the new gap may start.
+    api.drain(home, "sessions", snapshot="drained", spark=spark)  # type: ignore[arg-type]
+    assert [op.rows for op in api.snapshot_show(home, "drained").operators] == [0]
+    accepted = api.plan(home, JOB, params=wider, from_snapshot="drained",
+                        spark=spark)  # type: ignore[arg-type]
+    assert accepted.ok, accepted.problems
 
 
 def test_every_suggestion_parses_when_pasted(

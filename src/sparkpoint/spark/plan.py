@@ -144,28 +144,30 @@ def _interval_micros(expr: Any) -> int | None:
     return int(get_field(value, "days")) * 86_400_000_000 + int(get_field(value, "microseconds"))
 
 
-def _window_of_struct(struct: Any) -> WindowSpec | None:
+def _window_of_struct(struct: Any) -> tuple[bool, WindowSpec | None]:
     """Read the window back from the struct Spark's analyzer writes for window() (start =
     ts - (ts - startTime) % slide - k * slide, end = start + duration) and session_window()
-    (start = ts, end = ts + gap)."""
+    (start = ts, end = ts + gap). (False, None): not such a struct; (True, None): a session
+    window whose gap is computed per row."""
     start, end = scala_list(struct.valExprs())
     remainder = _find(start, "Remainder")
-    if remainder is not None:
+    add = _find(end, "Add")
+    if remainder is not None and add is not None:
         slide = _long_literal(remainder.right())
         offset = _long_literal(remainder.left().right()) \
             if _class(remainder.left()) == "Subtract" else None
-        add = _find(end, "Add")
-        duration = _long_literal(add.right()) if add is not None else None
+        duration = _long_literal(add.right())
         if slide is None or duration is None:
-            return None
-        return WindowSpec(kind="time", duration_us=duration, slide_us=slide, start_us=offset)
+            return False, None
+        return True, WindowSpec(kind="time", duration_us=duration, slide_us=slide,
+                                start_us=offset)
     added = _find(end, "TimestampAddInterval")
     if added is None:
-        return None
+        return False, None
     gaps = [_interval_micros(child) for child in scala_list(added.children())[1:]]
     if len(gaps) != 1 or gaps[0] is None:
-        return None
-    return WindowSpec(kind="session", gap_us=gaps[0])
+        return True, None
+    return True, WindowSpec(kind="session", gap_us=gaps[0])
 
 
 def _window(node: Any) -> WindowSpec | None:
@@ -180,8 +182,11 @@ def _window(node: Any) -> WindowSpec | None:
         for expr in scala_list(current.expressions()):
             for struct in _find_all(expr, "CreateNamedStruct"):
                 names = [str(name) for name in scala_list(struct.names())]
-                if names == ["start", "end"]:
-                    return _window_of_struct(struct)
+                if names != ["start", "end"]:
+                    continue
+                recognized, window = _window_of_struct(struct)
+                if recognized:
+                    return window
         stack.extend(reversed(_children(current)))
     return NO_WINDOW
 
