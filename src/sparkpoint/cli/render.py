@@ -79,8 +79,9 @@ def snapshot_show_text(manifest: Manifest) -> str:
     out.append("operators:")
     for op in manifest.operators:
         rows = "?" if op.rows is None else str(op.rows)
-        out.append(f"  {op.name}  (id {op.operator_id}, {op.kind}, {op.partitions} partitions, "
-                   f"{rows} rows, {human_bytes(op.bytes)})")
+        window = f", {op.window.describe()}" if op.window and op.window.kind != "none" else ""
+        out.append(f"  {op.name}  (id {op.operator_id}, {op.kind}{window}, {op.partitions} "
+                   f"partitions, {rows} rows, {human_bytes(op.bytes)})")
         for store in op.stores:
             prefix = "    " if store.name == "default" else f"    [{store.name}] "
             if store.key_schema is not None:
