@@ -80,7 +80,7 @@ from sparkpoint.storage.home import Home, validate_name
 from sparkpoint.upgrade.batches import BatchChoice, check_first_batch
 from sparkpoint.upgrade.interrupted import clear_intent, is_own_orphan, roll_back
 from sparkpoint.upgrade.restore import build_new_checkpoint, job_shape, resolve
-from sparkpoint.upgrade.resume_point import load_resume_point
+from sparkpoint.upgrade.resume_point import flow_mapping, load_resume_point
 from sparkpoint.upgrade.validate import UpgradePlan, default_resume_point
 
 if TYPE_CHECKING:
@@ -305,7 +305,7 @@ def plan(
         check_first_batch(first_batch, store.get(from_snapshot).batch_id)
     _check_snapshots_intact(store, point.snapshots() if point else [from_snapshot or ""])
     planned = plan_job("plan", job_file.absolute(), dict(params or {}), dict(conf or {}),
-                       master, spark)
+                       master, spark, log_dir=home.logs_dir)
     try:
         resolution = resolve(store, planned, point, from_snapshot, choice)
         if resolution.plan.ok:
@@ -336,21 +336,21 @@ def resume_point_build(
     store = SnapshotStore(home)
     manifest = store.get(snapshot)
     planned = plan_job("resume-point", job_file.absolute(), dict(params or {}),
-                       dict(conf or {}), master, spark)
+                       dict(conf or {}), master, spark, log_dir=home.logs_dir)
     try:
         shape, _layouts = job_shape(planned)
     finally:
         planned.release()
     point = default_resume_point(shape, snapshot, manifest)
-    text = f"# resume point for {job_file.name} from snapshot '{snapshot}' (job " \
-           f"'{manifest.job}', batch {manifest.batch_id})\n" + point.to_yaml()
     names = {op.name for op in shape.operators}
     left = [op for op in manifest.operators if op.name not in names]
+    text = f"# resume point for {job_file.name} from snapshot '{snapshot}' (job " \
+           f"'{manifest.job}', batch {manifest.batch_id})\n" + point.to_yaml(bool(left))
     if left:
         text += ("# state of the snapshot that no operator of the job resumes; drop it "
                  "deliberately, or resume it under another name in state:\n# drop:\n")
-        text += "".join(f"#   - {{snapshot: {snapshot}, operator: {op.name}}}  # {op.kind}, "
-                        f"{op.rows} rows\n" for op in left)
+        text += "".join(f"#   - {flow_mapping(snapshot=snapshot, operator=op.name)}  "
+                        f"# {op.kind}, {op.rows} rows\n" for op in left)
     return text
 
 

@@ -6,6 +6,8 @@ Only the CLI catches broadly; everything else raises one of these.
 
 from __future__ import annotations
 
+from typing import Any
+
 EXIT_OK = 0
 EXIT_UNEXPECTED = 1
 EXIT_USAGE = 2
@@ -19,9 +21,16 @@ class SparkpointError(Exception):
     code: str = "SPARKPOINT_ERROR"
     exit_code: int = EXIT_UNEXPECTED
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
         self.message = message
+        # Machine-readable extras for --json (problems, log_file...).
+        self.details = details
+
+    def to_dict(self) -> dict[str, Any]:
+        """The error under --json: ``{"code", "message", "exit_code", ...details}``."""
+        return {"code": self.code, "message": self.message, "exit_code": self.exit_code,
+                **self.details}
 
     def __str__(self) -> str:
         return f"[{self.code}] {self.message}"

@@ -217,6 +217,14 @@ def test_reordered_then_removed_sources(
     assert combined == expected_hourly_counts(v1_snapshot + more + extra)
 
 
+def _home_tree(home: Home) -> list[Path]:
+    """Everything in the home but its logs directory, which a command that starts Spark
+    makes for error logs; a refusal must leave no log file in it either."""
+    logs = home.root / "logs"
+    assert not [p for p in logs.rglob("*") if p.is_file()]
+    return sorted(p for p in home.root.rglob("*") if p != logs and logs not in p.parents)
+
+
 def test_refusals_exit_3_name_the_entry_and_create_nothing(
     spark: object, home: Home, tmp_path: Path, v1_snapshot: list[Click]
 ) -> None:
@@ -226,7 +234,7 @@ def test_refusals_exit_3_name_the_entry_and_create_nothing(
         "state": {"hourly_counts": {"mode": "resume", "snapshot": "s1",
                                     "operator": "dedup_clicks"},
                   "dedup_clicks": {"mode": "resume", "snapshot": "nope"}}})
-    before = sorted(p for p in home.root.rglob("*"))
+    before = _home_tree(home)
     result = sparkpoint(home, "run", str(JOB), "--job", "v2", "--resume-point", str(point),
                         *_cli_params(_params(tmp_path, "out2", "v1")))
     assert result.code == 3, result.err
@@ -234,7 +242,7 @@ def test_refusals_exit_3_name_the_entry_and_create_nothing(
                      "snapshot 'nope' does not exist"):
         assert fragment in result.err, (fragment, result.err)
     assert "Traceback" not in result.err
-    assert sorted(p for p in home.root.rglob("*")) == before
+    assert _home_tree(home) == before
     assert not (tmp_path / "out2").exists()
 
 
@@ -246,12 +254,12 @@ def test_schema_changes_are_refused_before_anything_starts(
     spark: object, home: Home, tmp_path: Path, v1_snapshot: list[Click],
     variant: str, operator: str, fragment: str,
 ) -> None:
-    before = sorted(p for p in home.root.rglob("*"))
+    before = _home_tree(home)
     result = sparkpoint(home, "run", str(JOB), "--job", "v2", "--from-snapshot", "s1",
                         *_cli_params(_params(tmp_path, "out2", variant)))
     assert result.code == 3, result.err
     assert f"state.{operator}" in result.err and fragment in result.err
-    assert sorted(p for p in home.root.rglob("*")) == before
+    assert _home_tree(home) == before
     assert not (tmp_path / "out2").exists()
 
 

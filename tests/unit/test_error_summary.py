@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sparkpoint.runtime.runner import spark_error_summary
+from sparkpoint.spark.errors import failure_summary as spark_error_summary
 
 FRAME = '  File "/venv/pyspark.zip/pyspark/worker.py", line 2845, in read_udfs\n' \
         "    import pyarrow as pa\n"
@@ -14,8 +14,8 @@ def test_a_python_worker_failure_names_the_python_exception() -> None:
             " SQLSTATE: 38000\n=== Streaming Query ===\nIdentifier: p [id = 1]\n"
             "\tat org.apache.spark.api.python.BasePythonRunner.handle(PythonRunner.scala:1)\n")
     assert spark_error_summary(RuntimeError(text)) == (
-        "[PYTHON_EXCEPTION] An exception was thrown from the Python worker: "
-        "ModuleNotFoundError: No module named 'pyarrow'")
+        "a Python function raised ModuleNotFoundError: No module named 'pyarrow' "
+        "(worker.py line 2845, in read_udfs)")
 
 
 def test_a_data_source_failure_keeps_the_last_exception_and_its_message_lines() -> None:
@@ -24,8 +24,8 @@ def test_a_data_source_failure_keeps_the_last_exception_and_its_message_lines() 
             f"Traceback (most recent call last):\n{FRAME}RuntimeError: broker down\n"
             "retry later\n SQLSTATE: 38000\nJVM stacktrace:\n\tat x.y(Z.scala:1)\n")
     assert spark_error_summary(RuntimeError(text)) == (
-        "[PYTHON_DATA_SOURCE_ERROR] Failed to plan Python data source 'kafka' in Python: "
-        "RuntimeError: broker down retry later")
+        "a Python function raised RuntimeError: broker down retry later "
+        "(worker.py line 2845, in read_udfs)")
 
 
 def test_a_jvm_failure_is_cut_before_the_stack_trace() -> None:

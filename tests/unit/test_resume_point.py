@@ -206,9 +206,12 @@ def test_parse_errors_name_every_entry() -> None:
                             "sources": {"c": {"mode": "resum", "snapshot": "s"}},
                             "state": {"a": {"mode": "resume"}, "b": {"mode": "initialize",
                                                                        "x": 1}}}, "rp.yaml")
-    text = str(info.value)
-    assert "rp.yaml: 3 problem(s)" in text
-    assert "sources.c" in text and "state.a.snapshot" in text and "state.b.x" in text
+    lines = info.value.message.splitlines()
+    assert lines == ["rp.yaml: 3 problems in the resume point:",
+                     "  sources.c.mode: 'resum' is not one of resume, initialize",
+                     "  state.a.snapshot: required but missing",
+                     "  state.b.x: unknown key; expected one of mode"]
+    assert info.value.details["problems"] == [line.strip() for line in lines[1:]]
     with pytest.raises(ValidationError, match="version: 1"):
         parse_resume_point({"version": 2}, "rp.yaml")
 

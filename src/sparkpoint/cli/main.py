@@ -31,28 +31,56 @@ def _echo(message: str) -> None:
     click.echo(message, err=True)
 
 
-def _fail(error: SparkpointError) -> None:
+def _json_error(code: str, message: str, exit_code: int, **details: Any) -> None:
+    """Under --json an error is one JSON object on stdout, with the same exit code."""
+    error = {"code": code, "message": message, "exit_code": exit_code, **details}
+    click.echo(render.as_json({"error": error}))
+    sys.exit(exit_code)
+
+
+def _fail(error: SparkpointError, as_json: bool = False) -> None:
+    if as_json:
+        _json_error(**error.to_dict())
     click.echo(f"error: {error}", err=True)
     sys.exit(error.exit_code)
 
 
+def _json_requested(argv: list[str]) -> bool:
+    """--json is an option of each command, so a usage error found while parsing (before
+    the command's own parameters exist) looks for it among the arguments."""
+    return "--json" in argv[: argv.index("--") if "--" in argv else len(argv)]
+
+
+def _fail_usage(exc: click.ClickException, as_json: bool) -> None:
+    if not as_json:
+        raise exc
+    _json_error("USAGE", exc.format_message(), exc.exit_code)
+
+
 def handle_errors(func: F) -> F:
-    """Typed errors become one line and their exit code; anything else exit 1, one line."""
+    """Typed errors become one line and their exit code; anything else exit 1, one line.
+    With --json the same error is a JSON object on stdout."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        as_json = bool(kwargs.get("as_json"))
         try:
             return func(*args, **kwargs)
         except SparkpointError as exc:
-            _fail(exc)
-        except (click.exceptions.Exit, click.ClickException, SystemExit):
+            _fail(exc, as_json)
+        except click.ClickException as exc:
+            _fail_usage(exc, as_json)
+        except (click.exceptions.Exit, SystemExit):
             raise
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)
         except Exception as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            click.echo(f"error: unexpected {exc.__class__.__name__}: {first}", err=True)
+            message = f"unexpected {exc.__class__.__name__}: {first}"
+            if as_json:
+                _json_error("UNEXPECTED", message, EXIT_UNEXPECTED)
+            click.echo(f"error: {message}", err=True)
             sys.exit(EXIT_UNEXPECTED)
 
     return wrapper  # type: ignore[return-value]
@@ -443,7 +471,18 @@ def debug_crash_points() -> None:
 
 
 def main() -> None:
-    cli(prog_name="sparkpoint")
+    argv = sys.argv[1:]
+    try:
+        result = cli.main(args=argv, prog_name="sparkpoint", standalone_mode=False)
+    except click.ClickException as exc:
+        if _json_requested(argv):
+            _json_error("USAGE", exc.format_message(), exc.exit_code)
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("Aborted!", err=True)
+        sys.exit(EXIT_UNEXPECTED)
+    sys.exit(result if isinstance(result, int) else 0)
 
 
 if __name__ == "__main__":

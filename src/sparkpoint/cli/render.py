@@ -81,8 +81,9 @@ def snapshot_show_text(manifest: Manifest) -> str:
     out.append("operators:")
     for op in manifest.operators:
         rows = "?" if op.rows is None else str(op.rows)
-        out.append(f"  {op.name}  (id {op.operator_id}, {op.kind}, {op.partitions} partitions, "
-                   f"{rows} rows, {human_bytes(op.bytes)})")
+        window = f", {op.window.describe()}" if op.window and op.window.kind != "none" else ""
+        out.append(f"  {op.name}  (id {op.operator_id}, {op.kind}{window}, {op.partitions} "
+                   f"partitions, {rows} rows, {human_bytes(op.bytes)})")
         for store in op.stores:
             prefix = "    " if store.name == "default" else f"    [{store.name}] "
             if store.key_schema is not None:
@@ -193,20 +194,30 @@ def job_show_text(view: JobView) -> str:
 
 
 def plan_text(plan: UpgradePlan) -> str:
+    # Columns are as wide as their longest entry, so long derived names keep rows aligned.
+    names = [row.name for row in plan.sources] + [row.name for row in plan.operators]
+    name_width = max([24, *map(len, names)])
+    actions = [row.action for row in plan.sources] + [row.action for row in plan.operators]
+    action_width = max([10, *map(len, actions)])
+    origins = [f"{op.origin['snapshot']}/{op.origin['operator']}" if op.origin else "-"
+               for op in plan.operators]
+    origin_width = max([28, *map(len, origins)])
     out = ["sources:"]
     for source in plan.sources:
         if source.action == "resume" and source.origin is not None:
             where = f"from {source.origin['snapshot']}/{source.origin['source']}"
-            out.append(f"  {source.name:24} resume      {where} at {json.dumps(source.offset)}")
+            out.append(f"  {source.name:{name_width}} {source.action:{action_width}} {where} "
+                       f"at {json.dumps(source.offset)}")
         else:
             at = f" at {json.dumps(source.offset)}" if source.offset is not None else ""
             start = json.dumps(source.start)
-            out.append(f"  {source.name:24} {source.action:11} start {start}{at}")
+            out.append(f"  {source.name:{name_width}} {source.action:{action_width}} "
+                       f"start {start}{at}")
     out.append("operators:")
-    for op in plan.operators:
-        origin = f"{op.origin['snapshot']}/{op.origin['operator']}" if op.origin else "-"
+    for op, origin in zip(plan.operators, origins, strict=True):
         mark = "" if op.compatible else "  INCOMPATIBLE"
-        out.append(f"  {op.name:24} {op.action:11} {origin:28} {op.reason}{mark}")
+        out.append(f"  {op.name:{name_width}} {op.action:{action_width}} "
+                   f"{origin:{origin_width}} {op.reason}{mark}")
     if plan.batches is not None:
         out.append(f"batches: {batches_text(plan.batches)}")
     for warning in plan.warnings:

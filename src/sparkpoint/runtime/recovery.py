@@ -48,7 +48,8 @@ def snapshot_job(home: Home, job: str, name: str, echo: Echo) -> Manifest:
     """Snapshot the job's latest committed batch under ``name``."""
     registry = JobRegistry(home)
     record = registry.get(job)
-    info = JobInfo(job=job, operator_names=record.operator_names(), job_file=record.job_file,
+    info = JobInfo(job=job, operator_names=record.operator_names(),
+                   operator_windows=record.operator_windows(), job_file=record.job_file,
                    params=record.params, spark_version=installed_pyspark_version())
     return SnapshotStore(home).create(name, registry.checkpoint(job), info, progress=echo)
 

@@ -23,6 +23,7 @@ from sparkpoint.errors import CorruptRecordError, UnknownJobError
 from sparkpoint.storage.home import Home, name_problem
 from sparkpoint.storage.local import write_atomic
 from sparkpoint.storage.processes import pid_alive
+from sparkpoint.windows import WindowSpec
 
 JOB_FILE = "job.json"
 STOP_REQUEST = "stop"
@@ -41,6 +42,9 @@ class OperatorRecord(BaseModel):
     operator_id: int
     spark_operator_name: str
     named_by_user: bool
+    # The event-time window its keys hold; None: not known (recorded by an older version,
+    # or a session gap computed per row).
+    window: WindowSpec | None = None
 
 
 class SourceRecord(BaseModel):
@@ -139,6 +143,9 @@ class JobRecord(BaseModel):
 
     def operator_names(self) -> dict[int, str]:
         return {op.operator_id: op.name for op in self.operators}
+
+    def operator_windows(self) -> dict[int, WindowSpec | None]:
+        return {op.operator_id: op.window for op in self.operators}
 
 
 class JobRegistry:

@@ -7,6 +7,7 @@ right after its latest committed batch.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import os
@@ -19,7 +20,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from sparkpoint.errors import JobRunningError, SparkpointError, SparkQueryError
+from sparkpoint.errors import JobFileError, JobRunningError, SparkpointError, SparkQueryError
 from sparkpoint.runtime.context import JobContext
 from sparkpoint.runtime.jobfile import (
     build_writer,
@@ -39,9 +40,15 @@ from sparkpoint.runtime.registry import (
     now_iso,
 )
 from sparkpoint.sources.kafka import KafkaDataSource
+from sparkpoint.spark.errors import failure_details, failure_summary
 from sparkpoint.spark.inspect import PlannedSource, job_sources
 from sparkpoint.spark.plan import PlannedOperator, stateful_operators
-from sparkpoint.spark.session import apply_query_conf, create_session, restore_conf
+from sparkpoint.spark.session import (
+    apply_query_conf,
+    create_session,
+    restore_conf,
+    session_log_file,
+)
 from sparkpoint.spark.sink import file_sink_path
 from sparkpoint.storage.home import Home
 
@@ -74,6 +81,21 @@ class PlannedJob:
         restore_conf(self.spark, self.replaced_conf)
 
 
+def new_log_file(log_dir: Path, job: str) -> Path:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%f")[:-3]
+    return log_dir / f"{job}-{stamp}Z.log"
+
+
+def log_failure(log_file: Path | None, what: str, exc: BaseException) -> Path | None:
+    """Append a failure's full story (tracebacks, JVM frames) to the log file; return it."""
+    if log_file is None:
+        return None
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "a", encoding="utf-8") as handle:
+        handle.write(f"{now_iso()} sparkpoint: {what}\n{failure_details(exc)}\n")
+    return log_file
+
+
 def plan_job(
     job: str,
     job_file: Path,
@@ -83,11 +105,17 @@ def plan_job(
     spark: SparkSession | None = None,
     ui: bool = False,
     echo: Callable[[str], None] = print,
+    log_dir: Path | None = None,
 ) -> PlannedJob:
-    """Load the job file, build its writer in a session and learn its stateful operators."""
+    """Load the job file, build its writer in a session and learn its stateful operators.
+
+    With ``log_dir``, a JVM started here logs to a new file there, and a failing ``build``
+    leaves its stack traces in that file, which the error names."""
     # A broken job file or a missing required param fails before a JVM starts.
     check_required_params(check_job_file(job_file), job, params)
-    session = spark or create_session(master, conf, f"sparkpoint:{job}", ui=ui)
+    log_file = new_log_file(log_dir, job) if log_dir is not None else None
+    session = spark or create_session(master, conf, f"sparkpoint:{job}", ui=ui,
+                                      log_file=log_file)
     if ui and spark is None:
         echo(f"Spark UI: {session.sparkContext.uiWebUrl}")
     build = load_build(job_file)  # after the session: module-level UDFs parse DDL with it
@@ -96,7 +124,19 @@ def plan_job(
     lent = replaced if spark is not None else {}
     try:
         ctx = JobContext(job=job, params=dict(params))
-        writer = build_writer(build, job_file, session, ctx)
+        try:
+            writer = build_writer(build, job_file, session, ctx)
+        except JobFileError as exc:
+            cause = exc.__cause__
+            if cause is None:
+                raise  # sparkpoint's own finding (a missing param...): the line says it all
+            logged = log_failure(session_log_file() or log_file, exc.message, exc)
+            if logged is None:
+                raise
+            raise JobFileError(
+                f"{job_file}: build() raised {cause.__class__.__name__}: "
+                f"{failure_summary(cause)}; stack traces in {logged}", log_file=str(logged),
+            ) from exc
         operators = stateful_operators(writer._df, ctx.declarations)
         sources = job_sources(writer._df)
     except BaseException:
@@ -136,51 +176,14 @@ class RunResult:
     batches_run: int
 
 
-_STACK_MARKERS = ("JVM stacktrace", "at ", "Caused by", "=== Streaming Query ===")
-PYTHON_TRACEBACK = "Traceback (most recent call last):"
-
-
-def _python_exception(lines: list[str]) -> str | None:
-    """The exception a Python worker raised: the last traceback's final (unindented) line,
-    with any continuation lines of its message, without the frames."""
-    found = None
-    index = 0
-    while index < len(lines):
-        if PYTHON_TRACEBACK not in lines[index]:
-            index += 1
-            continue
-        index += 1
-        while index < len(lines) and lines[index].startswith((" ", "\t")):
-            index += 1  # frames and their source lines
-        message = []
-        while index < len(lines) and lines[index].strip() \
-                and not lines[index].startswith((" ", "\t")) \
-                and not lines[index].strip().startswith(_STACK_MARKERS):
-            message.append(lines[index].strip())
-            index += 1
-        if message:
-            found = " ".join(message)
-    return found
-
-
-def spark_error_summary(exc: BaseException) -> str:
-    """Spark's own message without the JVM stack trace; a Python worker's failure as Spark's
-    error class and the Python exception, without the Python frames."""
-    text = str(exc).strip()
-    lines = text.splitlines()
-    kept = []
-    for line in lines:
-        if line.strip().startswith(_STACK_MARKERS) or line.startswith("\t"):
-            break
-        if PYTHON_TRACEBACK in line:
-            kept.append(line.split(PYTHON_TRACEBACK)[0].strip())
-            break
-        kept.append(line.strip())
-    summary = " ".join(part for part in kept if part)
-    cause = _python_exception(lines)
-    if cause is not None:
-        summary = f"{summary} {cause}".strip()
-    return summary[:2000] if summary else exc.__class__.__name__
+def _query_failed(job: str, exc: BaseException, log_file: Path | None) -> SparkQueryError:
+    """The one line a failed query gets; its stack traces go to the log file it names."""
+    summary = failure_summary(exc)
+    logged = log_failure(log_file, f"job '{job}' failed: {summary}", exc)
+    if logged is None:
+        return SparkQueryError(f"job '{job}' failed: {summary}")
+    return SparkQueryError(f"job '{job}' failed: {summary}; Spark's log and stack traces: "
+                           f"{logged}", log_file=str(logged))
 
 
 class _StopSignal:
@@ -299,7 +302,9 @@ def run_job(
             )
         registry.clear_stop_request(job)
         planned = plan_job(job, options.job_file, options.params, options.conf,
-                           options.master, spark, ui=options.ui, echo=echo)
+                           options.master, spark, ui=options.ui, echo=echo,
+                           log_dir=home.logs_dir)
+        log_file = session_log_file() or new_log_file(home.logs_dir, job)
         session, writer, operators = planned.spark, planned.writer, planned.operators
         try:
             lineage = prepare(planned) if prepare else None
@@ -314,7 +319,7 @@ def run_job(
             record.operators = [
                 OperatorRecord(name=op.name, operator_id=op.operator_id,
                                spark_operator_name=op.spark_operator_name,
-                               named_by_user=op.named_by_user)
+                               named_by_user=op.named_by_user, window=op.window)
                 for op in operators
             ]
             record.sources = [
@@ -356,12 +361,11 @@ def run_job(
                     keeper.keep(query)
                     failure = query.exception()
                     if failure is not None:
-                        summary = spark_error_summary(failure)
-                        error = SparkQueryError(f"job '{job}' failed: {summary}")
+                        error = _query_failed(job, failure, log_file)
             except SparkpointError as exc:
                 error = exc
             except Exception as exc:
-                error = SparkQueryError(f"job '{job}' failed: {spark_error_summary(exc)}")
+                error = _query_failed(job, exc, log_file)
             finally:
                 remove_counter()
                 registry.clear_stop_request(job)

@@ -41,6 +41,7 @@ from sparkpoint.storage.local import (
     link_or_copy,
     write_atomic,
 )
+from sparkpoint.windows import WindowSpec
 
 _IMMUTABLE_SUFFIXES = (".sst", ".zip", ".changelog", ".delta", ".snapshot")
 
@@ -66,6 +67,8 @@ class JobInfo:
     job_file: str | None
     params: Mapping[str, str]
     spark_version: str
+    # Per Spark operator id, the window its keys hold (see sparkpoint.windows).
+    operator_windows: Mapping[int, WindowSpec | None] = field(default_factory=dict)
 
 
 def _trimmed_source_log(source_dir: Path, offset: str | None) -> list[Path]:
@@ -189,6 +192,7 @@ def export_checkpoint(
                 partitions=operator.metadata.num_partitions,
                 rows=rows,
                 bytes=state_bytes,
+                window=info.operator_windows.get(operator.operator_id),
             )
         )
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
 from sparkpoint.errors import SnapshotDamagedError
+from sparkpoint.windows import WindowSpec
 
 MANIFEST_FILE = "manifest.json"
 CHECKPOINT_SUBDIR = "checkpoint"
@@ -64,6 +65,9 @@ class OperatorEntry(_Strict):
     partitions: int
     rows: int | None
     bytes: int
+    # The event-time window of its keys when the snapshot was taken; None in manifests of
+    # older versions (then a window change cannot be checked).
+    window: WindowSpec | None = None
 
 
 class Manifest(_Strict):

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from sparkpoint.errors import JobFileError
 from sparkpoint.runtime.context import StatefulDeclaration
 from sparkpoint.spark.jvm import scala_list
+from sparkpoint.windows import NO_WINDOW, WindowSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -32,6 +33,8 @@ class PlannedOperator:
     spark_operator_name: str
     name: str
     named_by_user: bool
+    # None: the operator has a window sparkpoint cannot read (a gap computed per row).
+    window: WindowSpec | None = NO_WINDOW
 
 
 def _children(node: Any) -> list[Any]:
@@ -94,6 +97,100 @@ def _signature(node: Any) -> tuple[Any, ...]:
     return (str(node.shortName()), _keys(node), _leaf_ids(node), below)
 
 
+def _class(node: Any) -> str:
+    return str(node.getClass().getSimpleName())
+
+
+def _operator_id(node: Any) -> int | None:
+    try:
+        info = node.stateInfo()
+    except Exception:  # py4j raises when the node has no such method
+        return None
+    return int(info.get().operatorId()) if info is not None and info.isDefined() else None
+
+
+def _find_all(expr: Any, kind: str) -> list[Any]:
+    """The expressions of class ``kind`` in ``expr``'s tree, pre-order."""
+    found = []
+    stack = [expr]
+    while stack:
+        current = stack.pop()
+        if _class(current) == kind:
+            found.append(current)
+        stack.extend(reversed(scala_list(current.children())))
+    return found
+
+
+def _find(expr: Any, kind: str) -> Any | None:
+    found = _find_all(expr, kind)
+    return found[0] if found else None
+
+
+def _long_literal(expr: Any) -> int | None:
+    if _class(expr) != "Literal" or str(expr.dataType().typeName()) != "long":
+        return None
+    return int(expr.value())
+
+
+def _interval_micros(expr: Any) -> int | None:
+    """A fixed CalendarInterval literal in microseconds (None: months, or not a literal)."""
+    from py4j.java_gateway import get_field
+
+    if _class(expr) != "Literal" or str(expr.dataType().typeName()) != "interval":
+        return None
+    value = expr.value()
+    if int(get_field(value, "months")) != 0:
+        return None
+    return int(get_field(value, "days")) * 86_400_000_000 + int(get_field(value, "microseconds"))
+
+
+def _window_of_struct(struct: Any) -> tuple[bool, WindowSpec | None]:
+    """Read the window back from the struct Spark's analyzer writes for window() (start =
+    ts - (ts - startTime) % slide - k * slide, end = start + duration) and session_window()
+    (start = ts, end = ts + gap). (False, None): not such a struct; (True, None): a session
+    window whose gap is computed per row."""
+    start, end = scala_list(struct.valExprs())
+    remainder = _find(start, "Remainder")
+    add = _find(end, "Add")
+    if remainder is not None and add is not None:
+        slide = _long_literal(remainder.right())
+        offset = _long_literal(remainder.left().right()) \
+            if _class(remainder.left()) == "Subtract" else None
+        duration = _long_literal(add.right())
+        if slide is None or duration is None:
+            return False, None
+        return True, WindowSpec(kind="time", duration_us=duration, slide_us=slide,
+                                start_us=offset)
+    added = _find(end, "TimestampAddInterval")
+    if added is None:
+        return False, None
+    gaps = [_interval_micros(child) for child in scala_list(added.children())[1:]]
+    if len(gaps) != 1 or gaps[0] is None:
+        return True, None
+    return True, WindowSpec(kind="session", gap_us=gaps[0])
+
+
+def _window(node: Any) -> WindowSpec | None:
+    """The window computed between this stateful operator and the stateful operators below
+    it (their windows are their own). An aggregation's restore half has its own id."""
+    own = _operator_id(node)
+    stack = list(reversed(_children(node)))
+    while stack:
+        current = stack.pop()
+        if _operator_id(current) not in (None, own):
+            continue
+        for expr in scala_list(current.expressions()):
+            for struct in _find_all(expr, "CreateNamedStruct"):
+                names = [str(name) for name in scala_list(struct.names())]
+                if names != ["start", "end"]:
+                    continue
+                recognized, window = _window_of_struct(struct)
+                if recognized:
+                    return window
+        stack.extend(reversed(_children(current)))
+    return NO_WINDOW
+
+
 def _executed_plan(frame: DataFrame) -> Any:
     return frame._jdf.queryExecution().queryExecutionForExplain().executedPlan()
 
@@ -114,6 +211,7 @@ def stateful_operators(
                 "operator_id": int(node.stateInfo().get().operatorId()),
                 "spark_operator_name": str(node.shortName()),
                 "signature": _signature(node),
+                "window": _window(node),
                 "name": None,
             }
         )
@@ -155,6 +253,7 @@ def stateful_operators(
                 spark_operator_name=op["spark_operator_name"],
                 name=name,
                 named_by_user=named,
+                window=op["window"],
             )
         )
     return result

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER
 from sparkpoint.spark.version import require_supported_pyspark
@@ -32,9 +33,12 @@ QUERY_DEFAULTS = {
 }
 
 
-def _log_config_option() -> str:
-    path = Path(__file__).resolve().parent.parent / "resources" / "log4j2.properties"
-    return f"-Dlog4j.configurationFile=file:{path}"
+LOG_FILE_PROPERTY = "sparkpoint.log.file"
+# PySpark's Python loggers that print an exception with its JVM stack trace to stderr.
+_PYSPARK_ERROR_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
+
+# The log file of the JVM this process started (one JVM per process; later sessions share it).
+_session_log: Path | None = None
 
 
 UI_CONF = "spark.ui.enabled"
@@ -50,20 +54,66 @@ def use_own_python_for_workers() -> None:
         os.environ[WORKER_PYTHON_ENV] = sys.executable
 
 
+def _log_config_option(log_file: Path | None) -> str:
+    resources = Path(__file__).resolve().parent.parent / "resources"
+    if log_file is None:
+        return f'-Dlog4j.configurationFile="file:{resources / "log4j2.properties"}"'
+    return (f'-Dlog4j.configurationFile="file:{resources / "log4j2-file.properties"}" '
+            f'-D{LOG_FILE_PROPERTY}="{log_file}"')
+
+
+class _LazyFileHandler(logging.FileHandler):
+    """Opens (and creates the directory of) its file at the first record only."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, delay=True)
+
+    def _open(self) -> Any:
+        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
+        return super()._open()
+
+
+def _route_pyspark_loggers(log_file: Path) -> None:
+    from pyspark.logger import PySparkLogger
+
+    for name in _PYSPARK_ERROR_LOGGERS:
+        logger = PySparkLogger.getLogger(name)
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+        logger.addHandler(_LazyFileHandler(log_file))
+        logger.propagate = False
+
+
+def session_log_file() -> Path | None:
+    """Where Spark's own log of this process goes, when sparkpoint started its JVM."""
+    return _session_log
+
+
 def create_session(
-    master: str | None, conf: Mapping[str, str], app_name: str, ui: bool = False
+    master: str | None, conf: Mapping[str, str], app_name: str, ui: bool = False,
+    log_file: Path | None = None,
 ) -> SparkSession:
+    """A session for managed jobs. With ``log_file``, Spark's errors and stack traces (JVM
+    and PySpark's) go there instead of the terminal; the file exists once one is logged."""
+    global _session_log
     require_supported_pyspark()
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     use_own_python_for_workers()
+    starts_jvm = SparkContext._active_spark_context is None
+    if not starts_jvm:
+        log_file = None  # the running JVM keeps the log configuration it started with
     builder = SparkSession.builder.appName(app_name).master(master or "local[2]")
-    defaults = {**SESSION_DEFAULTS, "spark.driver.extraJavaOptions": _log_config_option()}
+    defaults = {**SESSION_DEFAULTS, "spark.driver.extraJavaOptions": _log_config_option(log_file)}
     if ui:
         defaults[UI_CONF] = "true"
     for key, value in {**defaults, **conf}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    if log_file is not None:
+        _session_log = log_file
+        _route_pyspark_loggers(log_file)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

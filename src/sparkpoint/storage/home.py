@@ -75,6 +75,11 @@ class Home:
         return self.root / "snapshots"
 
     @property
+    def logs_dir(self) -> Path:
+        """Spark's log and stack traces of each command that started a JVM."""
+        return self.root / "logs"
+
+    @property
     def staging_dir(self) -> Path:
         # Inside snapshots/ so that publishing is a rename within one filesystem.
         return self.snapshots_dir / ".staging"

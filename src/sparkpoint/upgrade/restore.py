@@ -119,7 +119,7 @@ def job_shape(planned: PlannedJob) -> tuple[JobShape, dict[str, NewOperatorLayou
         operators.append(NewOperator(
             name=op.name, operator_id=op.operator_id, spark_operator_name=op.spark_operator_name,
             stores=tuple(NewStore(s.name, s.key_schema, s.value_schema) for s in stores),
-            named_by_user=op.named_by_user,
+            named_by_user=op.named_by_user, window=op.window,
         ))
         layouts[op.name] = NewOperatorLayout(
             operator_id=op.operator_id,

@@ -143,32 +143,147 @@ class ResumePoint(_Strict):
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
 
-    def to_yaml(self) -> str:
-        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None)
+    def to_yaml(self, omit_empty_drop: bool = False) -> str:
+        """``omit_empty_drop``: leave out ``drop: []`` so that a commented drop list
+        written below it can be uncommented without making a second ``drop`` key."""
+        data = self.to_dict()
+        if omit_empty_drop and not data.get("drop"):
+            data.pop("drop", None)
+        return yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
 
 
 _ADAPTER = TypeAdapter(ResumePoint)
 
 
-def _shown(part: int | str) -> str:
+def flow_mapping(**entries: str) -> str:
+    """``{snapshot: s1, operator: 'stateStoreSave(window,word)'}``: a one-line YAML mapping
+    that parses when pasted, whatever the names hold (derived operator names have commas
+    and parentheses; a snapshot named 123 would otherwise become a number)."""
+    text: str = yaml.safe_dump(entries, default_flow_style=True, sort_keys=False,
+                               width=2**31 - 1)
+    return text.strip()
+
+
+# Union members pydantic puts into error locations; the user never wrote them.
+_ENTRY_MODELS: dict[tuple[str, str], type[BaseModel]] = {
+    ("sources", "resume"): ResumeSource,
+    ("sources", "initialize"): InitializeSource,
+    ("state", "resume"): ResumeState,
+    ("state", "initialize"): InitializeState,
+}
+_START_CHOICES = "earliest, latest, {timestamp: ISO8601} or {offset: ...}"
+
+
+def _part_text(part: object) -> str:
     """A path part as typed, or quoted when it would break the one-line message."""
     text = str(part)
     return text if text and text.isprintable() and text.strip() == text else repr(text)
 
 
-def _where(location: tuple[int | str, ...]) -> str:
-    # Drop pydantic's union tags ("resume", "initialize", "TimestampStart"...) from paths.
-    parts = [_shown(p) for p in location
-             if p not in ("resume", "initialize", "TimestampStart", "OffsetStart", "[key]")
-             and not str(p).startswith(("literal[", "function-"))]
-    return ".".join(parts) or "(top level)"
+def _shown(value: Any) -> str:
+    """A value as the user wrote it in YAML terms."""
+    if isinstance(value, dict):
+        text = yaml.safe_dump(value, default_flow_style=True, width=2**31 - 1).strip()
+        return text if len(text) <= 80 else "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "nothing"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _entry_path(location: tuple[int | str, ...]) -> tuple[str, type[BaseModel] | None]:
+    """The dotted entry path the user wrote (``state.word_counts.mode``, ``drop[0].operator``)
+    and the model of the innermost entry, for listing the keys it takes."""
+    path = ""
+    model: type[BaseModel] | None = ResumePoint
+    section = ""
+    for depth, part in enumerate(location):
+        if depth == 0:
+            section = str(part)
+            if len(location) > 1:
+                model = DropEntry if section == "drop" else None
+        if depth == 2 and section in ("sources", "state") and (section, part) in _ENTRY_MODELS:
+            model = _ENTRY_MODELS[(section, str(part))]
+            continue
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{_part_text(part)}" if path else _part_text(part)
+    return path or "(top level)", model
+
+
+def _problem(error: Any) -> str:
+    """One pydantic error in the user's terms."""
+    kind = error["type"]
+    path, model = _entry_path(tuple(error["loc"]))
+    value = error.get("input")
+    ctx = error.get("ctx") or {}
+    if kind == "union_tag_invalid":
+        expected = ctx.get("expected_tags", "").replace("'", "")
+        return f"{path}.mode: {ctx.get('tag')!r} is not one of {expected}"
+    if kind == "union_tag_not_found":
+        return f"{path}: no mode; expected mode: resume or mode: initialize"
+    if kind == "missing":
+        return f"{path}: required but missing"
+    if kind == "extra_forbidden":
+        keys = ", ".join(model.model_fields) if model is not None else ""
+        known = f"; expected one of {keys}" if keys else ""
+        return f"{path}: unknown key{known}"
+    if kind == "string_type":
+        return f"{path}: expected text, found {_shown(value)} (put it in quotes)"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return f"{path}: expected a mapping, found {_shown(value)}"
+    if kind == "list_type":
+        return f"{path}: expected a list, found {_shown(value)}"
+    if kind == "literal_error":
+        expected = ctx.get("expected", "").replace("'", "").replace(" or ", ", ")
+        return f"{path}: {_shown(value)} is not one of {expected}"
+    return f"{path}: {error['msg']}"
+
+
+def _start_problems(path: str, value: Any, errors: list[Any]) -> list[str]:
+    """A wrong ``start`` fails every way of writing one; report the way the user meant
+    (the one whose key they wrote), else the choices."""
+    members = {"timestamp": "TimestampStart", "offset": "OffsetStart"}
+    if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in members:
+        member = members[next(iter(value))]
+        return [_problem({**error, "loc": tuple(p for p in error["loc"] if p != member)})
+                for error in errors if member in error["loc"]]
+    return [f"{path}: expected {_START_CHOICES}, found {_shown(value)}"]
+
+
+def _problems(errors: list[Any]) -> list[str]:
+    """Every problem once, in the order of the file."""
+    problems: list[str] = []
+    starts: dict[tuple[Any, ...], list[Any]] = {}
+    for error in errors:
+        location = tuple(error["loc"])
+        if location[0] == "sources" and "start" in location:
+            prefix = location[: location.index("start") + 1]
+            if prefix not in starts:
+                starts[prefix] = []
+                problems.append(f"\0{len(starts) - 1}")  # placeholder keeps the order
+            starts[prefix].append(error)
+            continue
+        problems.append(_problem(error))
+    expanded: list[str] = []
+    groups = list(starts.items())
+    for problem in problems:
+        if problem.startswith("\0"):
+            prefix, group = groups[int(problem[1:])]
+            value = next((e.get("input") for e in group if e["type"] == "literal_error"), None)
+            expanded.extend(_start_problems(_entry_path(prefix)[0], value, group))
+        else:
+            expanded.append(problem)
+    return list(dict.fromkeys(expanded))
 
 
 def parse_resume_point(data: Any, origin: str) -> ResumePoint:
     if not isinstance(data, dict):
         raise ValidationError(
             f"{origin}: expected a mapping with 'version', 'sources', 'state', 'drop', found "
-            f"{type(data).__name__}"
+            f"{_shown(data)}"
         )
     version = data.get("version")
     if version != FORMAT_VERSION:
@@ -179,13 +294,13 @@ def parse_resume_point(data: Any, origin: str) -> ResumePoint:
     try:
         return _ADAPTER.validate_python(data)
     except PydanticValidationError as exc:
-        problems = []
-        for error in exc.errors():
-            message = error["msg"].removeprefix("Value error, ")
-            problems.append(f"{_where(tuple(error['loc']))}: {message}")
-        unique = list(dict.fromkeys(problems))
+        problems = _problems(exc.errors())
+        if len(problems) == 1:
+            raise ValidationError(f"{origin}: {problems[0]}", problems=problems) from exc
+        # One line per problem: each names its entry, and all are fixed in one pass.
         raise ValidationError(
-            f"{origin}: {len(unique)} problem(s) in the resume point: " + "; ".join(unique)
+            f"{origin}: {len(problems)} problems in the resume point:\n  "
+            + "\n  ".join(problems), problems=problems,
         ) from exc
 
 
@@ -203,8 +318,9 @@ def _construct_unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -
                 f"{type(key).__name__}")
         if key in seen:
             raise ValidationError(
-                f"line {key_node.start_mark.line + 1}: {key!r} has two entries; each source and "
-                "operator must have exactly one"
+                f"line {key_node.start_mark.line + 1}, column {key_node.start_mark.column + 1}: "
+                f"{_part_text(key)!r} has two entries; each source and operator must have "
+                "exactly one"
             )
         seen.add(key)
     return loader.construct_mapping(node)
@@ -225,6 +341,27 @@ def _reject_duplicate_json_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
+def _syntax_error(path: Path, exc: json.JSONDecodeError | yaml.YAMLError) -> ValidationError:
+    """A syntax error with its line and column (1-based), as editors count them."""
+    if isinstance(exc, json.JSONDecodeError):
+        line, column, problem = exc.lineno, exc.colno, exc.msg
+    else:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        context = getattr(exc, "context", None)
+        if context:
+            problem = f"{problem} ({context})"
+        if mark is None:
+            return ValidationError(f"{path}: expected YAML or JSON, found a syntax error: "
+                                   f"{problem}")
+        line, column = mark.line + 1, mark.column + 1
+    kind = "JSON" if path.suffix == ".json" else "YAML"
+    return ValidationError(
+        f"{path} line {line}, column {column}: expected {kind}, found a syntax error: {problem}",
+        line=line, column=column,
+    )
+
+
 def load_resume_point(path: Path) -> ResumePoint:
     try:
         text = path.read_text("utf-8")
@@ -240,11 +377,13 @@ def load_resume_point(path: Path) -> ResumePoint:
             data = yaml.load(text, Loader=_UniqueKeyLoader)
     except ValidationError as exc:
         raise ValidationError(f"{path}: {exc.message}") from exc
-    except (yaml.YAMLError, ValueError, TypeError, RecursionError) as exc:
-        # ValueError covers JSON syntax errors and YAML scalars that look like dates but are
-        # none (2026-13-45).
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise _syntax_error(path, exc) from exc
+    except (ValueError, TypeError, RecursionError) as exc:
+        # YAML scalars that look like dates but are none (2026-13-45), keys PyYAML cannot
+        # hash, nesting too deep to read.
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValidationError(
-            f"{path}: expected YAML or JSON, found a syntax error: {first}"
+            f"{path}: expected YAML or JSON, found content it cannot read: {first}"
         ) from exc
     return parse_resume_point(data, str(path))

@@ -19,7 +19,9 @@ from sparkpoint.upgrade.resume_point import (
     ResumePoint,
     ResumeSource,
     ResumeState,
+    flow_mapping,
 )
+from sparkpoint.windows import NO_WINDOW, WindowSpec
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class NewOperator:
     spark_operator_name: str
     stores: tuple[NewStore, ...] = ()
     named_by_user: bool = True
+    window: WindowSpec | None = NO_WINDOW  # None: a window sparkpoint cannot read
 
     @property
     def kind(self) -> str:
@@ -153,6 +156,31 @@ def compatibility(old: OperatorEntry, new: NewOperator) -> str | None:
     return None
 
 
+def window_change(old: OperatorEntry, new: NewOperator) -> str | None:
+    """Why resuming ``old``'s state with ``new``'s window would mix window shapes, or None.
+
+    Spark keys window state by the window's start and end; it neither checks nor adapts
+    them, so windows of both shapes would be emitted side by side."""
+    if old.window is None or new.window is None or old.window == new.window:
+        return None
+    if old.rows == 0:
+        return None  # nothing to mix: a drained operator's windows were all emitted
+    return (f"the window changed under the same name: the snapshot has "
+            f"{old.window.describe()}, the job has {new.window.describe()}; resumed state "
+            "would be emitted next to new windows that overlap it")
+
+
+def _window_unchecked(old: OperatorEntry, new: NewOperator, snapshot: str) -> str | None:
+    if new.window is None:
+        return (f"state.{new.name}: its window is computed per row (a session gap from an "
+                "expression); sparkpoint could not check that it is unchanged")
+    if old.window is None and new.window.kind != "none":
+        return (f"state.{new.name}: snapshot '{snapshot}' does not record the window of "
+                f"'{old.name}' (taken by an older sparkpoint); sparkpoint could not check that "
+                f"it is unchanged (the job has {new.window.describe()})")
+    return None
+
+
 def validate(
     job: JobShape, resume_point: ResumePoint, manifests: Mapping[str, Manifest | None]
 ) -> UpgradePlan:
@@ -245,6 +273,20 @@ def validate(
             plan.operators.append(OperatorRow(op.name, "resume", origin, False, why,
                                               op.operator_id, op.kind))
             continue
+        changed = window_change(old, op)
+        if changed is not None:
+            assert old.window is not None
+            problems.append(
+                f"state.{op.name}: cannot resume from {entry_snapshot}/{old_name}: {changed}. "
+                f"Either initialize it ({flow_mapping(mode='initialize')}), drain the old job "
+                "first ('sparkpoint drain JOB --snapshot SNAP') and start from that snapshot, "
+                f"or keep the old window ({old.window.describe()})")
+            plan.operators.append(OperatorRow(op.name, "resume", origin, False, changed,
+                                              op.operator_id, op.kind))
+            continue
+        unchecked = _window_unchecked(old, op, entry_snapshot)
+        if unchecked is not None:
+            plan.warnings.append(unchecked)
         rows = "?" if old.rows is None else str(old.rows)
         reason = f"state of {entry_snapshot}/{old_name} ({rows} rows)"
         row = OperatorRow(op.name, "resume", origin, True, reason, op.operator_id, op.kind)
@@ -291,7 +333,7 @@ def validate(
                 problems.append(
                     f"snapshot '{snap}' operator '{left.name}' ({left.kind}, {rows} rows) is "
                     "neither resumed nor dropped: resume it into an operator of the job or add "
-                    f"{{snapshot: {snap}, operator: {left.name}}} to drop")
+                    f"{flow_mapping(snapshot=snap, operator=left.name)} to drop")
     return plan
 
 

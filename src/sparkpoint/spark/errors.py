@@ -1,0 +1,98 @@
+"""Spark's failures in the user's terms: a short summary for the terminal, the full story
+(Python traceback, Spark's message, JVM frames) for a log file.
+
+PySpark's exceptions carry the JVM stack trace separately (shown only when
+``spark.sql.pyspark.jvmStacktrace.enabled``), and a failed query's message embeds the
+worker's Python traceback, the query's plan and Java frames; none of that belongs on a
+terminal line.
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+
+SUMMARY_LIMIT = 300
+
+# Where Spark's message stops being about the cause.
+_DETAIL_STARTS = ("=== Streaming Query ===", "JVM stacktrace", "Caused by", "Driver stacktrace")
+_PYTHON_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
+_SQLSTATE = re.compile(r"\s*SQLSTATE: \w+;?")
+
+
+def jvm_stack_trace(exc: BaseException) -> str | None:
+    """The JVM stack trace behind a PySpark exception or any exception it caused."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        trace = getattr(current, "_stackTrace", None)  # pyspark's CapturedException
+        if isinstance(trace, str) and trace.strip():
+            return trace
+        java = getattr(current, "java_exception", None)  # py4j's Py4JJavaError
+        if java is not None:
+            return str(current)
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _python_failure(text: str) -> str | None:
+    """``a Python function raised ValueError: bad user (job.py line 4, in f)`` from a
+    worker's traceback embedded in Spark's message. With chained tracebacks ("During
+    handling of the above exception...") the last one is the one that ended the worker."""
+    start = text.rfind("Traceback (most recent call last):")
+    if start < 0:
+        return None
+    lines = text[start:].splitlines()[1:]
+    index = 0
+    while index < len(lines) and lines[index].startswith((" ", "\t")) \
+            and not lines[index].startswith(("\tat ", " SQLSTATE")):
+        index += 1  # frames and their source lines
+    frames = [m for m in map(_PYTHON_FRAME.match, lines[:index]) if m is not None]
+    message = []
+    for line in lines[index:]:
+        if not line.strip() or line.startswith(("\t", " ")) \
+                or line.strip().startswith(_DETAIL_STARTS):
+            break
+        message.append(line.strip())
+    if not message:
+        return None
+    where = ""
+    if frames:
+        frame = frames[-1]
+        name = frame["file"].rsplit("/", 1)[-1]
+        where = f" ({name} line {frame['line']}, in {frame['func']})"
+    return f"a Python function raised {' '.join(message)}{where}"
+
+
+def failure_summary(exc: BaseException, limit: int = SUMMARY_LIMIT) -> str:
+    """One line: the cause as Spark states it, without plans, frames or SQL states."""
+    text = str(exc).strip()
+    summary = _python_failure(text)
+    if summary is None:
+        kept = []
+        for line in text.splitlines():
+            stripped = line.strip()
+            if stripped.startswith(_DETAIL_STARTS) or stripped.startswith("at ") \
+                    or line.startswith("\t"):
+                break
+            kept.append(stripped)
+            # An analysis error ends its message with ';' and prints the plan below.
+            if stripped.endswith(";"):
+                break
+        summary = " ".join(part for part in kept if part)
+    summary = " ".join(_SQLSTATE.sub("", summary).split()).rstrip(";")
+    if not summary:
+        summary = exc.__class__.__name__
+    if len(summary) > limit:
+        summary = summary[: limit - 3].rstrip() + "..."
+    return summary
+
+
+def failure_details(exc: BaseException) -> str:
+    """Everything known about a failure, for the log file."""
+    parts = ["".join(traceback.format_exception(exc))]
+    trace = jvm_stack_trace(exc)
+    if trace is not None:
+        parts.append("JVM stack trace:\n" + trace)
+    return "\n".join(parts)
