@@ -72,9 +72,6 @@ class OffsetStart(_Strict):
 StartPosition = Literal["earliest", "latest"] | TimestampStart | OffsetStart
 
 
-START_FORMS = "earliest, latest, {timestamp: ISO 8601 time} or {offset: ...}"
-
-
 class ResumeSource(_Strict):
     mode: Literal["resume"]
     snapshot: SnapshotName
@@ -85,24 +82,6 @@ class ResumeSource(_Strict):
 class InitializeSource(_Strict):
     mode: Literal["initialize"]
     start: StartPosition = "earliest"
-
-    @field_validator("start", mode="before")
-    @classmethod
-    def _one_start_form(cls, value: Any) -> Any:
-        """One readable message instead of one per member of the union."""
-        if value in ("earliest", "latest") or isinstance(value, BaseModel):
-            return value
-        if isinstance(value, dict) and len(value) == 1:
-            ((key, inner),) = value.items()
-            if key == "offset":
-                return value
-            if key == "timestamp" and isinstance(inner, str | dt.date):
-                return value
-        shown = repr(value) if not isinstance(value, dict) else \
-            "{" + ", ".join(f"{_shown(str(k))}: {v!r}" for k, v in value.items()) + "}"
-        if len(shown) > 200:
-            shown = shown[:200] + "..."
-        raise ValueError(f"expected {START_FORMS}, found {shown}")
 
 
 class ResumeState(_Strict):
@@ -189,7 +168,9 @@ def _shown(value: Any) -> str:
         return "a list"
     if value is None:
         return "nothing"
-    return repr(value) if isinstance(value, str) else str(value)
+    text = repr(value) if isinstance(value, str) else str(value)
+    # Whatever the file holds, the message stays one short line.
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _entry_path(location: tuple[int | str, ...]) -> tuple[str, type[BaseModel] | None]:
@@ -206,6 +187,8 @@ def _entry_path(location: tuple[int | str, ...]) -> tuple[str, type[BaseModel] |
         if depth == 2 and section in ("sources", "state") and (section, part) in _ENTRY_MODELS:
             model = _ENTRY_MODELS[(section, str(part))]
             continue
+        if part == "[key]":
+            continue  # pydantic's marker for a problem with the key itself
         if isinstance(part, int):
             path += f"[{part}]"
         else:
@@ -239,7 +222,7 @@ def _problem(error: Any) -> str:
     if kind == "literal_error":
         expected = ctx.get("expected", "").replace("'", "").replace(" or ", ", ")
         return f"{path}: {_shown(value)} is not one of {expected}"
-    return f"{path}: {error['msg']}"
+    return f"{path}: {error['msg'].removeprefix('Value error, ')}"
 
 
 def _start_problems(path: str, value: Any, errors: list[Any]) -> list[str]:
@@ -272,7 +255,9 @@ def _problems(errors: list[Any]) -> list[str]:
     for problem in problems:
         if problem.startswith("\0"):
             prefix, group = groups[int(problem[1:])]
-            value = next((e.get("input") for e in group if e["type"] == "literal_error"), None)
+            # The error nearest to ``start`` (on it, or one per way of writing it) holds its
+            # value.
+            value = min(group, key=lambda e: len(e["loc"])).get("input")
             expanded.extend(_start_problems(_entry_path(prefix)[0], value, group))
         else:
             expanded.append(problem)
