@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.sink_log import (
     DEFAULT_COMPACT_INTERVAL,
-    latest_sink_batch,
+    latest_batch,
     seed_empty_history,
 )
 from sparkpoint.checkpoint.source_log import (
@@ -77,6 +77,7 @@ from sparkpoint.startpoints.resolve import Resolved
 from sparkpoint.startpoints.resolve import resolve as resolve_startpoints
 from sparkpoint.startpoints.store import WHOLE_SOURCE, PositionKind, Startpoint, StartpointStore
 from sparkpoint.storage.home import Home, validate_name
+from sparkpoint.storage.local import tree_bytes
 from sparkpoint.upgrade.batches import BatchChoice, check_first_batch
 from sparkpoint.upgrade.interrupted import clear_intent, is_own_orphan, roll_back
 from sparkpoint.upgrade.restore import build_new_checkpoint, job_shape, resolve
@@ -260,7 +261,7 @@ def _output_of_existing_job(
             return
         last = registry.checkpoint(job).latest_committed_batch()
         ours = -1 if last is None else last
-        sink_last = latest_sink_batch(planned.file_sink)
+        sink_last = latest_batch(planned.file_sink)
         if sink_last is None:
             interval = int(conf.get(COMPACT_INTERVAL_CONF, DEFAULT_COMPACT_INTERVAL))
             if last is not None and seed_empty_history(planned.file_sink, last, interval):
@@ -482,10 +483,6 @@ def jobs_stop(home: Home, job: str, wait: bool = False, echo: Echo = _quiet) -> 
             "batch": registry.checkpoint(job).latest_committed_batch()}
 
 
-def _tree_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
-
-
 def jobs_delete(home: Home, job: str) -> dict[str, Any]:
     """Remove a job that is not running: its record, checkpoint and pending startpoints.
     Snapshots of it are kept."""
@@ -497,7 +494,7 @@ def jobs_delete(home: Home, job: str) -> dict[str, Any]:
         raise JobRunningError(
             f"job '{job}' is running (pid {record.pid or holder}); stop it first with "
             f"'sparkpoint jobs stop {job} --wait'")
-    checkpoint_bytes = _tree_bytes(home.checkpoint_dir(job))
+    checkpoint_bytes = tree_bytes(home.checkpoint_dir(job))
     with job_lock(home, job):  # no run can start while the job goes
         registry.delete(job)
     return {"job": job, "deleted": True, "checkpoint_bytes": checkpoint_bytes}

@@ -95,12 +95,3 @@ def committed_files(output_dir: Path) -> list[str]:
                     files.append(str(record["path"]))
     return files
 
-
-def latest_sink_batch(output_dir: Path) -> int | None:
-    """The newest batch in the file sink's log, or None when the directory has no log."""
-    log_dir = output_dir / SINK_LOG_DIR
-    if not log_dir.is_dir():
-        return None
-    batches = [int(p.name.removesuffix(".compact")) for p in log_dir.iterdir()
-               if p.name.removesuffix(".compact").isdigit()]
-    return max(batches, default=None)

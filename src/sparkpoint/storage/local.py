@@ -123,6 +123,11 @@ def walk_files(root: Path) -> Iterator[Path]:
             yield Path(dirpath) / name
 
 
+def tree_bytes(root: Path) -> int:
+    """Bytes of every file under ``root`` (0 when it does not exist)."""
+    return sum(path.stat().st_size for path in walk_files(root)) if root.is_dir() else 0
+
+
 def fsync_dir(path: Path) -> None:
     """Make a rename in ``path`` durable."""
     fd = os.open(path, os.O_RDONLY)
