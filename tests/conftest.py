@@ -42,3 +42,11 @@ def home(tmp_path: Path) -> object:
     from sparkpoint.storage.home import Home
 
     return Home(tmp_path / "home")
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """moto's S3 server on loopback, once per test session; AWS_* variables point at it."""
+    from tests.support.s3 import start_s3_server
+
+    yield from start_s3_server(tmp_path_factory.mktemp("s3"))

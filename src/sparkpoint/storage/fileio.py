@@ -1,0 +1,284 @@
+"""One narrow interface to every store sparkpoint reads and writes, chosen by URL scheme.
+
+A location is a URL (``s3://bucket/key``, ``hdfs://namenode:8020/path``, ``file:///path``) or a
+plain local path. Each scheme gets one ``FileIO`` built on fsspec; what a store can do
+(atomic rename, hard links, server-side copy, atomic create-if-absent) is recorded in its
+``Capabilities`` so that callers choose a strategy once instead of branching on schemes.
+
+sparkpoint's own I/O never starts a JVM: S3 goes through s3fs, HDFS through WebHDFS. Spark
+reaches the same locations through its Hadoop filesystems (``s3a://``, ``hdfs://``);
+``spark_url`` gives the URL Spark must be handed for a location.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import fsspec
+from fsspec.callbacks import Callback, NoOpCallback, TqdmCallback
+
+from sparkpoint.errors import UsageError
+
+# Files moved at once by put_files/get_files; S3 and WebHDFS are latency-bound per request,
+# so several requests in flight keep the link busy.
+TRANSFER_CONCURRENCY = 16
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    # A directory rename is atomic and refuses an existing non-empty target.
+    atomic_rename: bool
+    # Files can be hard-linked (sharing them costs no I/O and no space).
+    hard_links: bool
+    # The store copies an object to another key without the bytes passing through us.
+    server_side_copy: bool
+    # "Create this file unless it exists" is one atomic request (conditional put).
+    conditional_create: bool
+
+
+def _local_path(location: str) -> str:
+    if location.startswith("file:"):
+        return urlparse(location).path
+    return str(Path(location).expanduser().absolute())
+
+
+def scheme_of(location: str) -> str:
+    """'file' for local paths and file: URIs, else the URL's scheme (s3a counted as s3)."""
+    if "://" not in location and not location.startswith("file:"):
+        return "file"
+    scheme = urlparse(location).scheme.lower()
+    return "s3" if scheme in ("s3", "s3a") else scheme
+
+
+def join(base: str, *parts: str) -> str:
+    """``base/part/...`` for URLs and local paths alike."""
+    text = base.rstrip("/")
+    for part in parts:
+        text = f"{text}/{part.strip('/')}"
+    return text
+
+
+def progress_callback(show: bool, total: int, description: str) -> Callback:
+    """A progress bar on a terminal; nothing when output is not a tty or when asked quiet."""
+    if not show:
+        return NoOpCallback()
+    callback = TqdmCallback(tqdm_kwargs={"desc": description, "unit": "file", "leave": False})
+    callback.set_size(total)
+    return callback
+
+
+class FileIO:
+    """Read, write, list and move files in one store. Locations passed in are URLs or paths
+    of this store; errors for a missing file are FileNotFoundError, as for local files."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, capabilities: Capabilities) -> None:
+        self.fs = fs
+        self.capabilities = capabilities
+
+    def path(self, location: str) -> str:
+        """The filesystem path fsspec expects for ``location``."""
+        return str(self.fs._strip_protocol(location))
+
+    def read_bytes(self, location: str) -> bytes:
+        return bytes(self.fs.cat_file(self.path(location)))
+
+    def write_bytes(self, location: str, data: bytes) -> None:
+        """Replace the whole file; a reader sees the old or the new content, never a part."""
+        self.fs.pipe_file(self.path(location), data)
+
+    def create_exclusive(self, location: str, data: bytes) -> bool:
+        """Create the file with ``data`` unless it exists; False when it already existed.
+        Atomic where ``capabilities.conditional_create`` says so."""
+        if self.exists(location):
+            return False
+        self.write_bytes(location, data)
+        return True
+
+    def exists(self, location: str) -> bool:
+        return bool(self.fs.exists(self.path(location)))
+
+    def size(self, location: str) -> int:
+        return int(self.fs.size(self.path(location)))
+
+    def list_names(self, location: str) -> list[str]:
+        """Names directly under a directory (files and directories; on local disk a directory
+        emptied by ``delete`` stays listed); [] when absent."""
+        try:
+            entries = self.fs.ls(self.path(location), detail=False, refresh=True)
+        except FileNotFoundError:
+            return []
+        base = self.path(location).rstrip("/")
+        names = []
+        for entry in entries:
+            name = str(entry).rstrip("/").rsplit("/", 1)[-1]
+            if str(entry).rstrip("/") != base and name:
+                names.append(name)
+        return sorted(set(names))
+
+    def walk_sizes(self, location: str) -> dict[str, int]:
+        """Every file under a directory: path relative to it -> bytes; {} when absent."""
+        base = self.path(location).rstrip("/")
+        try:
+            found = self.fs.find(base, detail=True, withdirs=False)
+        except FileNotFoundError:
+            return {}
+        sizes = {}
+        for full, info in found.items():
+            rel = str(full)[len(base):].lstrip("/")
+            if rel and info.get("type") != "directory":
+                sizes[rel] = int(info.get("size") or 0)
+        return sizes
+
+    def delete(self, location: str) -> None:
+        """Remove one file; nothing when it does not exist."""
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(self.path(location))
+
+    def delete_tree(self, location: str) -> None:
+        if self.exists(location):
+            self.fs.rm(self.path(location), recursive=True)
+
+    def put_files(self, pairs: Sequence[tuple[Path, str]], show_progress: bool = False,
+                  description: str = "upload") -> None:
+        """Upload local files to locations of this store, several at once."""
+        if not pairs:
+            return
+        callback = progress_callback(show_progress, len(pairs), description)
+        self.fs.put([str(local) for local, _ in pairs], [self.path(loc) for _, loc in pairs],
+                    callback=callback, batch_size=TRANSFER_CONCURRENCY)
+
+    def get_files(self, pairs: Sequence[tuple[str, Path]], show_progress: bool = False,
+                  description: str = "download") -> None:
+        """Download files of this store to local paths, several at once."""
+        if not pairs:
+            return
+        for _, local in pairs:
+            local.parent.mkdir(parents=True, exist_ok=True)
+        callback = progress_callback(show_progress, len(pairs), description)
+        self.fs.get([self.path(loc) for loc, _ in pairs], [str(local) for _, local in pairs],
+                    callback=callback, batch_size=TRANSFER_CONCURRENCY)
+
+
+class LocalFileIO(FileIO):
+    def __init__(self) -> None:
+        super().__init__(
+            fsspec.filesystem("file"),
+            Capabilities(atomic_rename=True, hard_links=True, server_side_copy=False,
+                         conditional_create=True),
+        )
+
+    def path(self, location: str) -> str:
+        return _local_path(location)
+
+    def write_bytes(self, location: str, data: bytes) -> None:
+        target = Path(self.path(location))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f".{target.name}.{uuid.uuid4().hex}.tmp"
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+
+    def create_exclusive(self, location: str, data: bytes) -> bool:
+        # A complete temp file linked to the name: link() refuses an existing name, so two
+        # creators cannot both win and nobody sees a half-written file.
+        target = Path(self.path(location))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f".{target.name}.{uuid.uuid4().hex}.tmp"
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(tmp, target)
+        except FileExistsError:
+            return False
+        finally:
+            tmp.unlink(missing_ok=True)
+        return True
+
+    def put_files(self, pairs: Sequence[tuple[Path, str]], show_progress: bool = False,
+                  description: str = "upload") -> None:
+        for _, location in pairs:
+            Path(self.path(location)).parent.mkdir(parents=True, exist_ok=True)
+        super().put_files(pairs, show_progress, description)
+
+
+class S3FileIO(FileIO):
+    """S3 and S3-compatible stores. Endpoint, credentials and region come from the standard
+    AWS environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION),
+    the same variables ``spark_s3a_conf`` hands to Spark."""
+
+    def __init__(self) -> None:
+        import s3fs
+
+        client_kwargs: dict[str, Any] = {}
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        if endpoint:
+            client_kwargs["endpoint_url"] = endpoint
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if region:
+            client_kwargs["region_name"] = region
+        # skip_instance_cache: credentials and endpoint are read from the environment now,
+        # not from an instance built for other settings earlier in the process.
+        fs = s3fs.S3FileSystem(client_kwargs=client_kwargs, skip_instance_cache=True)
+        super().__init__(
+            fs,
+            Capabilities(atomic_rename=False, hard_links=False, server_side_copy=True,
+                         conditional_create=True),
+        )
+
+    def path(self, location: str) -> str:
+        parsed = urlparse(location)
+        return f"{parsed.netloc}{parsed.path}".rstrip("/") if parsed.path.strip("/") \
+            else parsed.netloc
+
+    def create_exclusive(self, location: str, data: bytes) -> bool:
+        # S3's conditional put (If-None-Match: *): the second of two creators gets 412.
+        try:
+            self.fs.pipe_file(self.path(location), data, mode="create")
+        except FileExistsError:
+            return False
+        return True
+
+
+_FACTORIES: dict[str, Callable[[], FileIO]] = {
+    "file": LocalFileIO,
+    "s3": S3FileIO,
+}
+
+
+def register_scheme(scheme: str, factory: Callable[[], FileIO]) -> None:
+    _FACTORIES[scheme] = factory
+
+
+def file_io(location: str) -> FileIO:
+    """The FileIO for a location's scheme; a clear error for schemes sparkpoint cannot use."""
+    scheme = scheme_of(location)
+    factory = _FACTORIES.get(scheme)
+    if factory is None:
+        known = ", ".join(sorted(f"{name}://" for name in _FACTORIES))
+        raise UsageError(
+            f"{location}: expected a local path or a URL with one of the schemes {known}, "
+            f"found scheme '{scheme}'; use one of those"
+        )
+    return factory()
+
+
+def is_local(location: str) -> bool:
+    return scheme_of(location) == "file"
+
+
+def spark_url(location: str) -> str:
+    """The URL Spark's Hadoop filesystems understand for a location (s3 -> s3a)."""
+    if scheme_of(location) == "s3" and location.startswith("s3://"):
+        return "s3a://" + location[len("s3://"):]
+    return location
