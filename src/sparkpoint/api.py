@@ -69,7 +69,7 @@ from sparkpoint.runtime.runner import (
     wait_until_stopped,
 )
 from sparkpoint.snapshot.manifest import Manifest
-from sparkpoint.snapshot.store import Problem, SnapshotStore
+from sparkpoint.snapshot.store import Problem, Sharing, SnapshotStore, open_snapshot_store
 from sparkpoint.sources.file_input import input_files, local_directory
 from sparkpoint.sources.positions import SourceDescription
 from sparkpoint.spark.version import require_supported_pyspark
@@ -163,7 +163,7 @@ def run(
         master=master, until_caught_up=until_caught_up, max_batches=max_batches, ui=ui,
     )
     if from_snapshot is not None or resume_point is not None:
-        store = SnapshotStore(home)
+        store = open_snapshot_store(home)
         point = load_resume_point(resume_point) if resume_point is not None else None
         if from_snapshot is not None:
             check_first_batch(first_batch, store.get(from_snapshot).batch_id)
@@ -301,7 +301,7 @@ def plan(
     choice = BatchChoice(renumber_batches, first_batch)
     _needs_spark(spark)
     point = load_resume_point(resume_point) if resume_point is not None else None
-    store = SnapshotStore(home)
+    store = open_snapshot_store(home)
     if from_snapshot is not None:
         check_first_batch(first_batch, store.get(from_snapshot).batch_id)
     _check_snapshots_intact(store, point.snapshots() if point else [from_snapshot or ""])
@@ -334,7 +334,7 @@ def resume_point_build(
     """The default resume point as YAML: same names resume, new ones initialize; snapshot
     operators the job lacks are listed in comments, to drop deliberately."""
     _needs_spark(spark)
-    store = SnapshotStore(home)
+    store = open_snapshot_store(home)
     manifest = store.get(snapshot)
     planned = plan_job("resume-point", job_file.absolute(), dict(params or {}),
                        dict(conf or {}), master, spark, log_dir=home.logs_dir)
@@ -362,8 +362,8 @@ def snapshot_create(
     validate_name(snapshot, "snapshot")
     registry = JobRegistry(home)
     record = registry.get(job)
-    store = SnapshotStore(home)
-    if store.path(snapshot).exists():
+    store = open_snapshot_store(home)
+    if store.exists(snapshot):
         raise NameTakenError(
             f"snapshot '{snapshot}' already exists; choose another name or delete it first"
         )
@@ -389,19 +389,24 @@ def snapshot_create(
 
 
 def snapshot_list(home: Home, job: str | None = None) -> list[Manifest]:
-    return SnapshotStore(home).manifests(job)
+    return open_snapshot_store(home).manifests(job)
 
 
 def snapshot_show(home: Home, snapshot: str) -> Manifest:
-    return SnapshotStore(home).get(snapshot)
+    return open_snapshot_store(home).get(snapshot)
+
+
+def snapshot_sharing(home: Home, snapshot: str) -> Sharing:
+    """Bytes of the snapshot other snapshots hold too, and its own (from manifests only)."""
+    return open_snapshot_store(home).sharing(snapshot)
 
 
 def snapshot_verify(home: Home, snapshot: str) -> list[Problem]:
-    return SnapshotStore(home).verify(snapshot)
+    return open_snapshot_store(home).verify(snapshot)
 
 
 def snapshot_delete(home: Home, snapshot: str) -> None:
-    SnapshotStore(home).delete(snapshot)
+    open_snapshot_store(home).delete(snapshot)
 
 
 @dataclass(frozen=True)
@@ -522,7 +527,7 @@ def drain(
         validate_name(snapshot, "snapshot")
         interrupted = load_intent(home, job, DrainIntent)
         finishing = interrupted is not None and interrupted.snapshot == snapshot
-        if SnapshotStore(home).path(snapshot).exists() and not finishing:
+        if open_snapshot_store(home).exists(snapshot) and not finishing:
             raise NameTakenError(
                 f"snapshot '{snapshot}' already exists; choose another name or delete it first")
     if record.effective_status() == "running":

@@ -26,6 +26,11 @@ CRASH_POINTS: dict[str, str] = {
     "snapshot.published": "snapshot renamed into place, staging not synced",
     # snapshot delete: renamed aside, then removed
     "snapshot.delete_renamed": "snapshot renamed out of the listing, files not removed",
+    # snapshot create/delete on a remote store (S3, HDFS): manifest last, by conditional put
+    "remote_snapshot.lease_written": "exported locally, lease written, nothing uploaded",
+    "remote_snapshot.files_uploaded": "new files uploaded, manifest not written (not listed)",
+    "remote_snapshot.published": "manifest written (listed), lease not removed",
+    "remote_snapshot.delete_unlisted": "manifest removed (not listed), files not collected",
     # run --from-snapshot / --resume-point: staging beside the target, published by one
     # rename after an intent file; the next start of the same job rolls back the debris
     "restore.job_locked": "new job's lock taken, nothing assembled",

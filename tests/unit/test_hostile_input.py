@@ -30,7 +30,7 @@ from sparkpoint.errors import SparkpointError
 from sparkpoint.runtime.registry import JobRecord, JobRegistry, OperatorRecord, SourceRecord
 from sparkpoint.snapshot.export import JobInfo
 from sparkpoint.snapshot.manifest import MANIFEST_FILE
-from sparkpoint.snapshot.store import SnapshotStore
+from sparkpoint.snapshot.store import open_snapshot_store
 from sparkpoint.startpoints.store import Startpoint, StartpointStore
 from sparkpoint.storage.home import Home, name_problem, operator_name_problem
 from sparkpoint.testing import write_clicks
@@ -93,7 +93,7 @@ def _build_template(root: Path) -> None:
                    OperatorRecord(name="dedup_clicks", operator_id=1,
                                   spark_operator_name="dedupe", named_by_user=True)],
         sources=[SourceRecord(name=SOURCE, kind="file", path=str(root / "in"))]))
-    SnapshotStore(home).create(SNAPSHOT, Checkpoint(home.checkpoint_dir(JOB)), JobInfo(
+    open_snapshot_store(home).create(SNAPSHOT, Checkpoint(home.checkpoint_dir(JOB)), JobInfo(
         job=JOB, operator_names={0: "hourly_counts", 1: "dedup_clicks"}, job_file=None,
         params={}, spark_version="4.3.0"))
     StartpointStore(home).set(JOB, Startpoint(source=SOURCE, kind="earliest",

@@ -22,6 +22,7 @@ from sparkpoint.errors import (
     UsageError,
 )
 from sparkpoint.startpoints.store import PositionKind
+from sparkpoint.storage.fileio import quiet_progress_bars
 from sparkpoint.storage.home import Home
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -101,18 +102,28 @@ def _home(ctx: click.Context) -> Home:
     return home
 
 
-json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def _json_flag(_ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    if value:
+        quiet_progress_bars()  # the output must stay one JSON document
+    return value
+
+
+json_option = click.option("--json", "as_json", is_flag=True, callback=_json_flag,
+                           help="Print one JSON document.")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--home", "home", default=None, metavar="DIR",
               help="sparkpoint home (default: $SPARKPOINT_HOME, else ./.sparkpoint)")
+@click.option("--snapshots", "snapshots", default=None, metavar="URL",
+              help="Where snapshots live: a path, s3://bucket/prefix or hdfs://host:port/path "
+                   "(default: $SPARKPOINT_SNAPSHOTS, else the home's snapshots/).")
 @click.pass_context
-def cli(ctx: click.Context, home: str | None) -> None:
+def cli(ctx: click.Context, home: str | None, snapshots: str | None) -> None:
     """Savepoints for Spark Structured Streaming jobs."""
     logging.basicConfig(level=logging.WARNING, format="warning: %(message)s")
     ctx.ensure_object(dict)
-    ctx.obj["home"] = Home.resolve(home)
+    ctx.obj["home"] = Home.resolve(home, snapshots)
 
 
 def _batch_options(func: F) -> F:
@@ -326,10 +337,12 @@ def snapshot_list(ctx: click.Context, job: str | None, as_json: bool) -> None:
 @handle_errors
 def snapshot_show(ctx: click.Context, name: str, as_json: bool) -> None:
     manifest = api.snapshot_show(_home(ctx), name)
+    sharing = api.snapshot_sharing(_home(ctx), name)
+    where = _home(ctx).snapshots_location
     if as_json:
-        click.echo(render.as_json(render.snapshot_show_dict(manifest)))
+        click.echo(render.as_json(render.snapshot_show_dict(manifest, sharing, where)))
     else:
-        click.echo(render.snapshot_show_text(manifest))
+        click.echo(render.snapshot_show_text(manifest, sharing, where))
 
 
 @snapshot.command("verify")

@@ -11,7 +11,7 @@ from sparkpoint.api import JobView, StartpointPreview
 from sparkpoint.checkpoint.operators import schema_ddl
 from sparkpoint.runtime.registry import DrainRecord
 from sparkpoint.snapshot.manifest import Manifest
-from sparkpoint.snapshot.store import Problem
+from sparkpoint.snapshot.store import Problem, Sharing
 from sparkpoint.upgrade.batches import BatchNumbering
 from sparkpoint.upgrade.validate import UpgradePlan
 
@@ -57,14 +57,31 @@ def snapshot_list_text(manifests: list[Manifest]) -> str:
     return table(["TIME", "SIZE", "JOB", "NAME", "BATCH"], rows)
 
 
-def snapshot_show_dict(manifest: Manifest) -> dict[str, Any]:
+def snapshot_show_dict(manifest: Manifest, sharing: Sharing | None = None,
+                       location: str | None = None) -> dict[str, Any]:
     data = manifest.model_dump(mode="json")
     data.pop("files")
     data["files"] = len(manifest.files)
+    if sharing is not None:
+        data["shared_bytes"] = sharing.shared_bytes
+        data["own_bytes"] = sharing.own_bytes
+    if location is not None:
+        data["store"] = location
     return data
 
 
-def snapshot_show_text(manifest: Manifest) -> str:
+def _sharing_line(manifest: Manifest, sharing: Sharing | None) -> list[str]:
+    if sharing is None:
+        return []
+    text = (f"shared    {human_bytes(sharing.shared_bytes)} held by other snapshots too, "
+            f"{human_bytes(sharing.own_bytes)} by this one only")
+    if manifest.added_bytes is not None:
+        text += f"; {human_bytes(manifest.added_bytes)} added to the store when created"
+    return [text]
+
+
+def snapshot_show_text(manifest: Manifest, sharing: Sharing | None = None,
+                       location: str | None = None) -> str:
     out = [
         f"snapshot  {manifest.name}",
         f"job       {manifest.job}",
@@ -73,6 +90,8 @@ def snapshot_show_text(manifest: Manifest) -> str:
         f"spark     {manifest.spark_version}, {manifest.state_store_provider.rsplit('.', 1)[-1]}, "
         f"{manifest.shuffle_partitions} shuffle partitions",
         f"size      {human_bytes(manifest.total_bytes)} in {len(manifest.files)} files",
+        *_sharing_line(manifest, sharing),
+        *([f"store     {location}"] if location else []),
         "",
         "sources:",
     ]

@@ -34,7 +34,7 @@ from sparkpoint.runtime.registry import (
 )
 from sparkpoint.snapshot.export import JobInfo
 from sparkpoint.snapshot.manifest import Manifest
-from sparkpoint.snapshot.store import SnapshotStore
+from sparkpoint.snapshot.store import open_snapshot_store
 from sparkpoint.spark.version import installed_pyspark_version
 from sparkpoint.startpoints.apply import apply, require_applicable
 from sparkpoint.startpoints.resolve import Resolved
@@ -51,7 +51,7 @@ def snapshot_job(home: Home, job: str, name: str, echo: Echo) -> Manifest:
     info = JobInfo(job=job, operator_names=record.operator_names(),
                    operator_windows=record.operator_windows(), job_file=record.job_file,
                    params=record.params, spark_version=installed_pyspark_version())
-    return SnapshotStore(home).create(name, registry.checkpoint(job), info, progress=echo)
+    return open_snapshot_store(home).create(name, registry.checkpoint(job), info, progress=echo)
 
 
 def finish_drain(home: Home, job: str, intent: DrainIntent, echo: Echo) -> DrainRecord:
@@ -76,7 +76,7 @@ def finish_drain(home: Home, job: str, intent: DrainIntent, echo: Echo) -> Drain
     registry.save(record)
     crash_point("drain.recorded")
     if intent.snapshot is not None:
-        if SnapshotStore(home).exists(intent.snapshot):
+        if open_snapshot_store(home).exists(intent.snapshot):
             echo(f"snapshot '{intent.snapshot}' of the drained state exists already")
         else:
             snapshot_job(home, job, intent.snapshot, echo)

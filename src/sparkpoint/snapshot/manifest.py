@@ -87,6 +87,9 @@ class Manifest(_Strict):
     operators: list[OperatorEntry]
     files: list[FileEntry]
     total_bytes: int
+    # Bytes of files the store did not hold before this snapshot (same content is stored
+    # once); None in manifests of older versions and of stores that copy every file.
+    added_bytes: int | None = None
 
     def to_json(self) -> str:
         return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=False) + "\n"
@@ -101,28 +104,40 @@ class Manifest(_Strict):
 def read_manifest(snapshot_dir: Path) -> Manifest:
     path = snapshot_dir / MANIFEST_FILE
     try:
-        data = json.loads(path.read_text("utf-8"))
+        data = path.read_bytes()
     except FileNotFoundError as exc:
         raise SnapshotDamagedError(
             f"{path}: expected the snapshot manifest, found nothing; the snapshot is incomplete, "
             "delete it with 'sparkpoint snapshot delete'"
         ) from exc
-    except (OSError, ValueError, RecursionError) as exc:  # JSON and UTF-8 errors included
+    except OSError as exc:
         raise SnapshotDamagedError(
             f"{path}: expected a JSON manifest, found unreadable content ({exc}); "
+            "the snapshot is damaged: delete it and create it again from the job"
+        ) from exc
+    return parse_manifest(data, str(path))
+
+
+def parse_manifest(raw: bytes, where: str) -> Manifest:
+    """A manifest from its bytes; ``where`` names it in errors (a path or URL)."""
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # JSON and UTF-8 errors included
+        raise SnapshotDamagedError(
+            f"{where}: expected a JSON manifest, found unreadable content ({exc}); "
             "the snapshot is damaged: delete it and create it again from the job"
         ) from exc
     version = data.get("format_version") if isinstance(data, dict) else None
     if version != FORMAT_VERSION:
         raise SnapshotDamagedError(
-            f"{path}: expected manifest format_version {FORMAT_VERSION}, found {version!r}; "
+            f"{where}: expected manifest format_version {FORMAT_VERSION}, found {version!r}; "
             "it was written by another sparkpoint version"
         )
     try:
         return Manifest.model_validate(data)
     except PydanticValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
+        loc = ".".join(str(part) for part in first["loc"])
         raise SnapshotDamagedError(
-            f"{path}: manifest field '{where}': {first['msg']}; the snapshot is damaged"
+            f"{where}: manifest field '{loc}': {first['msg']}; the snapshot is damaged"
         ) from exc

@@ -1,35 +1,30 @@
-"""The snapshot store under ``<home>/snapshots``: create, list, read, verify, delete.
+"""The snapshot store: what every store of snapshots offers, and the choice of one by the
+capabilities of the filesystem it lives on.
 
-A snapshot is published by renaming a fully written staging directory (manifest included)
-to its name, so a reader sees either nothing or a complete snapshot. A killed create leaves
-only a staging directory, which ``list`` ignores and a later create removes.
+- On a filesystem with hard links and atomic rename (local disk) a snapshot is a directory
+  (manifest + runnable checkpoint) whose immutable state files are links into the job's
+  checkpoint, published by renaming a staging directory (``linked_store``).
+- On object stores and other remote filesystems a snapshot is a manifest whose files live
+  content-addressed beside it, shared by every snapshot that holds the same bytes, and the
+  manifest written by a conditional put is the commit record (``object_store``).
+
+Both answer the same questions from manifests alone, so listing, showing and sharing
+figures never start a JVM and never read state files.
 """
 
 from __future__ import annotations
 
-import errno
-import os
-import shutil
-import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from sparkpoint.checkpoint.layout import Checkpoint
-from sparkpoint.crash_points import crash_point
-from sparkpoint.errors import NameTakenError, SnapshotDamagedError, UnknownSnapshotError
-from sparkpoint.snapshot.export import JobInfo, discard, export_checkpoint
-from sparkpoint.snapshot.manifest import (
-    CHECKPOINT_SUBDIR,
-    MANIFEST_FILE,
-    Manifest,
-    read_manifest,
-)
-from sparkpoint.storage.home import Home, name_problem, validate_name
-from sparkpoint.storage.local import checksum_of, fsync_dir, walk_files
-from sparkpoint.storage.processes import pid_alive
-
-DELETED_PREFIX = "deleted"
+from sparkpoint.errors import UnknownSnapshotError
+from sparkpoint.snapshot.export import JobInfo
+from sparkpoint.snapshot.manifest import CHECKPOINT_SUBDIR, Manifest
+from sparkpoint.storage.fileio import file_io
+from sparkpoint.storage.home import Home, validate_name
 
 
 @dataclass(frozen=True)
@@ -38,166 +33,81 @@ class Problem:
     message: str
 
 
-class SnapshotStore:
-    def __init__(self, home: Home) -> None:
-        self.home = home
+@dataclass(frozen=True)
+class Sharing:
+    """Bytes of a snapshot's files that other snapshots hold too, and the rest."""
 
-    def path(self, name: str) -> Path:
-        return self.home.snapshot_dir(name)
+    shared_bytes: int
+    own_bytes: int
 
-    def exists(self, name: str) -> bool:
-        return (self.path(name) / MANIFEST_FILE).is_file()
 
-    def _clean_abandoned_staging(self) -> None:
-        """Remove staging dirs whose creating process is gone (killed mid-create) and
-        snapshots renamed aside by a delete that was cut off before it removed them."""
-        staging = self.home.staging_dir
-        if not staging.is_dir():
-            return
-        for entry in staging.iterdir():
-            owner, _, rest = entry.name.partition(".")
-            pid_text = rest.split(".", 1)[0] if owner == DELETED_PREFIX else owner
-            if pid_text.isdigit() and not pid_alive(int(pid_text)):
-                shutil.rmtree(entry, ignore_errors=True)
+class SnapshotStore(ABC):
+    location: str
 
-    def create(
-        self,
-        name: str,
-        checkpoint: Checkpoint,
-        info: JobInfo,
-        progress: Callable[[str], None] | None = None,
-    ) -> Manifest:
-        validate_name(name, "snapshot")
-        if self.path(name).exists():
-            raise NameTakenError(
-                f"snapshot '{name}' already exists at {self.path(name)}; choose another name or "
-                "delete it first with 'sparkpoint snapshot delete'"
-            )
-        self._clean_abandoned_staging()
-        staging = self.home.staging_dir / f"{os.getpid()}.{name}.{uuid.uuid4().hex[:8]}"
-        staging.mkdir(parents=True)
-        crash_point("snapshot.staging_created")
-        try:
-            manifest = self._export(checkpoint, staging, name, info, progress)
-            fsync_dir(staging)
-            crash_point("snapshot.manifest_written")
-            try:
-                # rename() refuses a non-empty target, which closes the race with another create.
-                os.rename(staging, self.path(name))
-            except OSError as exc:
-                if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                    raise NameTakenError(
-                        f"snapshot '{name}' was created by another process meanwhile; "
-                        "choose another name"
-                    ) from exc
-                raise
-            crash_point("snapshot.published")
-            fsync_dir(self.home.snapshots_dir)
-        except BaseException:
-            discard(staging)
-            raise
-        return manifest
-
-    @staticmethod
-    def _export(
-        checkpoint: Checkpoint,
-        staging: Path,
-        name: str,
-        info: JobInfo,
-        progress: Callable[[str], None] | None,
-    ) -> Manifest:
-        """Export; once more from the then newest batch if a running job's cleanup removed
-        a file of the old batch while we copied it (it keeps 100 versions, so this is rare)."""
-        try:
-            return export_checkpoint(checkpoint, staging, name, info, progress)
-        except FileNotFoundError:
-            discard(staging)
-            staging.mkdir(parents=True)
-            return export_checkpoint(checkpoint, staging, name, info, progress)
-
+    @abstractmethod
     def names(self) -> list[str]:
-        root = self.home.snapshots_dir
-        if not root.is_dir():
-            return []
-        return sorted(
-            entry.name
-            for entry in root.iterdir()
-            if name_problem(entry.name, "snapshot") is None
-            and (entry / MANIFEST_FILE).is_file()
-        )
+        """Published snapshots, sorted."""
+
+    @abstractmethod
+    def exists(self, name: str) -> bool: ...
+
+    @abstractmethod
+    def read(self, name: str) -> Manifest:
+        """The manifest of a published snapshot (SnapshotDamagedError when unreadable)."""
+
+    @abstractmethod
+    def create(self, name: str, checkpoint: Checkpoint, info: JobInfo,
+               progress: Callable[[str], None] | None = None) -> Manifest: ...
+
+    @abstractmethod
+    def delete(self, name: str) -> None: ...
+
+    @abstractmethod
+    def verify(self, name: str) -> list[Problem]:
+        """Every listed file present with its size and checksum."""
+
+    @abstractmethod
+    def local_dir(self, name: str) -> Path:
+        """A local directory holding the snapshot as written (manifest + ``checkpoint/``),
+        for the steps that read state files; never modified by its users."""
+
+    def checkpoint_path(self, name: str) -> Path:
+        return self.local_dir(name) / CHECKPOINT_SUBDIR
+
+    def get(self, name: str) -> Manifest:
+        validate_name(name, "snapshot")
+        if not self.exists(name):
+            known = ", ".join(self.names()) or "none"
+            raise UnknownSnapshotError(
+                f"snapshot '{name}' not found in {self.location} (snapshots: {known}); "
+                "see 'sparkpoint snapshot list'"
+            )
+        return self.read(name)
 
     def manifests(self, job: str | None = None) -> list[Manifest]:
-        found = [read_manifest(self.path(name)) for name in self.names()]
+        found = [self.read(name) for name in self.names()]
         if job is not None:
             found = [m for m in found if m.job == job]
         return sorted(found, key=lambda m: (m.created_at, m.name))
 
-    def get(self, name: str) -> Manifest:
-        validate_name(name, "snapshot")
-        if not self.path(name).is_dir():
-            known = ", ".join(self.names()) or "none"
-            raise UnknownSnapshotError(
-                f"snapshot '{name}' not found in {self.home.snapshots_dir} (snapshots: {known}); "
-                "see 'sparkpoint snapshot list'"
-            )
-        return read_manifest(self.path(name))
+    def sharing(self, name: str) -> Sharing:
+        """How much of the snapshot other snapshots hold too (same content, stored once
+        where the store shares files)."""
+        manifest = self.get(name)
+        others = {(entry.xxh3_128, entry.bytes)
+                  for other in self.manifests() if other.name != name
+                  for entry in other.files}
+        shared = sum(e.bytes for e in manifest.files if (e.xxh3_128, e.bytes) in others)
+        return Sharing(shared, manifest.total_bytes - shared)
 
-    def checkpoint_path(self, name: str) -> Path:
-        return self.path(name) / CHECKPOINT_SUBDIR
 
-    def delete(self, name: str) -> None:
-        self.get(name)
-        self._clean_abandoned_staging()
-        target = self.path(name)
-        # Rename first so that a half-deleted snapshot is never listed; the pid in the name
-        # lets a later create or delete remove it if this process is cut off.
-        doomed = (self.home.staging_dir
-                  / f"{DELETED_PREFIX}.{os.getpid()}.{name}.{uuid.uuid4().hex[:8]}")
-        doomed.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(target, doomed)
-        crash_point("snapshot.delete_renamed")
-        shutil.rmtree(doomed, ignore_errors=True)
+def open_snapshot_store(home: Home) -> SnapshotStore:
+    """The store at ``--snapshots`` (else ``<home>/snapshots``), by what its filesystem can do."""
+    from sparkpoint.snapshot.linked_store import LinkedSnapshotStore
+    from sparkpoint.snapshot.object_store import ObjectSnapshotStore
 
-    def verify(self, name: str) -> list[Problem]:
-        """Every listed file present with its size and checksum, and nothing unlisted."""
-        validate_name(name, "snapshot")
-        root = self.path(name)
-        if not root.is_dir():
-            self.get(name)
-        try:
-            manifest = read_manifest(root)
-        except SnapshotDamagedError as exc:
-            return [Problem(str(root / MANIFEST_FILE), exc.message)]
-        problems = []
-        listed = set()
-        for entry in manifest.files:
-            path = root / entry.path
-            listed.add(entry.path)
-            if not path.is_file():
-                problems.append(Problem(str(path), "listed in the manifest, missing on disk"))
-                continue
-            size = path.stat().st_size
-            if size != entry.bytes:
-                problems.append(
-                    Problem(str(path), f"expected {entry.bytes} bytes, found {size}")
-                )
-                continue
-            _size, digest = checksum_of(path)
-            if digest != entry.xxh3_128:
-                problems.append(
-                    Problem(str(path), f"checksum mismatch: expected xxh3-128 "
-                            f"{entry.xxh3_128[:16]}..., found {digest[:16]}...: the file was "
-                            "modified or corrupted")
-                )
-        for path in walk_files(root / CHECKPOINT_SUBDIR):
-            rel = path.relative_to(root).as_posix()
-            if rel not in listed and not path.name.startswith("."):
-                problems.append(Problem(str(path), "not listed in the manifest"))
-        batch = manifest.batch_id
-        for required in (f"offsets/{batch}", f"commits/{batch}", "metadata"):
-            if f"{CHECKPOINT_SUBDIR}/{required}" not in listed:
-                problems.append(
-                    Problem(str(root / CHECKPOINT_SUBDIR / required),
-                            "required for a runnable checkpoint, not in the manifest")
-                )
-        return problems
+    location = home.snapshots_location
+    io = file_io(location)
+    if io.capabilities.hard_links and io.capabilities.atomic_rename:
+        return LinkedSnapshotStore(Path(io.path(location)))
+    return ObjectSnapshotStore(location, io, home)

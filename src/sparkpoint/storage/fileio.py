@@ -65,6 +65,22 @@ def join(base: str, *parts: str) -> str:
     return text
 
 
+_progress_bars = True
+
+
+def quiet_progress_bars() -> None:
+    """No progress bars in this process (``--json`` output must stay one document)."""
+    global _progress_bars
+    _progress_bars = False
+
+
+def progress_bars() -> bool:
+    """Progress bars for long transfers: on a terminal, unless made quiet."""
+    import sys
+
+    return _progress_bars and sys.stderr.isatty()
+
+
 def progress_callback(show: bool, total: int, description: str) -> Callback:
     """A progress bar on a terminal; nothing when output is not a tty or when asked quiet."""
     if not show:

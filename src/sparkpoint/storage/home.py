@@ -12,6 +12,7 @@ from sparkpoint.storage.local import to_path
 
 DEFAULT_HOME = ".sparkpoint"
 HOME_ENV = "SPARKPOINT_HOME"
+SNAPSHOTS_ENV = "SPARKPOINT_SNAPSHOTS"
 # Names that become a file or directory name under the home. Spark's source names
 # (DataStreamReader.name: ASCII letters, digits, '_') all fit; the length leaves room for the
 # suffixes sparkpoint adds (".json", staging and temp-file decorations) within 255 bytes.
@@ -60,11 +61,24 @@ def validate_operator_name(name: str) -> str:
 @dataclass(frozen=True)
 class Home:
     root: Path
+    # Where snapshots live when not in the home (--snapshots / $SPARKPOINT_SNAPSHOTS): a
+    # path or a URL of any store sparkpoint can use (storage/fileio.py).
+    snapshots: str | None = None
 
     @classmethod
-    def resolve(cls, home: str | None) -> Home:
+    def resolve(cls, home: str | None, snapshots: str | None = None) -> Home:
         chosen = home or os.environ.get(HOME_ENV) or DEFAULT_HOME
-        return cls(to_path(chosen))
+        return cls(to_path(chosen), snapshots or os.environ.get(SNAPSHOTS_ENV) or None)
+
+    @property
+    def snapshots_location(self) -> str:
+        return self.snapshots if self.snapshots else str(self.snapshots_dir)
+
+    @property
+    def scratch_dir(self) -> Path:
+        """Local working space: snapshots fetched from a remote store, exports on their way
+        to one (inside the home, so that hard links from checkpoints work)."""
+        return self.root / "scratch"
 
     @property
     def jobs_dir(self) -> Path:

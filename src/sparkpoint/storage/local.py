@@ -27,9 +27,10 @@ def to_path(location: str | os.PathLike[str]) -> Path:
         parsed = urlparse(text)
         if parsed.scheme != "file":
             raise UsageError(
-                f"{text}: only local paths and file: URIs are supported as sparkpoint homes "
-                f"and checkpoints in this version, found scheme '{parsed.scheme}'; "
-                "use a local directory"
+                f"{text}: expected a local path or file: URI for the home and checkpoints, "
+                f"found scheme '{parsed.scheme}' (not supported for homes yet); keep the home "
+                "on a local directory and put the snapshots on the remote store with "
+                "--snapshots URL"
             )
         text = parsed.path
     return Path(text).expanduser().absolute()

@@ -156,7 +156,7 @@ def resolve(
         manifest = manifests[name]
         if manifest is None:
             continue
-        resolution.snapshots[name] = UsedSnapshot(manifest, store.path(name))
+        resolution.snapshots[name] = UsedSnapshot(manifest, store.local_dir(name))
     providers = {s.manifest.state_store_provider for s in resolution.snapshots.values()}
     if len(providers) > 1:
         plan.problems.append(
