@@ -68,16 +68,18 @@ from sparkpoint.runtime.runner import (
     run_job,
     wait_until_stopped,
 )
+from sparkpoint.snapshot.export import JobInfo
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.store import Problem, Sharing, SnapshotStore, open_snapshot_store
 from sparkpoint.sources.file_input import input_files, local_directory
 from sparkpoint.sources.positions import SourceDescription
-from sparkpoint.spark.version import require_supported_pyspark
+from sparkpoint.spark.version import installed_pyspark_version, require_supported_pyspark
 from sparkpoint.startpoints.resolve import Resolved
 from sparkpoint.startpoints.resolve import resolve as resolve_startpoints
 from sparkpoint.startpoints.store import WHOLE_SOURCE, PositionKind, Startpoint, StartpointStore
 from sparkpoint.storage.home import Home, validate_name
 from sparkpoint.storage.local import tree_bytes
+from sparkpoint.upgrade.adopt import adopt
 from sparkpoint.upgrade.batches import BatchChoice, check_first_batch
 from sparkpoint.upgrade.interrupted import clear_intent, is_own_orphan, roll_back
 from sparkpoint.upgrade.restore import build_new_checkpoint, job_shape, resolve
@@ -386,6 +388,56 @@ def snapshot_create(
         with job_lock(home, job):
             recover(home, job, echo)
     return snapshot_job(home, job, snapshot, echo)
+
+
+def snapshot_import(
+    home: Home,
+    checkpoint_dir: Path,
+    snapshot: str,
+    job_file: Path,
+    params: Mapping[str, str] | None = None,
+    conf: Mapping[str, str] | None = None,
+    master: str | None = None,
+    spark: SparkSession | None = None,
+    echo: Echo = _quiet,
+) -> Manifest:
+    """Snapshot a checkpoint that plain Spark wrote, its sources and operators named after
+    those of JOB_FILE (the sparkpoint version of the same query). The checkpoint is only
+    read; on any mismatch nothing is created."""
+    validate_name(snapshot, "snapshot")
+    store = open_snapshot_store(home)
+    if store.exists(snapshot):
+        raise NameTakenError(
+            f"snapshot '{snapshot}' already exists; choose another name or delete it first")
+    checkpoint = Checkpoint(checkpoint_dir.absolute())
+    if not checkpoint.exists():
+        raise UsageError(
+            f"{checkpoint.root}: expected a Spark streaming checkpoint (a directory with "
+            "'metadata', 'offsets/', 'commits/'), found none; give the checkpointLocation "
+            "of the query")
+    checkpoint.require_latest_committed_batch()
+    _needs_spark(spark)
+    planned = plan_job("import", job_file.absolute(), dict(params or {}), dict(conf or {}),
+                       master, spark, log_dir=home.logs_dir)
+    try:
+        shape, _layouts = job_shape(planned)
+    finally:
+        planned.release()
+    adoption = adopt(checkpoint, shape)
+    if adoption.problems:
+        raise ValidationError(
+            f"the checkpoint does not match {job_file.name} ({len(adoption.problems)} "
+            "problem(s)); nothing was created:\n  " + "\n  ".join(adoption.problems),
+            problems=adoption.problems)
+    windows = {op.operator_id: op.window for op in shape.operators}
+    info = JobInfo(job=f"import:{checkpoint.root}", operator_names=adoption.operator_names,
+                   operator_windows=windows, job_file=str(job_file.absolute()),
+                   params=dict(params or {}), spark_version=installed_pyspark_version(),
+                   source_names=adoption.source_names)
+    echo(f"importing {checkpoint.root} as snapshot '{snapshot}': sources "
+         + ", ".join(f"{k} -> {v}" for k, v in adoption.source_names.items())
+         + "; operators " + ", ".join(f"{k} -> {v}" for k, v in adoption.operator_names.items()))
+    return store.create(snapshot, checkpoint, info, progress=echo)
 
 
 def snapshot_list(home: Home, job: str | None = None) -> list[Manifest]:

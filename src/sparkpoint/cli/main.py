@@ -317,6 +317,34 @@ def snapshot_create(ctx: click.Context, job: str, name: str, cancel: bool, as_js
                    f"{render.human_bytes(manifest.total_bytes)}, {len(manifest.files)} files")
 
 
+@snapshot.command("import")
+@click.argument("checkpoint", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("name")
+@click.option("--job-file", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The sparkpoint version of the query that wrote the checkpoint.")
+@_job_options
+@json_option
+@click.pass_context
+@handle_errors
+def snapshot_import(ctx: click.Context, checkpoint: Path, name: str, job_file: Path,
+                    params: tuple[str, ...], confs: tuple[str, ...], master: str | None,
+                    as_json: bool) -> None:
+    """Snapshot CHECKPOINT, written by a query that plain Spark ran, as NAME.
+
+    Its sources and stateful operators are matched with JOB_FILE's by position, kind and
+    schema and take their names; the checkpoint is only read. Continue it with
+    'sparkpoint run JOB_FILE --job NEW --from-snapshot NAME'."""
+    manifest = api.snapshot_import(
+        _home(ctx), checkpoint, name, job_file, params=_pairs(params, "--param"),
+        conf=_pairs(confs, "--conf"), master=master, echo=_echo)
+    if as_json:
+        click.echo(render.as_json(render.snapshot_row(manifest)))
+    else:
+        click.echo(f"snapshot '{manifest.name}' imported from {checkpoint} at batch "
+                   f"{manifest.batch_id}: {render.human_bytes(manifest.total_bytes)}, "
+                   f"{len(manifest.files)} files")
+
+
 @snapshot.command("list")
 @click.option("--job", default=None, help="Only this job's snapshots.")
 @json_option

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkpoint.checkpoint.layout import SHUFFLE_PARTITIONS_CONF, Checkpoint, OperatorDir
+from sparkpoint.checkpoint.logs import OffsetLogEntry, SourceOffset, compact_json
 from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER, locate_version
 from sparkpoint.checkpoint.source_log import file_source_log_offset
 from sparkpoint.crash_points import crash_point
@@ -69,6 +70,10 @@ class JobInfo:
     spark_version: str
     # Per Spark operator id, the window its keys hold (see sparkpoint.windows).
     operator_windows: Mapping[int, WindowSpec | None] = field(default_factory=dict)
+    # Names for the checkpoint's sources ('0', '1' ... in a checkpoint written without
+    # source names): the snapshot holds them named (offsets v2, sources/<name>), as a
+    # sparkpoint job writes them. Empty: the names the checkpoint has.
+    source_names: Mapping[str, str] = field(default_factory=dict)
 
 
 def _trimmed_source_log(source_dir: Path, offset: str | None) -> list[Path]:
@@ -153,18 +158,25 @@ def export_checkpoint(
     out.mkdir(parents=True, exist_ok=True)
     plan = _Plan()
     plan.copies.append((checkpoint.root / "metadata", "metadata"))
+    renamed = dict(info.source_names)
     for log_batch in (batch - 1, batch):
         if log_batch >= 0 and (checkpoint.root / "offsets" / str(log_batch)).is_file():
             source = checkpoint.root / "offsets" / str(log_batch)
-            plan.copies.append((source, f"offsets/{log_batch}"))
+            if renamed:
+                entry = named_offsets(checkpoint.offsets(log_batch), renamed)
+                write_atomic(out / "offsets" / str(log_batch), entry.to_bytes())
+                plan.written.append(f"offsets/{log_batch}")
+            else:
+                plan.copies.append((source, f"offsets/{log_batch}"))
     plan.copies.append((checkpoint.root / "commits" / str(batch), f"commits/{batch}"))
 
     source_offsets = offsets.source_offsets()
     sources_root = checkpoint.root / "sources"
     if sources_root.is_dir():
         for source_dir in sorted(p for p in sources_root.iterdir() if p.is_dir()):
+            name = renamed.get(source_dir.name, source_dir.name)
             for path in _trimmed_source_log(source_dir, source_offsets.get(source_dir.name)):
-                plan.copies.append((path, f"sources/{source_dir.name}/{path.name}"))
+                plan.copies.append((path, f"sources/{name}/{path.name}"))
 
     operator_entries = []
     for operator in checkpoint.operators():
@@ -225,7 +237,8 @@ def export_checkpoint(
         job_file=info.job_file,
         params=dict(info.params),
         sources=[
-            SourceEntry(name=name, offset=None if value is None else json.loads(value))
+            SourceEntry(name=renamed.get(name, name),
+                        offset=None if value is None else json.loads(value))
             for name, value in source_offsets.items()
         ],
         operators=operator_entries,
@@ -234,6 +247,20 @@ def export_checkpoint(
     )
     write_atomic(staging / MANIFEST_FILE, manifest.to_json().encode("utf-8"))
     return manifest
+
+
+def named_offsets(entry: OffsetLogEntry, names: Mapping[str, str]) -> OffsetLogEntry:
+    """An offsets entry with its sources under the given names, in format v2 (the format
+    Spark writes for named sources); metadata and offsets unchanged."""
+    keys = list(entry.source_offsets())
+    metadata = entry.metadata
+    metadata.setdefault("sourceMetadataInfo", {})
+    return OffsetLogEntry(
+        version=2,
+        metadata_text=compact_json(metadata),
+        sources=tuple(SourceOffset(names.get(key, key), source.offset)
+                      for key, source in zip(keys, entry.sources, strict=True)),
+    )
 
 
 def discard(staging: Path) -> None:

@@ -1,0 +1,132 @@
+"""A checkpoint written by plain PySpark (no sparkpoint, Spark's defaults: HDFS state store
+provider, 200 shuffle partitions, unnamed sources, offsets log v1) is imported as a snapshot
+and continued as a managed job: the output equals the uninterrupted plain-Spark run."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sparkpoint import api
+from sparkpoint.storage.home import Home
+from sparkpoint.testing import expected_hourly_counts, output_rows, write_clicks
+from tests.conftest import EXAMPLES
+from tests.support.cli import sparkpoint
+
+JOB = EXAMPLES / "clicks_job.py"
+pytestmark = pytest.mark.spark
+SPARK_DEFAULT_PARTITIONS = "200"
+# Two files per batch: with 200 partitions every batch costs seconds on two cores.
+FILES_PER_BATCH = 2
+
+
+@pytest.fixture
+def spark_defaults(spark: object) -> Iterator[object]:
+    """The shared session with Spark's default shuffle partitions, as a plain job has them."""
+    conf = spark.conf  # type: ignore[attr-defined]
+    before = conf.get("spark.sql.shuffle.partitions")
+    conf.set("spark.sql.shuffle.partitions", SPARK_DEFAULT_PARTITIONS)
+    yield spark
+    conf.set("spark.sql.shuffle.partitions", before)
+
+
+def run_plain_job(spark: object, inp: Path, out: Path, checkpoint: Path) -> None:
+    """The clicks query as a team writes it without sparkpoint: no source name, no
+    ctx.stateful, checkpoint wherever they chose."""
+    from pyspark.sql import functions as F
+
+    clicks = (
+        spark.readStream  # type: ignore[attr-defined]
+        .schema("event_id STRING, user STRING, url STRING, ts TIMESTAMP")
+        .option("maxFilesPerTrigger", str(FILES_PER_BATCH))
+        .json(str(inp))
+    )
+    hourly = (
+        clicks.withWatermark("ts", "10 minutes").dropDuplicates(["event_id", "ts"])
+        .groupBy(F.window("ts", "1 hour"), "user").agg(F.count("*").alias("clicks"))
+    )
+    query = (
+        hourly.select(F.col("window.start").alias("window_start"),
+                      F.col("window.end").alias("window_end"), "user", "clicks")
+        .writeStream.format("parquet").option("path", str(out))
+        .option("checkpointLocation", str(checkpoint)).outputMode("append")
+        .trigger(availableNow=True).start()
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+
+
+def tree_digest(root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def test_plain_spark_checkpoint_imported_and_continued(
+    spark_defaults: object, home: Home, tmp_path: Path
+) -> None:
+    spark = spark_defaults
+    inp = tmp_path / "in"
+    events = write_clicks(inp, range(0, 2))
+    plain_ckpt = tmp_path / "plain-ckpt"
+    run_plain_job(spark, inp, tmp_path / "plain-out", plain_ckpt)
+    assert (plain_ckpt / "offsets" / "0").read_text().startswith("v1\n")
+    before = tree_digest(plain_ckpt)
+
+    result = sparkpoint(home, "snapshot", "import", str(plain_ckpt), "adopted",
+                        "--job-file", str(JOB), "--param", f"input={inp}",
+                        "--param", f"output={tmp_path / 'unused'}", "--json")
+    assert result.code == 0, result.err
+    assert tree_digest(plain_ckpt) == before, "import modified the checkpoint"
+    manifest = api.snapshot_show(home, "adopted")
+    assert [s.name for s in manifest.sources] == ["clicks"]
+    assert {op.name for op in manifest.operators} == {"dedup_clicks", "hourly_counts"}
+    assert {op.partitions for op in manifest.operators} == {int(SPARK_DEFAULT_PARTITIONS)}
+    assert manifest.state_store_provider.endswith("HDFSBackedStateStoreProvider")
+    assert api.snapshot_verify(home, "adopted") == []
+
+    events += write_clicks(inp, range(2, 6))
+    managed_out = tmp_path / "managed-out"
+    api.run(home, JOB, "adopted-job", params={"input": str(inp), "output": str(managed_out),
+                                              "files_per_batch": str(FILES_PER_BATCH)},
+            from_snapshot="adopted", until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+    run_plain_job(spark, inp, tmp_path / "reference-out", tmp_path / "reference-ckpt")
+
+    reference = output_rows(spark, tmp_path / "reference-out")  # type: ignore[arg-type]
+    combined = (output_rows(spark, tmp_path / "plain-out")  # type: ignore[arg-type]
+                + output_rows(spark, managed_out))  # type: ignore[arg-type]
+    assert reference, "the reference run emitted nothing: the test input is too small"
+    assert combined == reference
+    assert combined == expected_hourly_counts(events)
+
+
+def test_import_of_another_query_lists_every_mismatch_and_creates_nothing(
+    spark: object, home: Home, tmp_path: Path
+) -> None:
+    """A job file that is not the query of the checkpoint: exit 3, each problem named."""
+    from pyspark.sql import functions as F
+
+    inp = tmp_path / "in"
+    write_clicks(inp, range(0, 1))
+    ckpt = tmp_path / "ckpt"
+    frame = (spark.readStream.schema(  # type: ignore[attr-defined]
+        "event_id STRING, user STRING, url STRING, ts TIMESTAMP").json(str(inp)))
+    query = (frame.groupBy("url").agg(F.count("*").alias("n")).writeStream
+             .format("memory").queryName("other_query").outputMode("complete")
+             .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start())
+    query.awaitTermination()
+    result = sparkpoint(home, "snapshot", "import", str(ckpt), "wrong", "--job-file", str(JOB),
+                        "--param", f"input={inp}", "--param", f"output={tmp_path / 'o'}")
+    assert result.code == 3, result.err
+    assert "dedup_clicks" in result.err and "hourly_counts" in result.err
+    assert "key schema changed" in result.err
+    assert "nothing was created" in result.err
+    assert api.snapshot_list(home) == []
+    missing = sparkpoint(home, "snapshot", "import", str(tmp_path / "nope"), "x",
+                         "--job-file", str(JOB))
+    assert missing.code == 2 and "expected a Spark streaming checkpoint" in missing.err
