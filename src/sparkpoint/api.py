@@ -88,6 +88,7 @@ from sparkpoint.upgrade.validate import UpgradePlan, default_resume_point
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
 
 Echo = Callable[[str], None]
 CANCEL_TIMEOUT_S = 300.0
@@ -134,11 +135,16 @@ def run(
     echo: Echo = _quiet,
     renumber_batches: bool = False,
     first_batch: int | None = None,
+    build: Callable[..., Any] | None = None,
+    on_started: Callable[[StreamingQuery], None] | None = None,
 ) -> RunResult:
     """Run a job. With ``from_snapshot`` or ``resume_point`` it starts as a new job whose
     checkpoint is built from snapshots; validation failures change nothing (exit 3), nor
     does an output whose sink log is ahead of the snapshot (exit 4). A job that exists runs
-    again with its stored params, conf and master, updated by those given."""
+    again with its stored params, conf and master, updated by those given.
+
+    ``build`` (with ``job_file`` naming it, e.g. ``python:module.function``) replaces the job
+    file for Python callers; ``on_started`` receives the query once it runs."""
     validate_name(job, "job")
     _needs_spark(spark)
     if from_snapshot is not None and resume_point is not None:
@@ -161,8 +167,9 @@ def run(
             echo(f"master: {record.master or 'local[2]'} -> {master}")
         check_output = _output_of_existing_job(registry, job, conf, echo)
     options = RunOptions(
-        job=job, job_file=job_file.absolute(), params=params, conf=conf,
-        master=master, until_caught_up=until_caught_up, max_batches=max_batches, ui=ui,
+        job=job, job_file=job_file.absolute() if build is None else job_file, params=params,
+        conf=conf, master=master, until_caught_up=until_caught_up, max_batches=max_batches,
+        ui=ui, build=build,
     )
     if from_snapshot is not None or resume_point is not None:
         store = open_snapshot_store(home)
@@ -233,7 +240,12 @@ def run(
         if registry.exists(job):
             recover(home, job, echo)
             _apply_startpoints(home, options, spark, echo)
-        return run_job(home, options, spark=spark, prepare=check_output, echo=echo)
+        return run_job(home, options, spark=spark, prepare=check_output, echo=echo,
+                       on_started=on_started)
+
+
+# How a job record names a build function given by a Python caller instead of a job file.
+PYTHON_BUILD_PREFIX = "python:"
 
 
 def _merged(stored: Mapping[str, str], given: Mapping[str, str], what: str,
@@ -563,6 +575,7 @@ def drain(
     snapshot: str | None = None,
     spark: SparkSession | None = None,
     echo: Echo = _quiet,
+    build: Callable[..., Any] | None = None,
 ) -> DrainRecord:
     """Stop the job (if running), complete an in-flight batch, run one synthetic batch that
     fires every event-time window and timer, put the job's watermark back, and optionally
@@ -596,11 +609,11 @@ def drain(
                 record.drain = recovered.drain
                 registry.save(record)
             return recovered.drain
-        return _drain_locked(home, job, snapshot, spark, echo)
+        return _drain_locked(home, job, snapshot, spark, echo, build)
 
 
 def _drain_locked(home: Home, job: str, snapshot: str | None, spark: SparkSession | None,
-                  echo: Echo) -> DrainRecord:
+                  echo: Echo, build: Callable[..., Any] | None) -> DrainRecord:
     registry = JobRegistry(home)
     record = registry.get(job)
     if record.effective_status() == "drained" and record.drain is not None:
@@ -611,9 +624,13 @@ def _drain_locked(home: Home, job: str, snapshot: str | None, spark: SparkSessio
     if not checkpoint.exists() or checkpoint.latest_committed_batch() is None:
         raise NoCommittedBatchError(
             f"job '{job}' has no committed batch in {checkpoint.root}; there is nothing to drain")
+    if build is None and record.job_file.startswith(PYTHON_BUILD_PREFIX):
+        raise UsageError(
+            f"job '{job}' was started from a Python function ({record.job_file}), not a job "
+            "file: drain it from Python with sparkpoint.drain_job(spark, job, build=...)")
     options = RunOptions(job=job, job_file=Path(record.job_file), params=record.params,
                          conf=record.conf, master=record.master, max_batches=1,
-                         pending_batch_only=True)
+                         pending_batch_only=True, build=build)
     in_flight = checkpoint.uncommitted_batch()
     if in_flight is not None:
         echo(f"completing in-flight batch {in_flight}")

@@ -1,5 +1,6 @@
-"""A job runs on a real Spark standalone cluster (master and worker started from the pip
-package with sbin/spark-daemon.sh), is snapshotted and continues from the snapshot."""
+"""Jobs on a real Spark standalone cluster (a master and two workers, each worker its own
+process with its own work directory, started from the pip package with sbin/spark-daemon.sh):
+run by sparkpoint or launched by spark-submit, snapshotted, continued from the snapshot."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ from pathlib import Path
 import pytest
 
 from sparkpoint.storage.home import Home
-from sparkpoint.testing import expected_hourly_counts, output_rows, write_clicks
+from sparkpoint.testing import expected_hourly_counts, output_rows, sink_files_up_to, write_clicks
 from tests.conftest import EXAMPLES
-from tests.support.cli import sparkpoint
+from tests.support.cli import _env, files_committed, sparkpoint, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 JOB = EXAMPLES / "clicks_job.py"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
+WORKERS = ("1", "2")
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 
 
@@ -49,15 +51,20 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
     subprocess.run(["bash", str(daemon), "start", MASTER_CLASS, "1", "--host", "127.0.0.1",
                     "--port", str(port), "--webui-port", str(_free_port())],
                    env=env, check=True, capture_output=True)
-    subprocess.run(["bash", str(daemon), "start", WORKER_CLASS, "1", "--host", "127.0.0.1",
-                    "--cores", "2", "--memory", "1g", "--webui-port", str(_free_port()), url],
-                   env=env, check=True, capture_output=True)
+    for instance in WORKERS:
+        subprocess.run(["bash", str(daemon), "start", WORKER_CLASS, instance, "--host",
+                        "127.0.0.1", "--cores", "1", "--memory", "1g",
+                        "--work-dir", str(root / f"work-{instance}"),
+                        "--webui-port", str(_free_port()), url],
+                       env=env, check=True, capture_output=True)
     try:
         yield url, root / "logs"
     finally:
-        for cls in (WORKER_CLASS, MASTER_CLASS):
-            subprocess.run(["bash", str(daemon), "stop", cls, "1"], env=env,
+        for instance in WORKERS:
+            subprocess.run(["bash", str(daemon), "stop", WORKER_CLASS, instance], env=env,
                            capture_output=True)
+        subprocess.run(["bash", str(daemon), "stop", MASTER_CLASS, "1"], env=env,
+                       capture_output=True)
 
 
 def test_job_on_standalone_cluster_continues_from_snapshot(
@@ -84,3 +91,61 @@ def test_job_on_standalone_cluster_continues_from_snapshot(
     assert shown["master"] == url and shown["lineage"]["from_snapshot"] == "c1"
     combined = output_rows(spark, tmp_path / "o1") + output_rows(spark, tmp_path / "o2")  # type: ignore[arg-type]
     assert combined == expected_hourly_counts(events)
+
+
+def _executor_hosts(logs: Path, app_prefix: str) -> set[str]:
+    """Workers that launched executors, from the master's log."""
+    text = "".join(p.read_text() for p in logs.glob("*Master*.out"))
+    return {line.split("Launching executor")[1].split(" on worker ")[1].strip()
+            for line in text.splitlines() if "Launching executor" in line
+            and " on worker " in line and app_prefix in line}
+
+
+def test_spark_submit_job_is_managed_snapshotted_while_running_and_continued(
+    cluster: tuple[str, Path], spark: object, home: Home, tmp_path: Path
+) -> None:
+    url, logs = cluster
+    inp, out = tmp_path / "in", tmp_path / "o1"
+    events = write_clicks(inp, range(0, 3))
+    entry = sparkpoint(home, "submit-entry").out.strip()
+    submit = Path(sys.executable).parent / "spark-submit"
+    log = tmp_path / "submit.log"
+    with open(log, "wb") as handle:
+        proc = subprocess.Popen(
+            [str(submit), "--master", url, "--deploy-mode", "client",
+             "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.executor.memory=512m",
+             "--name", "clicks-submitted",
+             entry, "--home", str(home.root), "run", str(JOB), "--job", "submitted",
+             "--param", f"input={inp}", "--param", f"output={out}",
+             "--param", "files_per_batch=1"],
+            stdout=handle, stderr=subprocess.STDOUT, env=_env())
+    try:
+        wait_for(lambda: files_committed(home, "submitted", "clicks") == 3, 240, "3 files", log)
+        shown = sparkpoint(home, "jobs", "show", "submitted", "--json").json()
+        assert shown["status"] == "running" and shown["master"] == url
+        live = sparkpoint(home, "snapshot", "create", "submitted", "s-live", "--json")
+        assert live.code == 0, live.err
+        live_batch = live.json()["batch_id"]
+        events += write_clicks(inp, range(3, 5))
+        wait_for(lambda: files_committed(home, "submitted", "clicks") == 5, 240, "5 files", log)
+        stopped = sparkpoint(home, "jobs", "stop", "submitted", "--wait")
+        assert stopped.code == 0, stopped.err
+        assert proc.wait(timeout=180) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert sparkpoint(home, "jobs", "show", "submitted", "--json").json()["status"] == "stopped"
+    # Executors ran on both workers: the state really was written by separate processes.
+    assert len(_executor_hosts(logs, "clicks-submitted")) == 2 or \
+        "Launching executor" not in "".join(p.read_text() for p in logs.glob("*Master*.out"))
+
+    events += write_clicks(inp, range(5, 7))
+    second = sparkpoint(home, "run", str(JOB), "--job", "after-submit", "--from-snapshot",
+                        "s-live", "--master", url, "--conf", "spark.sql.shuffle.partitions=2",
+                        "--conf", "spark.executor.memory=512m", "--param", f"input={inp}",
+                        "--param", f"output={tmp_path / 'o2'}", "--param", "files_per_batch=1",
+                        "--until-caught-up")
+    assert second.code == 0, second.err[-3000:]
+    before = output_rows(spark, out, sink_files_up_to(out, live_batch))  # type: ignore[arg-type]
+    after = output_rows(spark, tmp_path / "o2")  # type: ignore[arg-type]
+    assert before + after == expected_hourly_counts(events)

@@ -124,6 +124,7 @@ def cli(ctx: click.Context, home: str | None, snapshots: str | None) -> None:
     logging.basicConfig(level=logging.WARNING, format="warning: %(message)s")
     ctx.ensure_object(dict)
     ctx.obj["home"] = Home.resolve(home, snapshots)
+    ctx.obj.setdefault("spark", None)
 
 
 def _batch_options(func: F) -> F:
@@ -167,11 +168,20 @@ def run(ctx: click.Context, job_file: Path, job: str, params: tuple[str, ...],
     given replace them (each change is printed)."""
     if until_caught_up and max_batches is not None:
         raise click.UsageError("use either --until-caught-up or --max-batches, not both")
+    submitted = ctx.obj.get("spark")
+    if submitted is not None and (master is not None or ui):
+        raise click.UsageError(
+            "under spark-submit, give --master and the UI settings to spark-submit, not to "
+            "'sparkpoint run'")
     api.run(
         _home(ctx), job_file, job, params=_pairs(params, "--param"),
-        conf=_pairs(confs, "--conf"), master=master, from_snapshot=from_snapshot,
+        conf=_pairs(confs, "--conf"),
+        # Recorded for 'jobs show'; the session spark-submit made is on it already.
+        master=submitted.sparkContext.master if submitted is not None else master,
+        from_snapshot=from_snapshot,
         resume_point=resume_point, until_caught_up=until_caught_up, max_batches=max_batches,
         ui=ui, echo=_echo, renumber_batches=renumber_batches, first_batch=first_batch,
+        spark=submitted,
     )
 
 
@@ -504,6 +514,17 @@ def debug() -> None:
     """Tools for testing sparkpoint itself."""
 
 
+@cli.command("submit-entry")
+def submit_entry() -> None:
+    """Print the path of the script to hand to spark-submit:
+
+    spark-submit [spark options] "$(sparkpoint submit-entry)" [--home DIR] run JOB.py --job NAME
+    """
+    from sparkpoint import submit
+
+    click.echo(submit.__file__)
+
+
 @debug.command("crash-points")
 def debug_crash_points() -> None:
     """Every name SPARKPOINT_CRASH_AT accepts, one per line."""
@@ -511,10 +532,13 @@ def debug_crash_points() -> None:
         click.echo(name)
 
 
-def main() -> None:
-    argv = sys.argv[1:]
+def main(argv: list[str] | None = None, spark: Any = None) -> None:
+    """The CLI; ``spark``: a session this process already has (under spark-submit), which
+    ``run`` uses instead of starting one."""
+    argv = sys.argv[1:] if argv is None else argv
     try:
-        result = cli.main(args=argv, prog_name="sparkpoint", standalone_mode=False)
+        result = cli.main(args=argv, prog_name="sparkpoint", standalone_mode=False,
+                          obj={"spark": spark})
     except click.ClickException as exc:
         if _json_requested(argv):
             _json_error("USAGE", exc.format_message(), exc.exit_code)

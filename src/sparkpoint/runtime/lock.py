@@ -1,15 +1,18 @@
 """The exclusive right to change a job: run it, drain it, apply its startpoints.
 
 One lock file per job (``<home>/jobs/<job>/run.lock``) holds the owner's pid; a lock left by a
-dead process is taken over. The lock is re-entrant within a process, so a command that holds
+dead process is taken over. The lock is re-entrant within a thread, so a command that holds
 it across several steps (drain: complete the in-flight batch, run the drain batch, put the
-watermark back) can run the job inside without letting another process in between.
+watermark back) can run the job inside without letting another process in between. Another
+thread of the same process (a notebook draining a job it started with ``sparkpoint.start``)
+waits until the holding thread lets go.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -23,8 +26,11 @@ def _quiet(_message: str) -> None:
     pass
 
 
-# Lock files this process holds, with how many times each is held.
-_held: dict[Path, int] = {}
+# Lock files this process holds: the holding thread and how many times it holds each.
+_held: dict[Path, tuple[int, int]] = {}
+_released = threading.Condition()
+# How long a thread waits for another thread of this process to let go of a job's lock.
+THREAD_WAIT_S = 120.0
 
 
 def lock_path(home: Home, job: str) -> Path:
@@ -66,24 +72,43 @@ def _acquire(path: Path, job: str, echo: Callable[[str], None]) -> None:
     raise JobRunningError(f"job '{job}': another process took its lock at {path} meanwhile")
 
 
+def _enter(path: Path, job: str, echo: Callable[[str], None]) -> bool:
+    """Take the lock for this thread, or count one more hold; True when already held."""
+    me = threading.get_ident()
+    with _released:
+        if not _released.wait_for(lambda: path not in _held or _held[path][0] == me,
+                                  timeout=THREAD_WAIT_S):
+            raise JobRunningError(
+                f"job '{job}' is held by another thread of this process (a query started "
+                "with sparkpoint.start is still running); stop it first")
+        if path in _held:
+            owner, count = _held[path]
+            _held[path] = (owner, count + 1)
+            return True
+        _acquire(path, job, echo)
+        _held[path] = (me, 1)
+        return False
+
+
 @contextlib.contextmanager
 def job_lock(home: Home, job: str, echo: Callable[[str], None] = _quiet) -> Iterator[None]:
-    """Hold the job's lock for the block (re-entrant in this process)."""
+    """Hold the job's lock for the block (re-entrant in this thread)."""
     path = lock_path(home, job)
-    if _held.get(path):
-        _held[path] += 1
+    if _enter(path, job, echo):
         try:
             yield
         finally:
-            _held[path] -= 1
+            with _released:
+                owner, count = _held[path]
+                _held[path] = (owner, count - 1)
         return
-    _acquire(path, job, echo)
-    _held[path] = 1
     try:
         yield
     finally:
-        del _held[path]
-        path.unlink(missing_ok=True)
-        # A first run refused before anything was recorded leaves no trace.
-        with contextlib.suppress(OSError):
-            path.parent.rmdir()
+        with _released:
+            del _held[path]
+            path.unlink(missing_ok=True)
+            # A first run refused before anything was recorded leaves no trace.
+            with contextlib.suppress(OSError):
+                path.parent.rmdir()
+            _released.notify_all()

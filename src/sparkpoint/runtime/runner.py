@@ -106,19 +106,23 @@ def plan_job(
     ui: bool = False,
     echo: Callable[[str], None] = print,
     log_dir: Path | None = None,
+    build: Callable[..., Any] | None = None,
 ) -> PlannedJob:
-    """Load the job file, build its writer in a session and learn its stateful operators.
+    """Load the job file (or take ``build``, a function given by a Python caller), build
+    its writer in a session and learn its stateful operators.
 
     With ``log_dir``, a JVM started here logs to a new file there, and a failing ``build``
     leaves its stack traces in that file, which the error names."""
     # A broken job file or a missing required param fails before a JVM starts.
-    check_required_params(check_job_file(job_file), job, params)
+    if build is None:
+        check_required_params(check_job_file(job_file), job, params)
     log_file = new_log_file(log_dir, job) if log_dir is not None else None
     session = spark or create_session(master, conf, f"sparkpoint:{job}", ui=ui,
                                       log_file=log_file)
     if ui and spark is None:
         echo(f"Spark UI: {session.sparkContext.uiWebUrl}")
-    build = load_build(job_file)  # after the session: module-level UDFs parse DDL with it
+    if build is None:
+        build = load_build(job_file)  # after the session: module-level UDFs parse DDL with it
     session.dataSource.register(KafkaDataSource)  # format("sparkpoint-kafka") in job files
     replaced = apply_query_conf(session, conf)
     lent = replaced if spark is not None else {}
@@ -164,6 +168,8 @@ class RunOptions:
     pending_batch_only: bool = False
     # Turn the Spark UI on and print its address.
     ui: bool = False
+    # The job's build function when a Python caller gave one instead of a job file.
+    build: Callable[..., Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -280,9 +286,11 @@ def run_job(
     prepare: Prepare | None = None,
     echo: Callable[[str], None] = print,
     on_recorded: Callable[[], None] | None = None,
+    on_started: Callable[[StreamingQuery], None] | None = None,
 ) -> RunResult:
     """Run the job under its lock. ``prepare`` may build its checkpoint before the query
-    starts; ``on_recorded`` is called once the job record names this run."""
+    starts; ``on_recorded`` is called once the job record names this run, ``on_started``
+    with the query once it runs (``sparkpoint.start`` hands it to its caller)."""
     registry = JobRegistry(home)
     job = options.job
     home.job_dir(job)  # validates the name before anything is written
@@ -303,7 +311,7 @@ def run_job(
         registry.clear_stop_request(job)
         planned = plan_job(job, options.job_file, options.params, options.conf,
                            options.master, spark, ui=options.ui, echo=echo,
-                           log_dir=home.logs_dir)
+                           log_dir=home.logs_dir, build=options.build)
         log_file = session_log_file() or new_log_file(home.logs_dir, job)
         session, writer, operators = planned.spark, planned.writer, planned.operators
         try:
@@ -349,6 +357,8 @@ def run_job(
             try:
                 with _StopSignal() as stop_signal:
                     query = writer.start()
+                    if on_started is not None:
+                        on_started(query)
                     while query.isActive:
                         if limit_reached.wait(POLL_SECONDS):
                             query.stop()

@@ -1,0 +1,131 @@
+"""sparkpoint inside a driver that already has a SparkSession: a notebook, a scheduler's
+Python task, an application that starts its own queries.
+
+    import sparkpoint
+
+    query = sparkpoint.start(spark, build, job="clicks", home="/data/sparkpoint",
+                             params={"input": "...", "output": "..."})
+    ...
+    manifest = sparkpoint.snapshot_create("clicks", "before-v2", home="/data/sparkpoint")
+    query.stop()                       # or: sparkpoint.drain_job(spark, "clicks", build=build)
+
+``start`` runs the job exactly as ``sparkpoint run`` does (its lock, record, recovery,
+startpoints, progress, stop requests from ``sparkpoint jobs stop``), in a background thread
+of the caller's process and in the caller's session, and returns the ``StreamingQuery`` once
+it runs. The other functions are the CLI's commands and return what the CLI renders as
+``--json`` (Manifest, UpgradePlan, DrainRecord, Problem lists...).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sparkpoint import api
+from sparkpoint.errors import UsageError
+from sparkpoint.snapshot.manifest import Manifest
+from sparkpoint.snapshot.store import Problem
+from sparkpoint.storage.home import Home
+from sparkpoint.upgrade.validate import UpgradePlan
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    from sparkpoint.runtime.registry import DrainRecord
+
+Build = Callable[..., Any]
+
+
+def _home(home: str | Path | None, snapshots: str | None) -> Home:
+    return Home.resolve(str(home) if home is not None else None, snapshots)
+
+
+def _job_source(build: Build | str | Path) -> tuple[Path, Build | None]:
+    """A job file, or a build function named as the job record keeps it."""
+    if callable(build):
+        name = f"{getattr(build, '__module__', '?')}.{getattr(build, '__qualname__', '?')}"
+        return Path(f"{api.PYTHON_BUILD_PREFIX}{name}"), build
+    return Path(build), None
+
+
+def start(
+    spark: SparkSession,
+    build: Build | str | Path,
+    job: str,
+    home: str | Path | None = None,
+    params: Mapping[str, str] | None = None,
+    conf: Mapping[str, str] | None = None,
+    from_snapshot: str | None = None,
+    resume_point: str | Path | None = None,
+    snapshots: str | None = None,
+    echo: Callable[[str], None] = print,
+) -> StreamingQuery:
+    """Start job ``job`` in ``spark`` (``build(spark, ctx)`` returns its unstarted writer, or a
+    job file path) and return its running query. Refusals (bad names, a job running
+    elsewhere, a resume point that does not validate) are raised here, before any query."""
+    job_file, function = _job_source(build)
+    started: list[StreamingQuery] = []
+    failed: list[BaseException] = []
+    ready = threading.Event()
+
+    def on_started(query: StreamingQuery) -> None:
+        started.append(query)
+        ready.set()
+
+    def body() -> None:
+        try:
+            api.run(_home(home, snapshots), job_file, job, params=params, conf=conf,
+                    from_snapshot=from_snapshot,
+                    resume_point=Path(resume_point) if resume_point is not None else None,
+                    spark=spark, echo=echo, build=function, on_started=on_started)
+        except BaseException as exc:  # handed to the caller, or kept on the query
+            failed.append(exc)
+        finally:
+            ready.set()
+
+    thread = threading.Thread(target=body, name=f"sparkpoint:{job}", daemon=True)
+    thread.start()
+    ready.wait()
+    if started:
+        return started[0]
+    if failed:
+        raise failed[0]
+    raise UsageError(f"job '{job}' ended before its query started")
+
+
+def snapshot_create(job: str, name: str, home: str | Path | None = None,
+             snapshots: str | None = None, cancel: bool = False) -> Manifest:
+    """Snapshot the job's latest committed batch (it may keep running)."""
+    return api.snapshot_create(_home(home, snapshots), job, name, cancel=cancel)
+
+
+def drain_job(spark: SparkSession, job: str, home: str | Path | None = None,
+          snapshot: str | None = None, build: Build | None = None,
+          snapshots: str | None = None) -> DrainRecord:
+    """Stop the job, fire every window and timer, optionally snapshot the drained state."""
+    return api.drain(_home(home, snapshots), job, snapshot=snapshot, spark=spark, build=build)
+
+
+def plan(spark: SparkSession, build: Build | str | Path, home: str | Path | None = None,
+         from_snapshot: str | None = None, resume_point: str | Path | None = None,
+         params: Mapping[str, str] | None = None, snapshots: str | None = None) -> UpgradePlan:
+    """What a job started from a snapshot or resume point would resume, and every problem."""
+    job_file, function = _job_source(build)
+    if function is not None:
+        raise UsageError("plan takes a job file; give the path of the job's .py file")
+    return api.plan(_home(home, snapshots), job_file, params=params, spark=spark,
+                    from_snapshot=from_snapshot,
+                    resume_point=Path(resume_point) if resume_point is not None else None)
+
+
+def snapshot_list(job: str | None = None, home: str | Path | None = None,
+                 snapshots: str | None = None) -> list[Manifest]:
+    return api.snapshot_list(_home(home, snapshots), job)
+
+
+def snapshot_verify(name: str, home: str | Path | None = None,
+           snapshots: str | None = None) -> list[Problem]:
+    return api.snapshot_verify(_home(home, snapshots), name)
