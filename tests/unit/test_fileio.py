@@ -53,6 +53,18 @@ def test_write_bytes_replaces_the_whole_file(root: str) -> None:
     assert io.list_names(join(root, "a")) == ["state.json"]
 
 
+def test_empty_and_multi_megabyte_files_round_trip(root: str, tmp_path: Path) -> None:
+    io = file_io(root)
+    sizes = {"empty": 0, "big": 3 * 1024 * 1024 + 7}
+    for name, size in sizes.items():
+        (tmp_path / name).write_bytes(bytes(i % 251 for i in range(size)))
+    io.put_files([(tmp_path / name, join(root, "blobs", name)) for name in sizes])
+    assert io.walk_sizes(join(root, "blobs")) == sizes
+    io.get_files([(join(root, "blobs", name), tmp_path / "back" / name) for name in sizes])
+    for name in sizes:
+        assert (tmp_path / "back" / name).read_bytes() == (tmp_path / name).read_bytes()
+
+
 def test_listing_walking_and_deleting(root: str, tmp_path: Path) -> None:
     io = file_io(root)
     assert io.list_names(root) == []
