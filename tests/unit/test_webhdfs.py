@@ -4,14 +4,14 @@ reaches the real NameNode of the MiniDFSCluster fixture."""
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 import pytest
-import requests
 
-from sparkpoint.errors import UsageError
+from sparkpoint.errors import StoreUnreachableError, UsageError
 from sparkpoint.storage.fileio import file_io, join
 from sparkpoint.storage.webhdfs import WebHdfsAddress, webhdfs_address
 
@@ -85,8 +85,17 @@ def test_an_unreachable_namenode_is_an_error_not_an_absent_file(
         sock.bind(("127.0.0.1", 0))
         closed_port = sock.getsockname()[1]
     monkeypatch.setenv("SPARKPOINT_WEBHDFS_URL", f"http://127.0.0.1:{closed_port}")
-    io = file_io("hdfs://127.0.0.1:8020/x")
-    with pytest.raises(requests.ConnectionError):
-        io.exists("hdfs://127.0.0.1:8020/x/manifest.json")
-    with pytest.raises(requests.ConnectionError):
-        io.create_exclusive("hdfs://127.0.0.1:8020/x/manifest.json", b"{}")
+    root = "hdfs://127.0.0.1:8020/x"
+    io = file_io(root)
+    attempts: list[Callable[[], object]] = [
+        lambda: io.exists(join(root, "manifest.json")),
+        lambda: io.create_exclusive(join(root, "manifest.json"), b"{}"),
+        lambda: io.walk_sizes(root),  # fsspec's walk would skip an unreachable directory
+        lambda: io.list_names(root),
+    ]
+    for attempt in attempts:
+        with pytest.raises(StoreUnreachableError) as caught:
+            attempt()
+        message = caught.value.message
+        assert f"http://127.0.0.1:{closed_port}" in message and "SPARKPOINT_WEBHDFS_URL" in message
+        assert "\n" not in message

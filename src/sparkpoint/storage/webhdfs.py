@@ -18,7 +18,7 @@ import weakref
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import quote, urlparse
@@ -27,7 +27,7 @@ import fsspec
 import requests
 from requests.adapters import HTTPAdapter
 
-from sparkpoint.errors import UsageError
+from sparkpoint.errors import StoreUnreachableError, UsageError
 from sparkpoint.storage.fileio import (
     TRANSFER_CONCURRENCY,
     Capabilities,
@@ -48,6 +48,8 @@ class WebHdfsAddress:
     host: str
     port: int
     user: str
+    # Where the address came from, for messages when it does not answer.
+    found_by: str = field(default="", compare=False)
 
     @property
     def url(self) -> str:
@@ -89,7 +91,7 @@ def webhdfs_address(location: str, environ: Mapping[str, str] | None = None) -> 
             raise UsageError(f"{location}: expected {scheme}://namenode:http-port/path, "
                              "found no host; name the NameNode")
         return WebHdfsAddress(scheme == "swebhdfs", parsed.hostname,
-                              parsed.port or DEFAULT_HTTP_PORT, user)
+                              parsed.port or DEFAULT_HTTP_PORT, user, f"the {scheme}:// URL")
 
     explicit = env.get(WEBHDFS_URL_ENV)
     if explicit:
@@ -100,7 +102,7 @@ def webhdfs_address(location: str, environ: Mapping[str, str] | None = None) -> 
                 f"http://namenode:9870, found '{explicit}'; fix or unset it"
             )
         return WebHdfsAddress(given.scheme == "https", given.hostname,
-                              given.port or DEFAULT_HTTP_PORT, user)
+                              given.port or DEFAULT_HTTP_PORT, user, WEBHDFS_URL_ENV)
 
     conf_dir = env.get("HADOOP_CONF_DIR")
     host = parsed.hostname
@@ -113,19 +115,64 @@ def webhdfs_address(location: str, environ: Mapping[str, str] | None = None) -> 
             f"{location}: expected hdfs://namenode:port/path, found no NameNode host "
             "(and no fs.defaultFS in $HADOOP_CONF_DIR/core-site.xml); name the NameNode"
         )
-    port = DEFAULT_HTTP_PORT
+    port, found_by = DEFAULT_HTTP_PORT, f"Hadoop's default WebHDFS port {DEFAULT_HTTP_PORT}"
     configured = _hadoop_setting(conf_dir, "hdfs-site.xml", "dfs.namenode.http-address") \
         if conf_dir else None
     if configured:
         # The port only: the host is the URL's, so a configuration for another cluster
         # cannot send this location's I/O elsewhere (and a wildcard bind host means nothing).
-        _, port = _split_host_port(
-            configured, f"dfs.namenode.http-address in {conf_dir}/hdfs-site.xml")
-    return WebHdfsAddress(False, host, port, user)
+        found_by = f"dfs.namenode.http-address in {conf_dir}/hdfs-site.xml"
+        _, port = _split_host_port(configured, found_by)
+    return WebHdfsAddress(False, host, port, user, found_by)
 
 
-# Sessions whose connection pool was widened for parallel transfers.
-_widened: weakref.WeakSet[requests.Session] = weakref.WeakSet()
+# Seconds to wait for a connection, and for the next bytes of an answer.
+CONNECT_TIMEOUT, READ_TIMEOUT = 10, 120
+
+
+class _WebHdfsAdapter(HTTPAdapter):
+    """Every request of one WebHDFS session (fsspec's and ours): a pool wide enough for
+    parallel transfers, timeouts instead of waiting forever, and a server that does not
+    answer reported as one clear error rather than a connection traceback."""
+
+    def __init__(self, address: WebHdfsAddress) -> None:
+        super().__init__(pool_connections=4, pool_maxsize=TRANSFER_CONCURRENCY)
+        self.address = address
+
+    def send(
+        self, request: requests.PreparedRequest, stream: bool = False,
+        timeout: float | tuple[float, float] | tuple[float, None] | None = None,
+        verify: bool | str = True,
+        cert: bytes | str | tuple[bytes | str, bytes | str] | None = None,
+        proxies: Mapping[str, str] | None = None,
+    ) -> requests.Response:
+        try:
+            return super().send(request, stream=stream,
+                                timeout=timeout or (CONNECT_TIMEOUT, READ_TIMEOUT),
+                                verify=verify, cert=cert, proxies=proxies)
+        except (requests.ConnectionError, requests.Timeout) as error:
+            raise self._unreachable(request, error) from error
+
+    def _unreachable(self, request: requests.PreparedRequest,
+                     error: Exception) -> StoreUnreachableError:
+        address = self.address
+        server = urlparse(request.url or "")
+        reason = type(error).__name__
+        if (server.hostname, server.port) == (address.host, address.port):
+            return StoreUnreachableError(
+                f"WebHDFS at {address.url} (from {address.found_by}) does not answer "
+                f"({reason}); expected the NameNode's HTTP address with WebHDFS enabled; "
+                f"check that the NameNode is up, or set {WEBHDFS_URL_ENV} to its http://host:port"
+            )
+        return StoreUnreachableError(
+            f"the DataNode {server.hostname}:{server.port} that the NameNode at {address.url} "
+            f"sent the data to does not answer ({reason}); expected it reachable from this "
+            "machine under the name the NameNode gives; check the DataNode and its address"
+        )
+
+
+# Sessions that already carry our adapter.
+_adapted: weakref.WeakSet[requests.Session] = weakref.WeakSet()
 
 
 class WebHdfsFileIO(FileIO):
@@ -145,11 +192,11 @@ class WebHdfsFileIO(FileIO):
         )
         self.address = address
         session: requests.Session = fs.session
-        if session not in _widened:
-            adapter = HTTPAdapter(pool_connections=4, pool_maxsize=TRANSFER_CONCURRENCY)
+        if session not in _adapted:
+            adapter = _WebHdfsAdapter(address)
             session.mount("http://", adapter)
             session.mount("https://", adapter)
-            _widened.add(session)
+            _adapted.add(session)
 
     def path(self, location: str) -> str:
         path = urlparse(location).path if "://" in location else location
