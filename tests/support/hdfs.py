@@ -82,6 +82,9 @@ def start_hdfs_server(work_dir: Path) -> Iterator[HdfsServer]:
     log = open(log_path, "wb")  # noqa: SIM115 - open while the cluster runs
     command = [
         java, "-Xmx512m",
+        # The client JIT alone and the serial collector: ~40% less CPU to start (7 s instead
+        # of 12 s measured), which matters on a busy two-core machine; the load is tiny.
+        "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
         # Name and data directories, and Jetty's unpacked web apps, stay in the session tmp.
         f"-Dtest.build.data={data_dir}", f"-Djava.io.tmpdir={tmp_dir}",
         "-cp", f"{MINICLUSTER_LIB}/*",
