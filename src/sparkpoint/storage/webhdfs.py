@@ -236,12 +236,12 @@ class WebHdfsFileIO(FileIO):
         target = self.path(location)
         parent, _, name = target.rpartition("/")
         tmp = f"{parent}/.{name}.{uuid.uuid4().hex}.tmp"
-        write(tmp)
         try:
+            write(tmp)
             self._rename(tmp, target, overwrite)
         except BaseException:
             # The original error matters more than a temporary file left behind.
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(Exception):
                 self._request("DELETE", "DELETE", tmp, recursive="false")
             raise
 
