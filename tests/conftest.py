@@ -50,3 +50,12 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     from tests.support.s3 import start_s3_server
 
     yield from start_s3_server(tmp_path_factory.mktemp("s3"))
+
+
+@pytest.fixture(scope="session")
+def hdfs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A MiniDFSCluster on loopback (jars from scripts/test-deps.sh), once per test session;
+    SPARKPOINT_WEBHDFS_URL points sparkpoint's WebHDFS store at its NameNode."""
+    from tests.support.hdfs import start_hdfs_server
+
+    yield from start_hdfs_server(tmp_path_factory.mktemp("hdfs"))

@@ -127,3 +127,9 @@ class SparkQueryError(SparkpointError):
 
     code = "QUERY_FAILED"
     exit_code = EXIT_UNEXPECTED
+
+
+class StoreUnreachableError(PreconditionError):
+    """A store's server (a NameNode, a DataNode, an S3 endpoint) does not answer."""
+
+    code = "STORE_UNREACHABLE"

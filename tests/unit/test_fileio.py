@@ -1,7 +1,9 @@
-"""The store interface behaves the same on every scheme: local disk and S3 (moto on loopback)."""
+"""The store interface behaves the same on every scheme: local disk, S3 (moto on loopback) and
+HDFS (a MiniDFSCluster on loopback, reached through WebHDFS)."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -9,10 +11,12 @@ import pytest
 from sparkpoint.storage.fileio import file_io, join, scheme_of, spark_url
 
 
-@pytest.fixture(params=["file", "s3"])
+@pytest.fixture(params=["file", "s3", "hdfs"])
 def root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "file":
         return str(tmp_path / "store")
+    if request.param == "hdfs":
+        return str(request.getfixturevalue("hdfs_server").new_dir())
     server = request.getfixturevalue("s3_server")
     return f"s3://{server.new_bucket()}/prefix"
 
@@ -23,6 +27,42 @@ def test_exclusive_create_lets_one_writer_win(root: str) -> None:
     assert io.create_exclusive(target, b"first")
     assert not io.create_exclusive(target, b"second")
     assert io.read_bytes(target) == b"first"
+
+
+def test_racing_exclusive_creates_have_one_winner(root: str) -> None:
+    io = file_io(root)
+    target = join(root, "race", "manifest.json")
+    payloads = [f"writer-{n}".encode() * 50 for n in range(8)]
+    with ThreadPoolExecutor(max_workers=len(payloads)) as pool:
+        won = list(pool.map(lambda data: io.create_exclusive(target, data), payloads))
+    assert won.count(True) == 1
+    assert io.read_bytes(target) == payloads[won.index(True)]
+    # No temporary file of a losing writer is left beside the target.
+    assert io.list_names(join(root, "race")) == ["manifest.json"]
+
+
+def test_write_bytes_replaces_the_whole_file(root: str) -> None:
+    io = file_io(root)
+    target = join(root, "a", "state.json")
+    io.write_bytes(target, b"first version, longer")
+    io.write_bytes(target, b"second")
+    assert io.read_bytes(target) == b"second"
+    assert io.size(target) == len(b"second")
+    assert io.exists(target)
+    assert not io.exists(join(root, "a", "other.json"))
+    assert io.list_names(join(root, "a")) == ["state.json"]
+
+
+def test_empty_and_multi_megabyte_files_round_trip(root: str, tmp_path: Path) -> None:
+    io = file_io(root)
+    sizes = {"empty": 0, "big": 3 * 1024 * 1024 + 7}
+    for name, size in sizes.items():
+        (tmp_path / name).write_bytes(bytes(i % 251 for i in range(size)))
+    io.put_files([(tmp_path / name, join(root, "blobs", name)) for name in sizes])
+    assert io.walk_sizes(join(root, "blobs")) == sizes
+    io.get_files([(join(root, "blobs", name), tmp_path / "back" / name) for name in sizes])
+    for name in sizes:
+        assert (tmp_path / "back" / name).read_bytes() == (tmp_path / name).read_bytes()
 
 
 def test_listing_walking_and_deleting(root: str, tmp_path: Path) -> None:

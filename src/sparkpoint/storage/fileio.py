@@ -266,13 +266,24 @@ class S3FileIO(FileIO):
         return True
 
 
-_FACTORIES: dict[str, Callable[[], FileIO]] = {
-    "file": LocalFileIO,
-    "s3": S3FileIO,
+def _webhdfs(location: str) -> FileIO:
+    # Imported here: storage.webhdfs builds on this module.
+    from sparkpoint.storage.webhdfs import WebHdfsFileIO
+
+    return WebHdfsFileIO(location)
+
+
+# A factory is given the location: an HDFS store is one NameNode, named in the URL.
+_FACTORIES: dict[str, Callable[[str], FileIO]] = {
+    "file": lambda _location: LocalFileIO(),
+    "s3": lambda _location: S3FileIO(),
+    "hdfs": _webhdfs,
+    "webhdfs": _webhdfs,
+    "swebhdfs": _webhdfs,
 }
 
 
-def register_scheme(scheme: str, factory: Callable[[], FileIO]) -> None:
+def register_scheme(scheme: str, factory: Callable[[str], FileIO]) -> None:
     _FACTORIES[scheme] = factory
 
 
@@ -286,7 +297,7 @@ def file_io(location: str) -> FileIO:
             f"{location}: expected a local path or a URL with one of the schemes {known}, "
             f"found scheme '{scheme}'; use one of those"
         )
-    return factory()
+    return factory(location)
 
 
 def is_local(location: str) -> bool:
