@@ -1,6 +1,6 @@
-"""Snapshots on S3 (moto's server on loopback) apart from the home: taken by one home,
-listed by another and continued there with nothing lost; incremental uploads; atomic
-publishing under crashes and concurrent creates."""
+"""Snapshots on S3 (moto's server on loopback) and HDFS (a MiniDFSCluster) apart from the
+home: taken by one home, listed by another and continued there with nothing lost;
+incremental uploads; atomic publishing under crashes and concurrent creates."""
 
 from __future__ import annotations
 
@@ -43,11 +43,18 @@ def _referenced(manifests: list[Manifest]) -> set[str]:
     return {blob_name(entry) for m in manifests for entry in m.files}
 
 
-def test_snapshot_on_s3_continued_from_a_second_home(
-    spark: object, s3_server: S3Server, tmp_path: Path
+@pytest.fixture(params=["s3", "hdfs"])
+def remote_store(request: pytest.FixtureRequest) -> str:
+    """A fresh place for snapshots on S3 (moto) or HDFS (MiniDFSCluster, over WebHDFS)."""
+    if request.param == "hdfs":
+        return f"{request.getfixturevalue('hdfs_server').new_dir()}/snaps"
+    return f"s3://{request.getfixturevalue('s3_server').new_bucket()}/snaps"
+
+
+def test_snapshot_on_a_remote_store_continued_from_a_second_home(
+    spark: object, remote_store: str, tmp_path: Path
 ) -> None:
-    bucket = s3_server.new_bucket()
-    snapshots = f"s3://{bucket}/snaps"
+    snapshots = remote_store
     first_home = Home(tmp_path / "a", snapshots)
     second_home = Home(tmp_path / "b", snapshots)
     inp = tmp_path / "in"
