@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 from sparkpoint import api
 from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
 from sparkpoint.snapshot.manifest import Manifest
-from sparkpoint.snapshot.store import SnapshotStore
+from sparkpoint.snapshot.store import open_snapshot_store
 from sparkpoint.spark.session import PROVIDER_CONF, create_session
 from sparkpoint.storage.home import Home
 from sparkpoint.upgrade.assemble import UsedSnapshot, assemble_checkpoint
@@ -279,9 +279,9 @@ def measure_costs(home: Home, work: Path, repeats: int) -> tuple[Costs, Manifest
     create = measure(repeats,
                      lambda i: manifests.append(api.snapshot_create(home, JOB, f"snap{i}")))
     manifest = manifests[0]
-    snapshot_dir = SnapshotStore(home).path(manifest.name)
+    snapshot_dir = open_snapshot_store(home).local_dir(manifest.name)
     restores = work / "restores"
-    store = SnapshotStore(home)
+    store = open_snapshot_store(home)
 
     def restore_once(i: int) -> None:
         # What `run --from-snapshot` does before Spark starts: verify, then build.
@@ -376,7 +376,8 @@ def build_checkpoint(snapshot_dir: Path, manifest: Manifest, target: Path) -> No
 def profile_costs(home: Home, work: Path, manifest: Manifest) -> None:
     profile("snapshot_create", lambda: api.snapshot_create(home, JOB, "profiled"))
     profile("build_checkpoint", lambda: build_checkpoint(
-        SnapshotStore(home).path(manifest.name), manifest, work / "profiled" / "checkpoint"))
+        open_snapshot_store(home).local_dir(manifest.name), manifest,
+        work / "profiled" / "checkpoint"))
 
 
 def main(argv: list[str] | None = None) -> int:
