@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkpoint import api
-from sparkpoint.errors import UsageError
+from sparkpoint.errors import JobRunningError, UsageError
+from sparkpoint.runtime.runner import RunResult
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.store import Problem
 from sparkpoint.storage.home import Home
@@ -37,6 +39,17 @@ if TYPE_CHECKING:
     from sparkpoint.runtime.registry import DrainRecord
 
 Build = Callable[..., Any]
+
+
+@dataclass
+class _Started:
+    thread: threading.Thread
+    result: list[RunResult] = field(default_factory=list)
+    error: list[BaseException] = field(default_factory=list)
+
+
+# Jobs this process started with ``start``, by name: their run's thread and its outcome.
+_started: dict[str, _Started] = {}
 
 
 def _home(home: str | Path | None, snapshots: str | None) -> Home:
@@ -62,13 +75,15 @@ def start(
     resume_point: str | Path | None = None,
     snapshots: str | None = None,
     echo: Callable[[str], None] = print,
+    until_caught_up: bool = False,
 ) -> StreamingQuery:
     """Start job ``job`` in ``spark`` (``build(spark, ctx)`` returns its unstarted writer, or a
-    job file path) and return its running query. Refusals (bad names, a job running
-    elsewhere, a resume point that does not validate) are raised here, before any query."""
+    job file path) and return its running query (``until_caught_up``: it processes the input
+    available at its start, then stops, as a scheduled batch-like run). Refusals (bad names,
+    a job running elsewhere, a resume point that does not validate) are raised here, before
+    any query."""
     job_file, function = _job_source(build)
     started: list[StreamingQuery] = []
-    failed: list[BaseException] = []
     ready = threading.Event()
 
     def on_started(query: StreamingQuery) -> None:
@@ -77,23 +92,42 @@ def start(
 
     def body() -> None:
         try:
-            api.run(_home(home, snapshots), job_file, job, params=params, conf=conf,
-                    from_snapshot=from_snapshot,
-                    resume_point=Path(resume_point) if resume_point is not None else None,
-                    spark=spark, echo=echo, build=function, on_started=on_started)
-        except BaseException as exc:  # handed to the caller, or kept on the query
-            failed.append(exc)
+            outcome.result.append(api.run(
+                _home(home, snapshots), job_file, job, params=params, conf=conf,
+                from_snapshot=from_snapshot,
+                resume_point=Path(resume_point) if resume_point is not None else None,
+                spark=spark, echo=echo, build=function, on_started=on_started,
+                until_caught_up=until_caught_up))
+        except BaseException as exc:  # handed to the caller, or kept for await_job
+            outcome.error.append(exc)
         finally:
             ready.set()
 
-    thread = threading.Thread(target=body, name=f"sparkpoint:{job}", daemon=True)
-    thread.start()
+    outcome = _Started(threading.Thread(target=body, name=f"sparkpoint:{job}", daemon=True))
+    outcome.thread.start()
     ready.wait()
     if started:
+        _started[job] = outcome
         return started[0]
-    if failed:
-        raise failed[0]
+    outcome.thread.join()
+    if outcome.error:
+        raise outcome.error[0]
     raise UsageError(f"job '{job}' ended before its query started")
+
+
+def await_job(job: str, timeout: float | None = None) -> RunResult:
+    """Wait until a job started here has ended and its record says so; its run's result, or
+    the error it failed with (a query that stops is over only once sparkpoint recorded it)."""
+    outcome = _started.get(job)
+    if outcome is None:
+        raise UsageError(f"job '{job}' was not started by sparkpoint.start in this process")
+    outcome.thread.join(timeout)
+    if outcome.thread.is_alive():
+        raise JobRunningError(f"job '{job}' is still running after {timeout}s")
+    del _started[job]
+    if outcome.error:
+        raise outcome.error[0]
+    return outcome.result[0]
 
 
 def snapshot_create(job: str, name: str, home: str | Path | None = None,

@@ -59,6 +59,7 @@ def test_notebook_starts_snapshots_and_drains_in_process(
         if query.isActive:
             query.stop()
     assert not query.isActive
+    assert sparkpoint.await_job("nb").status == "stopped"
     assert drained.snapshot == "nb-drained"
     assert api.job_view(home, "nb").status == "drained"
     # Drained: every window of the input was emitted, once.
