@@ -65,13 +65,13 @@ def start_s3_server(log_dir: Path) -> Iterator[S3Server]:
         stdout=log, stderr=subprocess.STDOUT,
     )
     endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     try:
         while True:
             try:
-                requests.get(endpoint, timeout=2)
+                requests.get(endpoint, timeout=5)
                 break
-            except requests.ConnectionError:
+            except requests.RequestException:  # not listening yet, or too busy to answer
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(
                         f"moto server did not start; see {log_dir / 'moto.log'}"
