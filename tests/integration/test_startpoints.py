@@ -338,3 +338,31 @@ def test_kafka_reader_options_and_rate_limit(kafka_broker: KafkaBroker) -> None:
     assert [(r[0], r[1], r[2], r[3], r[4], r[6]) for r in rows] == [
         (b"k0", b"v0", topic, 0, 0, 0), (b"k2", b"v2", topic, 0, 1, 0)]
     assert rows[1][5] == dt.datetime.fromtimestamp((BASE_MS + 2000) / 1000, dt.UTC)
+
+
+def test_kafka_reader_refuses_records_the_broker_no_longer_holds(
+    kafka_broker: KafkaBroker
+) -> None:
+    """A checkpoint's position below the log start (records deleted by retention before the
+    job read them) fails the batch naming what is lost, instead of skipping past it."""
+    from sparkpoint.sources.kafka import KafkaRange, KafkaSourceError, KafkaStreamReader
+
+    topic = kafka_broker.new_topic("gone", 1)
+    three_days_ago = (int(time.time()) - 3 * 86_400) * 1000
+    _produce(kafka_broker, topic, 0, 4, partitions=1, base_ms=three_days_ago)
+    kafka_broker.set_topic_config(topic, {"retention.ms": str(DAY_MS)})
+    wait_for(lambda: kafka_broker.watermarks(topic, 0)[0] == 4, 120,
+             "the old records deleted by retention")
+    kept = _produce(kafka_broker, topic, 4, 2, partitions=1)
+    reader = KafkaStreamReader({"kafka.bootstrap.servers": kafka_broker.bootstrap,
+                                "subscribe": topic})
+    with pytest.raises(KafkaSourceError) as refused:
+        list(reader.read(KafkaRange(topic, 0, 1, 6)))
+    assert str(refused.value).startswith(
+        f"offsets 1..3 of {topic}-0 are no longer on the broker (its earliest offset is 4")
+    assert f"--earliest --partition {topic}:0" in str(refused.value)
+    held = [(o, v.encode()) for _, _, o, v, _ in kept]
+    assert [(r[4], r[1]) for r in reader.read(KafkaRange(topic, 0, 4, 6))] == held
+    # A partition the batch's start does not know (added since) is read from its earliest.
+    [added] = reader.partitions({}, {topic: {"0": 6}})
+    assert [(r[4], r[1]) for r in reader.read(added)] == held
