@@ -59,3 +59,12 @@ def hdfs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     from tests.support.hdfs import start_hdfs_server
 
     yield from start_hdfs_server(tmp_path_factory.mktemp("hdfs"))
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """An Apache Kafka broker in KRaft mode on loopback (jars from scripts/test-deps.sh), once
+    per test session; every test creates its own topics."""
+    from tests.support.kafka import start_kafka_broker
+
+    yield from start_kafka_broker(tmp_path_factory.mktemp("kafka"))

@@ -8,7 +8,6 @@ import datetime as dt
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from sparkpoint import api
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import Click, output_rows, write_clicks
 from tests.support.cli import files_committed, sparkpoint, start, wait_for
-from tests.support.kafka import kafka_broker
+from tests.support.kafka import KafkaBroker
 
 pytestmark = pytest.mark.spark
 JOB = Path(__file__).resolve().parent.parent / "data" / "jobs" / "passthrough.py"
@@ -175,67 +174,59 @@ def test_rate_source_starts_at_the_second_of_a_timestamp(
     assert after and after == list(range(5 * target, 5 * target + len(after)))
 
 
-# -- Kafka ------------------------------------------------------------------------------
+# -- Kafka (a real broker: tests/support/kafka.py) ---------------------------------------
 
-TOPIC = "events"
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    base = tmp_path_factory.mktemp("kafka")
-    with kafka_broker(base / "data", base / "broker.log") as bootstrap:
-        from confluent_kafka.admin import AdminClient, NewTopic
-
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        for future in admin.create_topics(
-                [NewTopic(TOPIC, num_partitions=3, replication_factor=1)]).values():
-            future.result(30)
-        yield bootstrap
-
-
-# Record timestamps an hour back: the broker deletes records older than its retention.
+# Record timestamps an hour back: well within the broker's retention (7 days).
 BASE_MS = (int(time.time()) - 3600) * 1000
+DAY_MS = 86_400_000
+
+Record = tuple[str, int, int, str, int]  # topic, partition, offset, value, timestamp ms
 
 
-def _produce(bootstrap: str, first: int, count: int) -> list[tuple[int, int, str, int]]:
-    """Records i = first..first+count-1 to partition i % 3 with timestamp BASE + i s; returns
-    (partition, offset, value, timestamp ms) of each, offsets as the broker assigned them."""
+def _produce(broker: KafkaBroker, topic: str, first: int, count: int, partitions: int = 3,
+             base_ms: int = BASE_MS) -> list[Record]:
+    """Records i = first..first+count-1 to partition i % partitions with timestamp base + i s;
+    returns (topic, partition, offset, value, timestamp ms) of each, offsets as the broker
+    assigned them."""
     from confluent_kafka import Producer
 
-    delivered: list[tuple[int, int, str, int]] = []
-    producer = Producer({"bootstrap.servers": bootstrap})
+    delivered: list[Record] = []
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
     for i in range(first, first + count):
-        producer.produce(TOPIC, value=f"v{i}".encode(), partition=i % 3,
-                         timestamp=BASE_MS + i * 1000,
+        producer.produce(topic, value=f"v{i}".encode(), partition=i % partitions,
+                         timestamp=base_ms + i * 1000,
                          on_delivery=lambda err, msg: delivered.append(
-                             (msg.partition(), msg.offset(), msg.value().decode(),
+                             (msg.topic(), msg.partition(), msg.offset(), msg.value().decode(),
                               msg.timestamp()[1])))
         producer.flush(30)
     assert len(delivered) == count
     return delivered
 
 
-def _kafka_rows(records: list[tuple[int, int, str, int]]) -> Counter[Any]:
-    return Counter((TOPIC, p, o, v, dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
-                    .replace(tzinfo=None)) for p, o, v, ms in records)
+def _kafka_rows(records: list[Record]) -> Counter[Any]:
+    return Counter((t, p, o, v, dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
+                    .replace(tzinfo=None)) for t, p, o, v, ms in records)
+
+
+def _kafka_run(spark: object, home: Home, tmp: Path, broker: KafkaBroker, topic: str,
+               job: str = "k") -> api.RunResult:
+    params = {"source": "kafka", "bootstrap": broker.bootstrap, "topic": topic,
+              "output": str(tmp / "out")}
+    return api.run(home, JOB, job, params=params, until_caught_up=True,
+                   spark=spark)  # type: ignore[arg-type]
 
 
 def test_kafka_source_and_per_partition_startpoints(
-    spark: object, home: Home, tmp_path: Path, broker: str
+    spark: object, home: Home, tmp_path: Path, kafka_broker: KafkaBroker
 ) -> None:
-    params = {"source": "kafka", "bootstrap": broker, "topic": TOPIC,
-              "output": str(tmp_path / "out")}
-
-    def run() -> api.RunResult:
-        return api.run(home, JOB, "k", params=params, until_caught_up=True,
-                       spark=spark)  # type: ignore[arg-type]
-
-    records = _produce(broker, 0, 15)
-    result = run()
+    # The source is named "events" in the job; its topic is named so too, as the lines say.
+    topic = kafka_broker.create_topic("events", 3)
+    records = _produce(kafka_broker, topic, 0, 15)
+    result = _kafka_run(spark, home, tmp_path, kafka_broker, topic)
     # maxOffsetsPerTrigger=4: 15 records take 4 batches; every record exactly once.
     assert result.batches_run >= 4
     assert _out(spark, tmp_path) == _kafka_rows(records)
-    later = _produce(broker, 15, 6)
+    later = _produce(kafka_broker, topic, 15, 6)
     # Partition 0 from the first record at or after record 6's time (offset 2), partition 1
     # from offset 1; partition 2 continues where it was.
     at = dt.datetime.fromtimestamp((BASE_MS + 6000) / 1000, dt.UTC).isoformat()
@@ -247,11 +238,11 @@ def test_kafka_source_and_per_partition_startpoints(
                         '{"events":{"1":1}}', "--partition", "1", "--json")
     assert offset.code == 0, offset.err
     assert offset.json()["resolves_to"]["offset_after"] == {
-        TOPIC: {"0": 2, "1": 1, "2": 5}}
-    run()
+        topic: {"0": 2, "1": 1, "2": 5}}
+    _kafka_run(spark, home, tmp_path, kafka_broker, topic)
     everything = records + later
-    again = [r for r in everything if (r[0] == 0 and r[1] >= 2) or (r[0] == 1 and r[1] >= 1)]
-    new_in_2 = [r for r in later if r[0] == 2]
+    again = [r for r in everything if (r[1] == 0 and r[2] >= 2) or (r[1] == 1 and r[2] >= 1)]
+    new_in_2 = [r for r in later if r[1] == 2]
     assert _out(spark, tmp_path) == _kafka_rows(records) + _kafka_rows(again + new_in_2)
     refused = [
         (["--offset", '{"events":{"2":99}}'], "outside what the broker holds"),
@@ -263,34 +254,75 @@ def test_kafka_source_and_per_partition_startpoints(
     assert sparkpoint(home, "startpoint", "list", "k", "--json").json() == []
 
 
-def test_kafka_reader_options_and_rate_limit(broker: str) -> None:
+def test_kafka_partitions_added_between_runs_are_read_from_their_beginning(
+    spark: object, home: Home, tmp_path: Path, kafka_broker: KafkaBroker
+) -> None:
+    topic = kafka_broker.new_topic("grows", 2)
+    first = _produce(kafka_broker, topic, 0, 6, partitions=2)
+    _kafka_run(spark, home, tmp_path, kafka_broker, topic)
+    assert _out(spark, tmp_path) == _kafka_rows(first)
+    kafka_broker.add_partitions(topic, 3)
+    # Partition 2 did not exist when the checkpoint's last offsets were written.
+    second = _produce(kafka_broker, topic, 6, 9, partitions=3)
+    assert {r[1] for r in second} == {0, 1, 2}
+    _kafka_run(spark, home, tmp_path, kafka_broker, topic)
+    assert _out(spark, tmp_path) == _kafka_rows(first + second)
+
+
+def test_kafka_timestamp_older_than_retention_starts_at_the_earliest_record_held(
+    spark: object, home: Home, tmp_path: Path, kafka_broker: KafkaBroker
+) -> None:
+    """Kafka's offsets-for-times gives the first record at or after the time among those the
+    broker still holds: a time before the topic's retention resolves to the log start, and
+    the startpoint says that what came before it was deleted."""
+    topic = kafka_broker.new_topic("retained", 2)
+    three_days_ago = (int(time.time()) - 3 * 86_400) * 1000
+    old = _produce(kafka_broker, topic, 0, 4, partitions=2, base_ms=three_days_ago)
+    _kafka_run(spark, home, tmp_path, kafka_broker, topic)
+    assert _out(spark, tmp_path) == _kafka_rows(old)
+    # Keep one day: the broker deletes the old records at its next retention check.
+    kafka_broker.set_topic_config(topic, {"retention.ms": str(DAY_MS)})
+    wait_for(lambda: all(kafka_broker.watermarks(topic, p)[0] == 2 for p in (0, 1)), 120,
+             "the old records deleted by retention")
+    recent = _produce(kafka_broker, topic, 4, 4, partitions=2)
+    _kafka_run(spark, home, tmp_path, kafka_broker, topic)
+    newer = _produce(kafka_broker, topic, 8, 2, partitions=2)
+    before_retention = dt.datetime.fromtimestamp(three_days_ago / 1000 - 3600, dt.UTC)
+    shown = sparkpoint(home, "startpoint", "set", "k", "events", "--timestamp",
+                       before_retention.isoformat(), "--json")
+    assert shown.code == 0, shown.err
+    held = "the earliest offset the broker holds; offsets below 2 were deleted"
+    assert shown.json()["resolves_to"]["positions"] == [
+        f"{topic}-0: 4 -> 2 ({held})", f"{topic}-1: 4 -> 2 ({held})"]
+    _kafka_run(spark, home, tmp_path, kafka_broker, topic)
+    # Every record still held is read again once; the deleted ones cannot be.
+    assert _out(spark, tmp_path) == _kafka_rows(old + recent + recent + newer)
+    applied = sparkpoint(home, "jobs", "show", "k", "--json").json()["startpoints_applied"]
+    assert [a["source"] for a in applied] == ["events"]
+
+
+def test_kafka_reader_options_and_rate_limit(kafka_broker: KafkaBroker) -> None:
     """The reader on its own (as Spark drives it): starting positions, read limits, rows."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
     from sparkpoint.sources.kafka import KafkaStreamReader
 
-    topic = "reader"
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": broker})
-    for future in admin.create_topics(
-            [NewTopic(topic, num_partitions=2, replication_factor=1)]).values():
-        future.result(30)
+    topic = kafka_broker.new_topic("reader", 2)
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": broker})
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap})
     for i in range(10):
         producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=i % 2,
                          timestamp=BASE_MS + i * 1000)
     producer.flush(30)
 
     def reader(**options: str) -> KafkaStreamReader:
-        return KafkaStreamReader({"kafka.bootstrap.servers": broker, "subscribe": topic,
-                                  **options})
+        return KafkaStreamReader({"kafka.bootstrap.servers": kafka_broker.bootstrap,
+                                  "subscribe": topic, **options})
 
     assert reader().initialOffset() == {topic: {"0": 5, "1": 5}}  # Spark's default: latest
     assert reader(startingOffsets="earliest").initialOffset() == {topic: {"0": 0, "1": 0}}
-    assert reader(startingOffsets='{"reader":{"0":3,"1":-2}}').initialOffset() == {
+    assert reader(startingOffsets=f'{{"{topic}":{{"0":3,"1":-2}}}}').initialOffset() == {
         topic: {"0": 3, "1": 0}}
     # Record 6 is partition 0's offset 3; partition 1's first at or after it is record 7.
     assert reader(startingTimestamp=str(BASE_MS + 6000)).initialOffset() == {
@@ -306,3 +338,31 @@ def test_kafka_reader_options_and_rate_limit(broker: str) -> None:
     assert [(r[0], r[1], r[2], r[3], r[4], r[6]) for r in rows] == [
         (b"k0", b"v0", topic, 0, 0, 0), (b"k2", b"v2", topic, 0, 1, 0)]
     assert rows[1][5] == dt.datetime.fromtimestamp((BASE_MS + 2000) / 1000, dt.UTC)
+
+
+def test_kafka_reader_refuses_records_the_broker_no_longer_holds(
+    kafka_broker: KafkaBroker
+) -> None:
+    """A checkpoint's position below the log start (records deleted by retention before the
+    job read them) fails the batch naming what is lost, instead of skipping past it."""
+    from sparkpoint.sources.kafka import KafkaRange, KafkaSourceError, KafkaStreamReader
+
+    topic = kafka_broker.new_topic("gone", 1)
+    three_days_ago = (int(time.time()) - 3 * 86_400) * 1000
+    _produce(kafka_broker, topic, 0, 4, partitions=1, base_ms=three_days_ago)
+    kafka_broker.set_topic_config(topic, {"retention.ms": str(DAY_MS)})
+    wait_for(lambda: kafka_broker.watermarks(topic, 0)[0] == 4, 120,
+             "the old records deleted by retention")
+    kept = _produce(kafka_broker, topic, 4, 2, partitions=1)
+    reader = KafkaStreamReader({"kafka.bootstrap.servers": kafka_broker.bootstrap,
+                                "subscribe": topic})
+    with pytest.raises(KafkaSourceError) as refused:
+        list(reader.read(KafkaRange(topic, 0, 1, 6)))
+    assert str(refused.value).startswith(
+        f"offsets 1..3 of {topic}-0 are no longer on the broker (its earliest offset is 4")
+    assert f"--earliest --partition {topic}:0" in str(refused.value)
+    held = [(o, v.encode()) for _, _, o, v, _ in kept]
+    assert [(r[4], r[1]) for r in reader.read(KafkaRange(topic, 0, 4, 6))] == held
+    # A partition the batch's start does not know (added since) is read from its earliest.
+    [added] = reader.partitions({}, {topic: {"0": 6}})
+    assert [(r[4], r[1]) for r in reader.read(added)] == held

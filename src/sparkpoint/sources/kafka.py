@@ -31,6 +31,7 @@ SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
           "timestamp timestamp, timestampType int")
 KAFKA_KINDS = (FORMAT, "kafka")
 TIMEOUT_S = 30.0
+EARLIEST = -2  # Spark's Kafka offset JSON: the partition's earliest offset
 
 # {topic: {partition (as a string, as Spark writes it): next offset to read}}
 Offsets = dict[str, dict[str, int]]
@@ -199,8 +200,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ranges = []
         for topic, parts in end.items():
             for part, stop in parts.items():
-                first = start.get(topic, {}).get(part, 0)
-                if stop > first:
+                # A partition the start does not know appeared since: from its earliest.
+                first = start.get(topic, {}).get(part, EARLIEST)
+                if stop > max(first, 0):
                     ranges.append(KafkaRange(topic, int(part), first, stop))
         return ranges
 
@@ -208,10 +210,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, KafkaRange)
         from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-        consumer = Consumer({**_client_conf(self.bootstrap), "enable.partition.eof": True})
+        # Never jump elsewhere silently when the start is gone (librdkafka's default goes to
+        # the end): records that cannot be read are an error, as with Spark's connector.
+        consumer = Consumer({**_client_conf(self.bootstrap), "enable.partition.eof": True,
+                             "auto.offset.reset": "error"})
         try:
-            consumer.assign([TopicPartition(partition.topic, partition.partition,
-                                            partition.start)])
+            low, _ = consumer.get_watermark_offsets(
+                TopicPartition(partition.topic, partition.partition), timeout=TIMEOUT_S)
+            begin = int(low) if partition.start == EARLIEST else partition.start
+            if begin < low:
+                raise KafkaSourceError(_deleted_message(partition, int(low)))
+            consumer.assign([TopicPartition(partition.topic, partition.partition, begin)])
             while True:
                 message = consumer.poll(TIMEOUT_S)
                 if message is None:
@@ -238,6 +247,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: Offsets) -> None:
         pass  # offsets live in Spark's checkpoint, not in a consumer group
+
+
+def _deleted_message(partition: KafkaRange, low: int) -> str:
+    last = min(partition.end, low) - 1
+    return (f"offsets {partition.start}..{last} of {partition.topic}-{partition.partition} "
+            f"are no longer on the broker (its earliest offset is {low}: deleted, e.g. by the "
+            "topic's retention) and cannot be read; to go on from the earliest record held, "
+            "set a startpoint: sparkpoint startpoint set JOB SOURCE --earliest --partition "
+            f"{partition.topic}:{partition.partition}")
 
 
 def _rate_limited(begin: Offsets, end: Offsets, max_rows: int) -> Offsets:

@@ -234,7 +234,14 @@ def _resolve_kafka(source: SourceDescription, startpoints: list[Startpoint],
                                 f"outside what the broker holds ({low}..{high})")
                     was = before.get(topic, {}).get(part)
                     after[topic][part] = offset
-                    lines.append(f"{topic}-{part}: {'-' if was is None else was} -> {offset}")
+                    line = f"{topic}-{part}: {'-' if was is None else was} -> {offset}"
+                    if startpoint.kind == "timestamp" and offset == low > 0:
+                        # Kafka's offsets-for-times only sees the records still held: a time
+                        # older than the first of them (e.g. past the topic's retention)
+                        # lands on the log start, and what was before it cannot be read.
+                        line += (f" (the earliest offset the broker holds; offsets below "
+                                 f"{low} were deleted)")
+                    lines.append(line)
             if not matched:
                 raise ValidationError(
                     f"{_where(startpoint)}: partition {startpoint.partition} does not exist "
