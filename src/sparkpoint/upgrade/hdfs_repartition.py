@@ -2,10 +2,11 @@
 
 Every key is moved to the partition Spark's ``HashPartitioning`` gives it for the new count:
 ``pmod(murmur3(partition key columns, 42), n)``, the partition key being the columns the
-operator is clustered by. The checkpoint must hold each store's state as one version per
-partition (as an assembled checkpoint does); it is rewritten in place, so run this on a
-staging copy only. Operator metadata and the recorded ``spark.sql.shuffle.partitions`` of the
-last two offsets entries are updated to the new count.
+operator is clustered by. Each old partition's state is read as Spark loads it (the newest
+snapshot file at or below the version plus the deltas after it, or the whole delta chain, as
+a snapshot holds them) and replaced by one snapshot file per new partition; the checkpoint is
+rewritten in place, so run this on a staging copy only. Operator metadata and the recorded
+``spark.sql.shuffle.partitions`` of the last two offsets entries are updated to the new count.
 """
 
 from __future__ import annotations
