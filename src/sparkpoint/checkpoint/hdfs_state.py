@@ -34,7 +34,7 @@ import os
 import re
 import secrets
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,11 +47,15 @@ from sparkpoint.errors import CheckpointFormatError, UsageError
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
+    "FixedState",
     "VersionFiles",
     "count_rows",
     "files_for_version",
+    "load_fixed_version",
     "load_version",
+    "merge_fixed",
     "read_records",
+    "write_fixed_snapshot",
     "write_records",
     "write_snapshot",
 ]
@@ -313,8 +317,12 @@ def write_records(
             append(pack(len(value)))
             append(value)
     append(_END_OF_RECORDS)
-    payload = b"".join(pieces)
+    return _encode_payload(b"".join(pieces), level, block_size)
 
+
+def _encode_payload(payload: bytes, level: int, block_size: int) -> bytes:
+    """LZ4 blocks of ``payload`` (the records and their end marker), as Spark's codec cuts
+    and compresses them."""
     out: list[bytes] = []
     for start in range(0, len(payload), block_size):
         chunk = payload[start : start + block_size]
@@ -541,8 +549,10 @@ def count_rows(partition_dir: Path, files: VersionFiles) -> int:
             raise _removal_in_snapshot(str(partition_dir / names[0]), snapshot.key_len)
         if not files.deltas and snapshot is not None:
             return snapshot.count
+    # A file of no records (a batch that changed nothing) has no shape to agree on.
     fixed = [layout for layout in layouts if layout is not None]
-    if len(fixed) == len(layouts) and fixed:
+    shaped = [payload != _END_OF_RECORDS for payload in payloads]
+    if len(fixed) == sum(shaped) and fixed:
         counted = _count_fixed(fixed)
         if counted is not None:
             return counted
@@ -604,39 +614,145 @@ def _fixed_layout(payload: bytes) -> _FixedLayout | None:
 def _count_fixed(layouts: list[_FixedLayout]) -> int | None:
     """Keys whose last record is a put, over files of one key length; None if the key length
     does not suit the hashing (not a multiple of 8) or two keys' hashes collide."""
+    live = _live_records(layouts, last_wins=False)
+    return None if live is None else len(live)
+
+
+def _live_records(layouts: list[_FixedLayout], last_wins: bool) -> Any | None:
+    """Indexes (into the files' records, concatenated in order) of one record per key whose
+    last record is a put: that last record itself when ``last_wins``, else any of the key's
+    records (enough to count them). None when the keys are not of one length that is a
+    multiple of 8, or two different keys' hashes collide."""
     import numpy as np  # here: numpy's import would slow every command that loads this module
 
     widths = {layout.key_len for layout in layouts}
     key_len = next(iter(widths))
     if len(widths) != 1 or key_len % 8:
         return None
-    multiplier = np.uint64(_HASH_MULTIPLIER)
-    hashes = []
-    for layout in layouts:
-        words = layout.field("<u8", 4, key_len // 8)
-        hashed = words[:, 0].copy()
-        for column in range(1, key_len // 8):
-            np.multiply(hashed, multiplier, out=hashed)
-            np.bitwise_xor(hashed, words[:, column], out=hashed)
-        hashes.append(hashed)
-    hashed = np.concatenate(hashes)
-    if not len(hashed):
-        return 0
+    hashes = [_hash_keys(layout.field("<u8", 4, key_len // 8)) for layout in layouts]
     removals = not all(layout.puts for layout in layouts)
-    # Stable where removals are: a key's records then keep file order, so its last record
-    # is the last of its run of equal hashes.
-    order = np.argsort(hashed, kind="stable" if removals else "quicksort")
+    last = _last_per_key(
+        np.concatenate(hashes), stable=removals or last_wins,
+        words=lambda: np.concatenate([layout.keys() for layout in layouts]).view("<u8"))
+    if last is not None and removals:
+        puts = np.concatenate([np.full(layout.count, layout.puts) for layout in layouts])
+        last = last[puts[last]]
+    return last
+
+
+def _last_per_key(hashed: Any, stable: bool, words: Callable[[], Any]) -> Any | None:
+    """Per distinct key, the index of its last row (any row unless ``stable``); None when
+    two different keys (``words()``: the keys as rows of 64-bit words) share a hash."""
+    import numpy as np
+
+    # Stable: a key's rows keep their order, so its last row is the last of its run.
+    order = np.argsort(hashed, kind="stable" if stable else "quicksort")
     hashed = hashed[order]
     same = hashed[1:] == hashed[:-1]
     if same.any():
-        keys = np.concatenate([layout.keys() for layout in layouts])
-        if (keys[order[:-1][same]] != keys[order[1:][same]]).any():
-            return None  # two different keys share a hash: the set counts them exactly
-    if not removals:
-        return len(hashed) - int(same.sum())
-    puts = np.concatenate([np.full(layout.count, layout.puts) for layout in layouts])
-    last = np.append(~same, True)
-    return int(puts[order][last].sum())
+        rows = words()
+        if (rows[order[:-1][same]] != rows[order[1:][same]]).any():
+            return None
+    return order[np.append(~same, True)]
+
+
+def _hash_keys(words: Any) -> Any:
+    """One 64-bit hash per row of 64-bit words (a key), mixing every word."""
+    import numpy as np
+
+    hashed = words[:, 0].copy()
+    for column in range(1, words.shape[1]):
+        np.multiply(hashed, np.uint64(_HASH_MULTIPLIER), out=hashed)
+        np.bitwise_xor(hashed, words[:, column], out=hashed)
+    return hashed
+
+
+@dataclass(frozen=True)
+class FixedState:
+    """One store version whose keys share one length and values another: ``keys`` and
+    ``values`` are numpy uint8 arrays with one row per key."""
+
+    keys: Any
+    values: Any
+
+
+def merge_fixed(states: list[FixedState]) -> FixedState | None:
+    """The states one after the other, a later state's value winning for a key in several
+    (as ``dict.update`` in turn); None when their key or value lengths differ, or keys
+    collide in the hash (``load_version`` and dicts then do it)."""
+    import numpy as np
+
+    shaped = [state for state in states if len(state.keys)]
+    if not shaped:
+        return states[0] if states else None
+    if len({(s.keys.shape[1], s.values.shape[1]) for s in shaped}) != 1:
+        return None
+    keys = np.concatenate([state.keys for state in shaped])
+    values = np.concatenate([state.values for state in shaped])
+    if keys.shape[1] % 8:
+        return None
+    words = np.ascontiguousarray(keys).view("<u8")
+    last = _last_per_key(_hash_keys(words), stable=True, words=lambda: words)
+    return None if last is None else FixedState(keys[last], values[last])
+
+
+def load_fixed_version(partition_dir: Path, version: int) -> FixedState | None:
+    """``load_version`` for the common case where every record of the files read has the
+    same key length (a multiple of 8, as UnsafeRows are) and every put the same value
+    length, with numpy; None for any other store, which ``load_version`` then reads.
+
+    Raises:
+        CheckpointFormatError: as ``load_version``.
+    """
+    import numpy as np
+
+    files = files_for_version(partition_dir, version)
+    layouts = []
+    for name in files.names():
+        path = partition_dir / name
+        payload = _decode_blocks(_read_file(path), str(path))
+        if payload == _END_OF_RECORDS:
+            continue  # a batch that changed nothing
+        layout = _fixed_layout(payload)
+        if layout is None:
+            return None
+        if files.snapshot and name == files.names()[0] and not layout.puts:
+            raise _removal_in_snapshot(str(path), layout.key_len)
+        layouts.append(layout)
+    if not layouts:
+        return FixedState(np.zeros((0, 8), np.uint8), np.zeros((0, 0), np.uint8))
+    value_lens = {layout.stride - 8 - layout.key_len for layout in layouts if layout.puts}
+    if len(value_lens) > 1:
+        return None
+    live = _live_records(layouts, last_wins=True)
+    if live is None:
+        return None
+    value_len = next(iter(value_lens), 0)
+    keys = np.concatenate([layout.keys() for layout in layouts])
+    values = np.concatenate([
+        layout.field("u1", 8 + layout.key_len, value_len) if layout.puts
+        else np.zeros((layout.count, value_len), np.uint8)
+        for layout in layouts
+    ])
+    return FixedState(keys[live], values[live])
+
+
+def write_fixed_snapshot(partition_dir_out: Path, version: int, state: FixedState) -> int:
+    """``write_snapshot`` of a ``FixedState`` (records in its row order), built with numpy."""
+    import numpy as np
+
+    if version < 1:
+        raise UsageError(f"snapshot version must be >= 1, got {version}")
+    count, key_len = state.keys.shape
+    value_len = state.values.shape[1]
+    records = np.empty((count, 8 + key_len + value_len), np.uint8)
+    records[:, 0:4] = np.frombuffer(_INT.pack(key_len), np.uint8)
+    records[:, 4 : 4 + key_len] = state.keys
+    records[:, 4 + key_len : 8 + key_len] = np.frombuffer(_INT.pack(value_len), np.uint8)
+    records[:, 8 + key_len :] = state.values
+    payload = records.tobytes() + _END_OF_RECORDS
+    data = _encode_payload(payload, _compression_level(DEFAULT_BLOCK_SIZE), DEFAULT_BLOCK_SIZE)
+    return _write_snapshot_file(partition_dir_out, version, data)
 
 
 # Odd 64-bit constant (from the golden ratio) mixing the words of a key into one hash.
@@ -719,7 +835,10 @@ def write_snapshot(partition_dir_out: Path, version: int, state: dict[bytes, byt
     """
     if version < 1:
         raise UsageError(f"snapshot version must be >= 1, got {version}")
-    data = write_records(state.items())
+    return _write_snapshot_file(partition_dir_out, version, write_records(state.items()))
+
+
+def _write_snapshot_file(partition_dir_out: Path, version: int, data: bytes) -> int:
     partition_dir_out.mkdir(parents=True, exist_ok=True)
     name = f"{version}.snapshot"
     for sidecar in (f".{name}.crc", f"{name}.crc"):
