@@ -1,7 +1,7 @@
 """What ``snapshot create`` costs on HDFS-provider state next to ``cp -r`` of the same files.
 
     .venv/bin/python benchmarks/hdfs_snapshot.py [--keys N] [--batches B] [--partitions P]
-        [--repeats R] [--maintenance] [--keep]
+        [--repeats R] [--maintenance] [--keep] [--reuse DIR]
 
 One run builds HDFS-provider state the way a long-running job leaves it: a
 ``groupBy("key").count()`` job reads B parquet files, one per batch; each file brings N/B new
@@ -22,6 +22,7 @@ import functools
 import os
 import random
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -29,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -77,6 +79,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="let Spark's state maintenance write snapshot files every 60 s "
                              "(default: off, so every partition keeps its whole delta chain)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--reuse", type=Path, metavar="DIR",
+                        help="time again on the state a --keep run left in DIR (no job run)")
     args = parser.parse_args(argv)
     if args.batches < 2 or args.keys < args.batches:
         parser.error("need at least 2 batches and as many keys as batches")
@@ -125,17 +129,48 @@ def link_tree(checkpoint: Path, files: list[Path], target: Path) -> None:
         os.link(path, out)
 
 
-def timed(action: Callable[[], object]) -> float:
+@dataclass(frozen=True)
+class Sample:
+    wall: float
+    # CPU seconds (user + system) of this process and its children: on a machine shared
+    # with other work the wall clock also counts time spent waiting for a core.
+    cpu: float
+
+
+def timed(action: Callable[[], object]) -> Sample:
     # Dirty pages of the previous step are flushed so that their write-back is not billed here.
     os.sync()
+    before = _cpu_seconds()
     start = time.perf_counter()
     action()
-    return time.perf_counter() - start
+    return Sample(time.perf_counter() - start, _cpu_seconds() - before)
 
 
-def median_of(repeats: int, action: Callable[[int], object]) -> tuple[float, list[float]]:
-    samples = [timed(functools.partial(action, i)) for i in range(repeats)]
-    return statistics.median(samples), samples
+def _cpu_seconds() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@dataclass(frozen=True)
+class Timing:
+    samples: list[Sample]
+
+    @property
+    def wall(self) -> float:
+        return statistics.median(s.wall for s in self.samples)
+
+    @property
+    def cpu(self) -> float:
+        return statistics.median(s.cpu for s in self.samples)
+
+    def describe(self) -> str:
+        walls = " ".join(f"{s.wall:.3f}" for s in self.samples)
+        return f"{self.wall:.3f}  cpu {self.cpu:.3f}  [{walls}]"
+
+
+def median_of(repeats: int, action: Callable[[int], object]) -> Timing:
+    return Timing([timed(functools.partial(action, i)) for i in range(repeats)])
 
 
 def run_cli(*args: str) -> None:
@@ -170,42 +205,39 @@ def build_state(args: argparse.Namespace, home: Home, work: Path) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="sparkpoint-hdfs-bench-"))
+    work = args.reuse or Path(tempfile.mkdtemp(prefix="sparkpoint-hdfs-bench-"))
     print(f"work dir {work}: {args.keys:,} keys over {args.batches} batches, "
           f"{args.partitions} shuffle partitions", flush=True)
     try:
         home = Home(work / "home")
-        build_seconds = build_state(args, home, work)
+        build_seconds = 0.0 if args.reuse else build_state(args, home, work)
         checkpoint = home.checkpoint_dir(JOB)
         batch = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
         files = files_spark_reads(checkpoint, batch)
         same = work / "same-files"
-        link_tree(checkpoint, files, same)
+        if not same.is_dir():
+            link_tree(checkpoint, files, same)
         state_files = [p for p in files if _STATE_FILE.match(p.name)]
         state_bytes = sum(p.stat().st_size for p in state_files)
-
-        copies = work / "copies"
+        run = f"r{int(time.time())}"
+        copies = work / f"copies-{run}"
         copies.mkdir()
 
         def cp(i: int) -> None:
             subprocess.run(["cp", "-r", str(same), str(copies / f"cp-{i}")], check=True)
 
-        cp_s, cp_all = median_of(args.repeats, cp)
+        cp_t = median_of(args.repeats, cp)
         home_arg = ["--home", str(home.root)]
-        cli_s, cli_all = median_of(args.repeats,
-                                   lambda i: run_cli(*home_arg, "snapshot", "create", JOB,
-                                                     f"cli{i}"))
+        cli_t = median_of(args.repeats,
+                          lambda i: run_cli(*home_arg, "snapshot", "create", JOB, f"{run}-cli{i}"))
         manifests: list[Manifest] = []
-        api_s, api_all = median_of(args.repeats, lambda i: manifests.append(
-            api.snapshot_create(home, JOB, f"api{i}")))
-        startup_s, _ = median_of(args.repeats, lambda i: run_cli(*home_arg, "snapshot", "list"))
-        verify_s = timed(lambda: run_cli(*home_arg, "snapshot", "verify", "cli0"))
+        api_t = median_of(args.repeats, lambda i: manifests.append(
+            api.snapshot_create(home, JOB, f"{run}-api{i}")))
+        startup_t = median_of(args.repeats, lambda i: run_cli(*home_arg, "snapshot", "list"))
+        verify_t = timed(lambda: run_cli(*home_arg, "snapshot", "verify", f"{run}-cli0"))
         manifest = manifests[0]
         rows = sum(op.rows or 0 for op in manifest.operators)
         rows_known = all(op.rows is not None for op in manifest.operators)
-
-        def fmt(seconds: float, samples: list[float]) -> str:
-            return f"{seconds:.3f}  [{' '.join(f'{s:.3f}' for s in samples)}]"
 
         def against(ratio: float) -> str:
             return f"{ratio:.2f}  target <= {TARGET}  {'PASS' if ratio <= TARGET else 'FAIL'}"
@@ -216,14 +248,18 @@ def main(argv: list[str] | None = None) -> int:
             ("files Spark reads (state files)", f"{len(files)} ({len(state_files)})"),
             ("state files bytes", f"{state_bytes:,} ({state_bytes / 2**20:.1f} MiB)"),
             ("snapshot files / bytes", f"{len(manifest.files)} / {manifest.total_bytes:,}"),
-            ("cp -r s (median)", fmt(cp_s, cp_all)),
-            ("snapshot create CLI s", fmt(cli_s, cli_all)),
-            ("snapshot create API s", fmt(api_s, api_all)),
-            ("CLI start-up s (snapshot list)", f"{startup_s:.3f}"),
-            ("snapshot verify CLI s", f"{verify_s:.3f}"),
-            ("CLI create / cp", against(cli_s / cp_s)),
-            ("API create / cp", against(api_s / cp_s)),
-            ("(CLI create - start-up) / cp", f"{(cli_s - startup_s) / cp_s:.2f}"),
+            ("cp -r s (median)", cp_t.describe()),
+            ("snapshot create CLI s", cli_t.describe()),
+            ("snapshot create API s", api_t.describe()),
+            ("CLI start-up s (snapshot list)", startup_t.describe()),
+            ("snapshot verify CLI s", f"{verify_t.wall:.3f}  cpu {verify_t.cpu:.3f}"),
+            ("CLI create / cp", against(cli_t.wall / cp_t.wall)),
+            ("API create / cp", against(api_t.wall / cp_t.wall)),
+            ("(CLI create - start-up) / cp", f"{(cli_t.wall - startup_t.wall) / cp_t.wall:.2f}"),
+            ("CPU: CLI create / cp", f"{cli_t.cpu / cp_t.cpu:.2f}"),
+            ("CPU: API create / cp", f"{api_t.cpu / cp_t.cpu:.2f}"),
+            ("CPU: (CLI create - start-up) / cp",
+             f"{(cli_t.cpu - startup_t.cpu) / cp_t.cpu:.2f}"),
             ("manifest rows == keys", f"{rows if rows_known else 'unknown'} vs {args.keys:,}  "
                                       + ("PASS" if rows_known and rows == args.keys else "FAIL")),
         ]
@@ -233,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label.ljust(width)} | {value}")
         print(flush=True)
     finally:
-        if args.keep:
+        if args.keep or args.reuse:
             print(f"kept {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)

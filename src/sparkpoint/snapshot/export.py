@@ -2,9 +2,9 @@
 
 1. Pick batch N = the newest ``commits/N``; everything Spark wrote for N is immutable from
    then on, so a running job can keep going while we copy.
-2. Copy ``metadata``, ``offsets/N-1``, ``offsets/N``, ``commits/N`` and the source logs up to
-   the committed offsets.
-3. Per operator copy its metadata and schema files and one self-contained state version
+2. Link (copy where linking is impossible) ``metadata``, ``offsets/N-1``, ``offsets/N``,
+   ``commits/N`` and the source logs up to the committed offsets.
+3. Per operator link its metadata and schema files and one self-contained state version
    N+1 per partition: RocksDB's zip and the SSTs it lists; for the HDFS provider the newest
    ``<s>.snapshot`` with ``s <= N+1`` (if any) and the deltas ``s+1 .. N+1``, exactly the
    files Spark reads to load N+1, linked unchanged (no compaction: that would decode every
@@ -48,6 +48,7 @@ from sparkpoint.windows import WindowSpec
 
 # Listings of a state store directory before giving up on files deleted under our feet.
 _RELIST_ATTEMPTS = 3
+
 
 @dataclass
 class _Plan:
