@@ -308,8 +308,7 @@ def report(args: argparse.Namespace, home: Home, job: JobRun, costs: Costs,
     operator_bytes = sum(op.bytes for op in manifest.operators)
     version = manifest.batch_id + 1
     if args.provider == "hdfs":
-        # The manifest's operator bytes are of the compacted file the export writes; the
-        # checkpoint's own files for that version are the snapshot and deltas Spark replays.
+        # Computed here from the checkpoint: the snapshot file and deltas Spark replays.
         version_bytes = hdfs_version_bytes(checkpoint / "state", version)
         version_what = f"snapshot + deltas Spark loads for version {version}"
     else:

@@ -8,6 +8,7 @@ import calendar
 import json
 import os
 import random
+import re
 import shutil
 import struct
 import time
@@ -24,8 +25,12 @@ from hypothesis import strategies as st
 
 from sparkpoint.checkpoint.hdfs_state import (
     DEFAULT_BLOCK_SIZE,
+    count_rows,
+    files_for_version,
+    load_fixed_version,
     load_version,
     read_records,
+    write_fixed_snapshot,
     write_records,
     write_snapshot,
 )
@@ -252,6 +257,125 @@ def test_a_missing_delta_is_reported_with_what_is_there(tmp_path: Path) -> None:
     with pytest.raises(CheckpointFormatError, match=r"1\.\.2 on top of an empty state"):
         load_version(d, 2)
     assert load_version(d, 3) == {b"k": b"v"}
+
+
+def test_files_for_version_names_what_spark_reads(tmp_path: Path) -> None:
+    d = tmp_path / "p"
+    for name in ("1.delta", "2.delta", "3.delta", "4.delta", "5.delta", "6.delta"):
+        _put(d, name, [])
+    _put(d, "2.snapshot", [])
+    _put(d, "5.snapshot", [])
+    (d / ".3.delta.crc").write_bytes(b"x")
+    assert files_for_version(d, 1).names() == ["1.delta"]
+    assert files_for_version(d, 2).names() == ["2.snapshot"]
+    assert files_for_version(d, 4).names() == ["2.snapshot", "3.delta", "4.delta"]
+    # A snapshot file past the version is not Spark's base for it.
+    assert files_for_version(d, 4).snapshot == 2
+    assert files_for_version(d, 6).names() == ["5.snapshot", "6.delta"]
+    assert files_for_version(d, 0).names() == []
+    (d / "2.snapshot").unlink()
+    assert files_for_version(d, 4).names() == ["1.delta", "2.delta", "3.delta", "4.delta"]
+
+
+# Any records, and records of one key and one value length (or all removals), which are
+# counted the vectorized way.
+_ANY_RECORDS = st.tuples(st.sampled_from([b"a", b"bb", b"c" * 9, b"", b"d\0"]),
+                         st.one_of(st.none(), st.binary(max_size=12)))
+def _colliding_keys() -> tuple[bytes, bytes]:
+    """Two 16-byte keys the vectorized count hashes alike (it must still tell them apart)."""
+    mask = (1 << 64) - 1
+    multiplier = 0x9E3779B97F4A7C15
+    second_word = 2 ^ (1 * multiplier & mask) ^ (3 * multiplier & mask)
+    return struct.pack("<QQ", 1, 2), struct.pack("<QQ", 3, second_word)
+
+
+_KEYS_16 = [b"k1".ljust(16, b"\0"), b"k2".ljust(16, b"\0"), bytes(16), *_colliding_keys()]
+_FIXED_PUTS = st.tuples(st.sampled_from(_KEYS_16), st.sampled_from([b"v" * 8, bytes(8)]))
+_FIXED_REMOVALS = st.tuples(st.sampled_from(_KEYS_16), st.none())
+_DELTA = st.one_of(st.lists(_ANY_RECORDS, max_size=8), st.lists(_FIXED_PUTS, max_size=8),
+                   st.lists(_FIXED_REMOVALS, max_size=4))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_DELTA, min_size=1, max_size=5), st.integers(min_value=0, max_value=5))
+def test_count_rows_equals_the_loaded_state(
+    tmp_path_factory: pytest.TempPathFactory, deltas: list[list[Record]], snapshot_at: int
+) -> None:
+    d = tmp_path_factory.mktemp("p")
+    for version, records in enumerate(deltas, start=1):
+        _put(d, f"{version}.delta", records)
+    if 0 < snapshot_at <= len(deltas):
+        # A snapshot file holds what the deltas up to it hold, as Spark writes it.
+        state = load_version(d, snapshot_at)
+        _put(d, f"{snapshot_at}.snapshot", list(state.items()))
+    for version in range(len(deltas) + 1):
+        files = files_for_version(d, version)
+        assert count_rows(d, files) == len(load_version(d, version))
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.one_of(st.lists(_FIXED_PUTS, max_size=8),
+                          st.lists(_FIXED_REMOVALS, max_size=4), st.just([])),
+                min_size=1, max_size=5),
+       st.integers(min_value=0, max_value=5))
+def test_fixed_loading_equals_the_loaded_state_and_writes_back(
+    tmp_path_factory: pytest.TempPathFactory, deltas: list[list[Record]], snapshot_at: int
+) -> None:
+    d = tmp_path_factory.mktemp("p")
+    for version, records in enumerate(deltas, start=1):
+        _put(d, f"{version}.delta", records)
+    if 0 < snapshot_at <= len(deltas):
+        _put(d, f"{snapshot_at}.snapshot", list(load_version(d, snapshot_at).items()))
+    for version in range(1, len(deltas) + 1):
+        fixed = load_fixed_version(d, version)
+        expected = load_version(d, version)
+        if fixed is None:
+            # Only keys whose hashes collide fall back to the generic reader.
+            assert set(_colliding_keys()) <= {key for records in deltas for key, _ in records}
+            continue
+        loaded = {bytes(k): bytes(v) for k, v in zip(fixed.keys, fixed.values, strict=True)}
+        assert loaded == expected
+        if expected:
+            out = d / "out"
+            write_fixed_snapshot(out, 9, fixed)
+            assert load_version(out, 9) == expected
+            # Byte for byte what the generic writer makes of the same records in that order.
+            assert (out / "9.snapshot").read_bytes() == write_records(list(loaded.items()))
+
+
+def test_fixed_loading_declines_mixed_shapes(tmp_path: Path) -> None:
+    _put(tmp_path, "1.delta", [(b"k" * 8, b"v" * 8), (b"k" * 16, b"v" * 8)])
+    assert load_fixed_version(tmp_path, 1) is None
+    _put(tmp_path, "1.delta", [(b"k" * 8, b"v" * 8)])
+    _put(tmp_path, "2.delta", [(b"j" * 8, b"v" * 16)])
+    assert load_fixed_version(tmp_path, 2) is None
+    assert load_fixed_version(tmp_path, 1) is not None
+
+
+def test_count_rows_tells_apart_keys_whose_hashes_collide(tmp_path: Path) -> None:
+    one, other = _colliding_keys()
+    _put(tmp_path, "1.delta", [(one, b"v" * 8)])
+    _put(tmp_path, "2.delta", [(other, b"w" * 8)])
+    _put(tmp_path, "3.delta", [(one, None)])
+    assert [count_rows(tmp_path, files_for_version(tmp_path, v)) for v in (1, 2, 3)] == [1, 2, 1]
+
+
+def test_count_rows_refuses_a_snapshot_holding_a_removal(tmp_path: Path) -> None:
+    for records in ([(b"k1", None)], [(b"k1", b"v"), (b"k22", None)]):
+        _put(tmp_path, "1.snapshot", records)
+        with pytest.raises(CheckpointFormatError, match="snapshot contains a removal record"):
+            count_rows(tmp_path, files_for_version(tmp_path, 1))
+
+
+@pytest.mark.parametrize(
+    ("data", "message"), [m[1:] for m in MALFORMED], ids=[m[0] for m in MALFORMED]
+)
+def test_count_rows_refuses_malformed_files_like_the_reader(
+    tmp_path: Path, data: bytes, message: str
+) -> None:
+    (tmp_path / "1.delta").write_bytes(data)
+    with pytest.raises(CheckpointFormatError, match=re.escape(message)):
+        count_rows(tmp_path, files_for_version(tmp_path, 1))
 
 
 def test_load_refuses_bad_arguments_and_bad_directories(tmp_path: Path) -> None:

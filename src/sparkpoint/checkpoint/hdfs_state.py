@@ -34,8 +34,10 @@ import os
 import re
 import secrets
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import lz4.block
 import lz4.frame
@@ -45,8 +47,15 @@ from sparkpoint.errors import CheckpointFormatError, UsageError
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
+    "FixedState",
+    "VersionFiles",
+    "count_rows",
+    "files_for_version",
+    "load_fixed_version",
     "load_version",
+    "merge_fixed",
     "read_records",
+    "write_fixed_snapshot",
     "write_records",
     "write_snapshot",
 ]
@@ -308,8 +317,12 @@ def write_records(
             append(pack(len(value)))
             append(value)
     append(_END_OF_RECORDS)
-    payload = b"".join(pieces)
+    return _encode_payload(b"".join(pieces), level, block_size)
 
+
+def _encode_payload(payload: bytes, level: int, block_size: int) -> bytes:
+    """LZ4 blocks of ``payload`` (the records and their end marker), as Spark's codec cuts
+    and compresses them."""
     out: list[bytes] = []
     for start in range(0, len(payload), block_size):
         chunk = payload[start : start + block_size]
@@ -429,6 +442,50 @@ def _ranges(versions: Iterable[int]) -> str:
     return ", ".join(spans)
 
 
+@dataclass(frozen=True)
+class VersionFiles:
+    """The files Spark 4.3 reads to load one version of a store, oldest first.
+
+    ``snapshot`` is the newest ``<s>.snapshot`` with ``s <= version``, 0 when there is none
+    (Spark then starts from the empty state of version 0); ``deltas`` are ``s+1 .. version``.
+    Spark lists the ``.snapshot`` files and opens the deltas by number: nothing else in the
+    directory (other versions, ``.crc`` sidecars) takes part.
+    """
+
+    version: int
+    snapshot: int
+    deltas: tuple[int, ...]
+
+    def names(self) -> list[str]:
+        head = [f"{self.snapshot}.snapshot"] if self.snapshot else []
+        return head + [f"{delta}.delta" for delta in self.deltas]
+
+
+def files_for_version(partition_dir: Path, version: int) -> VersionFiles:
+    """Which files load ``version`` of the store in ``partition_dir`` (see ``VersionFiles``).
+
+    Raises:
+        CheckpointFormatError: the directory is missing or a needed delta is missing.
+        UsageError: ``version`` is negative.
+    """
+    if version < 0:
+        raise UsageError(f"state store version must be >= 0, got {version}")
+    deltas, snapshots = _list_state_files(partition_dir)
+    if version == 0:
+        return VersionFiles(0, 0, ())
+    start = max((s for s in snapshots if s <= version), default=0)
+    missing = [d for d in range(start + 1, version + 1) if d not in deltas]
+    if missing:
+        base = f"snapshot {start}" if start else "an empty state (no snapshot <= version)"
+        raise CheckpointFormatError(
+            f"{partition_dir}: cannot load state version {version}: expected delta files "
+            f"{start + 1}..{version} on top of {base}, missing "
+            f"{_ranges(missing)}.delta; found deltas {_ranges(deltas)}, snapshots "
+            f"{_ranges(snapshots)}"
+        )
+    return VersionFiles(version, start, tuple(range(start + 1, version + 1)))
+
+
 def load_version(partition_dir: Path, version: int) -> dict[bytes, bytes]:
     """The state of one store at ``version``, exactly as Spark loads it from files.
 
@@ -445,15 +502,10 @@ def load_version(partition_dir: Path, version: int) -> dict[bytes, bytes]:
             is malformed (including a removal inside a snapshot, which Spark refuses).
         UsageError: ``version`` is negative.
     """
-    if version < 0:
-        raise UsageError(f"state store version must be >= 0, got {version}")
-    deltas, snapshots = _list_state_files(partition_dir)
+    files = files_for_version(partition_dir, version)
     state: dict[bytes, bytes] = {}
-    if version == 0:
-        return state
-    start = max((s for s in snapshots if s <= version), default=0)
-    if start > 0:
-        snapshot_path = partition_dir / f"{start}.snapshot"
+    if files.snapshot:
+        snapshot_path = partition_dir / f"{files.snapshot}.snapshot"
         for key, value in read_records(_read_file(snapshot_path), str(snapshot_path)):
             if value is None:
                 raise CheckpointFormatError(
@@ -462,16 +514,7 @@ def load_version(partition_dir: Path, version: int) -> dict[bytes, bytes]:
                     "load this snapshot)"
                 )
             state[key] = value
-    missing = [d for d in range(start + 1, version + 1) if d not in deltas]
-    if missing:
-        base = f"snapshot {start}" if start else "an empty state (no snapshot <= version)"
-        raise CheckpointFormatError(
-            f"{partition_dir}: cannot load state version {version}: expected delta files "
-            f"{start + 1}..{version} on top of {base}, missing "
-            f"{_ranges(missing)}.delta; found deltas {_ranges(deltas)}, snapshots "
-            f"{_ranges(snapshots)}"
-        )
-    for delta in range(start + 1, version + 1):
+    for delta in files.deltas:
         delta_path = partition_dir / f"{delta}.delta"
         for key, value in read_records(_read_file(delta_path), str(delta_path)):
             if value is None:
@@ -479,6 +522,294 @@ def load_version(partition_dir: Path, version: int) -> dict[bytes, bytes]:
             else:
                 state[key] = value
     return state
+
+
+def count_rows(partition_dir: Path, files: VersionFiles) -> int:
+    """How many keys ``files`` hold at their version, without building the state.
+
+    Only keys are looked at, never values. A snapshot file's records are distinct keys
+    (Spark writes them from its map), so a version that is one snapshot file is counted by
+    its records alone. When every file's records share one key length and one value length
+    (fixed-width keys and aggregates, the common case) the keys are counted with numpy;
+    otherwise record by record into a set.
+
+    Raises:
+        CheckpointFormatError: a file is malformed (as ``read_records`` says) or disappeared,
+            or a snapshot file holds a removal.
+    """
+    names = files.names()
+    payloads = []
+    for name in names:
+        path = partition_dir / name
+        payloads.append(_decode_blocks(_read_file(path), str(path)))
+    layouts = [_fixed_layout(payload) for payload in payloads]
+    if files.snapshot:
+        snapshot = layouts[0]
+        if snapshot is not None and not snapshot.puts:
+            raise _removal_in_snapshot(str(partition_dir / names[0]), snapshot.key_len)
+        if not files.deltas and snapshot is not None:
+            return snapshot.count
+    # A file of no records (a batch that changed nothing) has no shape to agree on.
+    fixed = [layout for layout in layouts if layout is not None]
+    shaped = [payload != _END_OF_RECORDS for payload in payloads]
+    if len(fixed) == sum(shaped) and fixed:
+        counted = _count_fixed(fixed)
+        if counted is not None:
+            return counted
+    return _count_with_a_set(partition_dir, names, payloads, bool(files.snapshot))
+
+
+@dataclass(frozen=True)
+class _FixedLayout:
+    """Where the keys are in a file whose records all have one shape."""
+
+    payload: bytes
+    count: int
+    key_len: int
+    stride: int
+    puts: bool
+
+    def field(self, dtype: str, offset: int, width: int | None = None) -> Any:
+        """A numpy view of one field of every record, or of ``width`` items from it."""
+        import numpy as np
+
+        shape = (self.count,) if width is None else (self.count, width)
+        size = np.dtype(dtype).itemsize
+        strides = (self.stride,) if width is None else (self.stride, size)
+        return np.ndarray(shape, dtype, self.payload, offset, strides)
+
+    def keys(self) -> Any:
+        return self.field("u1", 4, self.key_len)
+
+
+def _fixed_layout(payload: bytes) -> _FixedLayout | None:
+    """Where the keys are in records that all share one key length and one value length (or
+    are all removals of one key length); None for any other record stream.
+
+    When every record has the lengths of the first one and the stream is a whole number of
+    such records followed by the end marker, the record-by-record parse cannot read it any
+    other way: the checks below are that parse, vectorized.
+    """
+    size = len(payload)
+    if size < 12:
+        return None
+    (key_len,) = _INT.unpack_from(payload, 0)
+    if key_len <= 0 or 8 + key_len > size:
+        return None
+    (value_len,) = _INT.unpack_from(payload, 4 + key_len)
+    if value_len < -1:
+        return None
+    stride = 8 + key_len + max(value_len, 0)
+    body = size - 4
+    if body % stride or payload[body:] != _END_OF_RECORDS:
+        return None
+    layout = _FixedLayout(payload, body // stride, key_len, stride, value_len >= 0)
+    if (layout.field(">i4", 0) != key_len).any():
+        return None
+    if (layout.field(">i4", 4 + key_len) != value_len).any():
+        return None
+    return layout
+
+
+def _count_fixed(layouts: list[_FixedLayout]) -> int | None:
+    """Keys whose last record is a put, over files of one key length; None if the key length
+    does not suit the hashing (not a multiple of 8) or two keys' hashes collide."""
+    live = _live_records(layouts, last_wins=False)
+    return None if live is None else len(live)
+
+
+def _live_records(layouts: list[_FixedLayout], last_wins: bool) -> Any | None:
+    """Indexes (into the files' records, concatenated in order) of one record per key whose
+    last record is a put: that last record itself when ``last_wins``, else any of the key's
+    records (enough to count them). None when the keys are not of one length that is a
+    multiple of 8, or two different keys' hashes collide."""
+    import numpy as np  # here: numpy's import would slow every command that loads this module
+
+    widths = {layout.key_len for layout in layouts}
+    key_len = next(iter(widths))
+    if len(widths) != 1 or key_len % 8:
+        return None
+    hashes = [_hash_keys(layout.field("<u8", 4, key_len // 8)) for layout in layouts]
+    removals = not all(layout.puts for layout in layouts)
+    last = _last_per_key(
+        np.concatenate(hashes), stable=removals or last_wins,
+        words=lambda: np.concatenate([layout.keys() for layout in layouts]).view("<u8"))
+    if last is not None and removals:
+        puts = np.concatenate([np.full(layout.count, layout.puts) for layout in layouts])
+        last = last[puts[last]]
+    return last
+
+
+def _last_per_key(hashed: Any, stable: bool, words: Callable[[], Any]) -> Any | None:
+    """Per distinct key, the index of its last row (any row unless ``stable``); None when
+    two different keys (``words()``: the keys as rows of 64-bit words) share a hash."""
+    import numpy as np
+
+    # Stable: a key's rows keep their order, so its last row is the last of its run.
+    order = np.argsort(hashed, kind="stable" if stable else "quicksort")
+    hashed = hashed[order]
+    same = hashed[1:] == hashed[:-1]
+    if same.any():
+        rows = words()
+        if (rows[order[:-1][same]] != rows[order[1:][same]]).any():
+            return None
+    return order[np.append(~same, True)]
+
+
+def _hash_keys(words: Any) -> Any:
+    """One 64-bit hash per row of 64-bit words (a key), mixing every word."""
+    import numpy as np
+
+    hashed = words[:, 0].copy()
+    for column in range(1, words.shape[1]):
+        np.multiply(hashed, np.uint64(_HASH_MULTIPLIER), out=hashed)
+        np.bitwise_xor(hashed, words[:, column], out=hashed)
+    return hashed
+
+
+@dataclass(frozen=True)
+class FixedState:
+    """One store version whose keys share one length and values another: ``keys`` and
+    ``values`` are numpy uint8 arrays with one row per key."""
+
+    keys: Any
+    values: Any
+
+
+def merge_fixed(states: list[FixedState]) -> FixedState | None:
+    """The states one after the other, a later state's value winning for a key in several
+    (as ``dict.update`` in turn); None when their key or value lengths differ, or keys
+    collide in the hash (``load_version`` and dicts then do it)."""
+    import numpy as np
+
+    shaped = [state for state in states if len(state.keys)]
+    if not shaped:
+        return states[0] if states else None
+    if len({(s.keys.shape[1], s.values.shape[1]) for s in shaped}) != 1:
+        return None
+    keys = np.concatenate([state.keys for state in shaped])
+    values = np.concatenate([state.values for state in shaped])
+    if keys.shape[1] % 8:
+        return None
+    words = np.ascontiguousarray(keys).view("<u8")
+    last = _last_per_key(_hash_keys(words), stable=True, words=lambda: words)
+    return None if last is None else FixedState(keys[last], values[last])
+
+
+def load_fixed_version(partition_dir: Path, version: int) -> FixedState | None:
+    """``load_version`` for the common case where every record of the files read has the
+    same key length (a multiple of 8, as UnsafeRows are) and every put the same value
+    length, with numpy; None for any other store, which ``load_version`` then reads.
+
+    Raises:
+        CheckpointFormatError: as ``load_version``.
+    """
+    import numpy as np
+
+    files = files_for_version(partition_dir, version)
+    layouts = []
+    for name in files.names():
+        path = partition_dir / name
+        payload = _decode_blocks(_read_file(path), str(path))
+        if payload == _END_OF_RECORDS:
+            continue  # a batch that changed nothing
+        layout = _fixed_layout(payload)
+        if layout is None:
+            return None
+        if files.snapshot and name == files.names()[0] and not layout.puts:
+            raise _removal_in_snapshot(str(path), layout.key_len)
+        layouts.append(layout)
+    if not layouts:
+        return FixedState(np.zeros((0, 8), np.uint8), np.zeros((0, 0), np.uint8))
+    value_lens = {layout.stride - 8 - layout.key_len for layout in layouts if layout.puts}
+    if len(value_lens) > 1:
+        return None
+    live = _live_records(layouts, last_wins=True)
+    if live is None:
+        return None
+    value_len = next(iter(value_lens), 0)
+    keys = np.concatenate([layout.keys() for layout in layouts])
+    values = np.concatenate([
+        layout.field("u1", 8 + layout.key_len, value_len) if layout.puts
+        else np.zeros((layout.count, value_len), np.uint8)
+        for layout in layouts
+    ])
+    return FixedState(keys[live], values[live])
+
+
+def write_fixed_snapshot(partition_dir_out: Path, version: int, state: FixedState) -> int:
+    """``write_snapshot`` of a ``FixedState`` (records in its row order), built with numpy."""
+    import numpy as np
+
+    if version < 1:
+        raise UsageError(f"snapshot version must be >= 1, got {version}")
+    count, key_len = state.keys.shape
+    value_len = state.values.shape[1]
+    records = np.empty((count, 8 + key_len + value_len), np.uint8)
+    records[:, 0:4] = np.frombuffer(_INT.pack(key_len), np.uint8)
+    records[:, 4 : 4 + key_len] = state.keys
+    records[:, 4 + key_len : 8 + key_len] = np.frombuffer(_INT.pack(value_len), np.uint8)
+    records[:, 8 + key_len :] = state.values
+    payload = records.tobytes() + _END_OF_RECORDS
+    data = _encode_payload(payload, _compression_level(DEFAULT_BLOCK_SIZE), DEFAULT_BLOCK_SIZE)
+    return _write_snapshot_file(partition_dir_out, version, data)
+
+
+# Odd 64-bit constant (from the golden ratio) mixing the words of a key into one hash.
+_HASH_MULTIPLIER = 0x9E3779B97F4A7C15
+
+
+def _count_with_a_set(
+    partition_dir: Path, names: list[str], payloads: list[bytes], has_snapshot: bool
+) -> int:
+    keys: set[bytes] = set()
+    for index, (name, payload) in enumerate(zip(names, payloads, strict=True)):
+        path = str(partition_dir / name)
+        snapshot = has_snapshot and index == 0
+        add, discard = keys.add, keys.discard
+        for key, put in _walk_keys(payload, path):
+            if put:
+                add(key)
+            elif snapshot:
+                raise _removal_in_snapshot(path, len(key))
+            else:
+                discard(key)
+    return len(keys)
+
+
+def _removal_in_snapshot(path: str, key_bytes: int) -> CheckpointFormatError:
+    return CheckpointFormatError(
+        f"{path}: snapshot contains a removal record for a key of {key_bytes} bytes; "
+        "expected only key/value records (Spark refuses to load this snapshot)"
+    )
+
+
+def _walk_keys(payload: bytes, path: str) -> Iterator[tuple[bytes, bool]]:
+    """(key, is a put) of every record, in file order; values are skipped, not copied."""
+    size = len(payload)
+    unpack = _INT.unpack_from
+    pos = 0
+    key_len = 0
+    try:
+        while True:
+            (key_len,) = unpack(payload, pos)
+            if key_len < 0:
+                break
+            start = pos + 4
+            pos = start + key_len
+            (value_len,) = unpack(payload, pos)
+            pos += 4
+            if value_len >= 0:
+                pos += value_len
+            if pos > size or value_len < -1:
+                break
+            yield payload[start : start + key_len], value_len >= 0
+    except struct.error:
+        pass
+    # Anything irregular is described by the full parser, which is slower but precise.
+    if key_len != -1 or pos + 4 != size:
+        _parse_records(payload, path)
+        raise _fail(path, "malformed records")
 
 
 def _read_file(path: Path) -> bytes:
@@ -504,7 +835,10 @@ def write_snapshot(partition_dir_out: Path, version: int, state: dict[bytes, byt
     """
     if version < 1:
         raise UsageError(f"snapshot version must be >= 1, got {version}")
-    data = write_records(state.items())
+    return _write_snapshot_file(partition_dir_out, version, write_records(state.items()))
+
+
+def _write_snapshot_file(partition_dir_out: Path, version: int, data: bytes) -> int:
     partition_dir_out.mkdir(parents=True, exist_ok=True)
     name = f"{version}.snapshot"
     for sidecar in (f".{name}.crc", f"{name}.crc"):

@@ -2,11 +2,13 @@
 
 1. Pick batch N = the newest ``commits/N``; everything Spark wrote for N is immutable from
    then on, so a running job can keep going while we copy.
-2. Copy ``metadata``, ``offsets/N-1``, ``offsets/N``, ``commits/N`` and the source logs up to
-   the committed offsets.
-3. Per operator copy its metadata and schema files and one self-contained state version
-   N+1 per partition: RocksDB's zip and the SSTs it lists; for the HDFS provider the deltas
-   are compacted into one ``<N+1>.snapshot``.
+2. Link (copy where linking is impossible) ``metadata``, ``offsets/N-1``, ``offsets/N``,
+   ``commits/N`` and the source logs up to the committed offsets.
+3. Per operator link its metadata and schema files and one self-contained state version
+   N+1 per partition: RocksDB's zip and the SSTs it lists; for the HDFS provider the newest
+   ``<s>.snapshot`` with ``s <= N+1`` (if any) and the deltas ``s+1 .. N+1``, exactly the
+   files Spark reads to load N+1, linked unchanged (no compaction: that would decode every
+   row in Python).
 4. Write the manifest (checksums of every file) last, in the staging directory the caller
    publishes by renaming.
 """
@@ -20,11 +22,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sparkpoint.checkpoint import hdfs_state
 from sparkpoint.checkpoint.layout import SHUFFLE_PARTITIONS_CONF, Checkpoint, OperatorDir
 from sparkpoint.checkpoint.logs import OffsetLogEntry, SourceOffset, compact_json
 from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER, locate_version
 from sparkpoint.checkpoint.source_log import file_source_log_offset
 from sparkpoint.crash_points import crash_point
+from sparkpoint.errors import CheckpointFormatError
 from sparkpoint.snapshot.manifest import (
     CHECKPOINT_SUBDIR,
     MANIFEST_FILE,
@@ -37,18 +41,14 @@ from sparkpoint.snapshot.manifest import (
 )
 from sparkpoint.storage.local import (
     checksum_of,
-    copy_file,
     is_hidden_or_temp,
     link_or_copy,
     write_atomic,
 )
 from sparkpoint.windows import WindowSpec
 
-_IMMUTABLE_SUFFIXES = (".sst", ".zip", ".changelog", ".delta", ".snapshot")
-
-
-def _is_immutable_state_file(rel: str) -> bool:
-    return rel.startswith("state/") and rel.endswith(_IMMUTABLE_SUFFIXES)
+# Listings of a state store directory before giving up on files deleted under our feet.
+_RELIST_ATTEMPTS = 3
 
 
 @dataclass
@@ -101,6 +101,33 @@ def _plan_metadata_files(operator: OperatorDir, rel: str, plan: _Plan) -> None:
                 plan.copies.append((path, f"{rel}/{path.relative_to(operator.path).as_posix()}"))
 
 
+def _link_hdfs_version(pdir: Path, out_dir: Path, version: int) -> hdfs_state.VersionFiles:
+    """Link the files Spark reads to load ``version`` (a snapshot file and the deltas after
+    it, or the whole delta chain), unchanged, into ``out_dir``.
+
+    A running job's maintenance may write a newer snapshot file and delete the files it
+    replaces between the listing and the links: the listing is then taken again.
+    """
+    for _attempt in range(_RELIST_ATTEMPTS):
+        files = hdfs_state.files_for_version(pdir, version)
+        linked: list[Path] = []
+        try:
+            for name in files.names():
+                link_or_copy(pdir / name, out_dir / name)
+                linked.append(out_dir / name)
+        except FileNotFoundError:
+            for path in linked:
+                path.unlink()
+            continue
+        return files
+    raise CheckpointFormatError(
+        f"{pdir}: the state files of version {version} kept disappearing while they were "
+        f"linked ({_RELIST_ATTEMPTS} listings); Spark's maintenance deletes them once newer "
+        "versions exist. Snapshot a stopped job, or raise "
+        "spark.sql.streaming.minBatchesToRetain"
+    )
+
+
 def _export_operator(
     operator: OperatorDir,
     version: int,
@@ -108,7 +135,7 @@ def _export_operator(
     out_checkpoint: Path,
     plan: _Plan,
 ) -> tuple[int | None, int]:
-    """Plan copies (RocksDB) or write compacted files (HDFS); return (rows, state bytes)."""
+    """Plan copies (RocksDB) or link the version's files (HDFS); return (rows, state bytes)."""
     rel = f"state/{operator.operator_id}"
     _plan_metadata_files(operator, rel, plan)
     rows: int | None = 0
@@ -131,14 +158,14 @@ def _export_operator(
                 else:
                     rows = None
             else:
-                from sparkpoint.checkpoint import hdfs_state
-
-                state = hdfs_state.load_version(pdir, version)
-                written = hdfs_state.write_snapshot(out_checkpoint / prel, version, state)
-                plan.written.append(f"{prel}/{version}.snapshot")
-                state_bytes += written
+                out_dir = out_checkpoint / prel
+                files = _link_hdfs_version(pdir, out_dir, version)
+                for name in files.names():
+                    plan.written.append(f"{prel}/{name}")
+                    state_bytes += (out_dir / name).stat().st_size
                 if rows is not None:
-                    rows += len(state)
+                    # Counted from the snapshot's own links, which no maintenance can delete.
+                    rows += hdfs_state.count_rows(out_dir, files)
     return rows, state_bytes
 
 
@@ -210,10 +237,9 @@ def export_checkpoint(
 
     say(f"copying {len(plan.copies)} files")
     for source, rel in plan.copies:
-        if _is_immutable_state_file(rel):
-            link_or_copy(source, out / rel)
-        else:
-            copy_file(source, out / rel)
+        # Spark writes every checkpoint file once (a new name, or a rename over the old
+        # one) and never in place, so a link is as good as a copy and costs no I/O.
+        link_or_copy(source, out / rel)
     crash_point("snapshot.files_copied")
     files = []
     for rel in [rel for _source, rel in plan.copies] + plan.written:

@@ -84,11 +84,18 @@ def checksum_of(path: Path) -> tuple[int, str]:
     xxh3 detects corruption as well as a cryptographic hash does for our purpose (no
     adversary) at memory speed, which keeps snapshot creation bound by the copy.
     """
-    digest = xxhash.xxh3_128()
-    size = 0
-    buffer = bytearray(_COPY_CHUNK)
-    view = memoryview(buffer)
     with open(path, "rb", buffering=0) as reader:
+        # Most checkpoint files are small: read whole, no chunk buffer to allocate.
+        head = reader.read(_COPY_CHUNK)
+        if len(head) < _COPY_CHUNK and not (more := reader.read(_COPY_CHUNK)):
+            return len(head), xxhash.xxh3_128_hexdigest(head)
+        digest = xxhash.xxh3_128(head)
+        size = len(head)
+        if len(head) < _COPY_CHUNK:
+            digest.update(more)
+            size += len(more)
+        buffer = bytearray(_COPY_CHUNK)
+        view = memoryview(buffer)
         while count := reader.readinto(buffer):
             digest.update(view[:count])
             size += count

@@ -2,10 +2,11 @@
 
 The new checkpoint continues at batch N = the newest batch among the snapshots used, so that
 no source goes back in time; each resumed operator's state is copied to the new job's operator
-id (its metadata patched) with its state files renumbered to version N+1, the version batch N
-commits. Resumed sources keep their offsets under their new names (offsets v2); sources that
-initialize at ``earliest`` are left out of the offsets log, which Spark treats as a new source
-starting at its own beginning; other starts are written as the source's committed offset (and,
+id (its metadata patched) with its state files renumbered so that version N+1 is the one
+batch N commits (every file of an HDFS-provider chain shifts by the same amount). Resumed
+sources keep their offsets under their new names (offsets v2); sources that initialize at
+``earliest`` are left out of the offsets log, which Spark treats as a new source starting at
+its own beginning; other starts are written as the source's committed offset (and,
 for a file source, a log entry marking the files before the start as read). New operators get
 their metadata and an empty version N+1 in every partition. Snapshots are only read.
 """
@@ -18,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparkpoint.checkpoint import hdfs_state
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.logs import (
     CommitLogEntry,
@@ -74,6 +76,8 @@ def _shifted_name(name: str, shift: int) -> str:
 
 
 def _copy_operator(src: Path, dst: Path, new_id: int, shift: int) -> None:
+    delta_dirs: set[Path] = set()
+    snapshot_dirs: set[Path] = set()
     for path in sorted(src.rglob("*")):
         if not path.is_file():
             continue
@@ -84,6 +88,17 @@ def _copy_operator(src: Path, dst: Path, new_id: int, shift: int) -> None:
         else:
             name = _shifted_name(rel.name, shift)
         link_or_copy(path, dst / rel.parent / name)
+        if name.endswith(".delta"):
+            delta_dirs.add(dst / rel.parent)
+        elif name.endswith(".snapshot"):
+            snapshot_dirs.add(dst / rel.parent)
+    if shift > 0:
+        # A delta chain without a snapshot file starts from the empty state of version 0.
+        # Shifted, it starts at shift + 1, and Spark, finding no snapshot file at or below
+        # the version it loads, would look for the deltas 1..shift: an empty snapshot file
+        # at version ``shift`` is the same empty start under the new numbers.
+        for directory in sorted(delta_dirs - snapshot_dirs):
+            hdfs_state.write_snapshot(directory, shift, {})
     v2 = dst / "_metadata" / "v2"
     metadata_files = [dst / "_metadata" / "metadata"] if not v2.is_dir() else sorted(
         p for p in v2.iterdir() if p.name.isdigit())

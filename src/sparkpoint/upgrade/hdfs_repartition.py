@@ -2,10 +2,11 @@
 
 Every key is moved to the partition Spark's ``HashPartitioning`` gives it for the new count:
 ``pmod(murmur3(partition key columns, 42), n)``, the partition key being the columns the
-operator is clustered by. The checkpoint must hold each store's state as one version per
-partition (as an assembled checkpoint does); it is rewritten in place, so run this on a
-staging copy only. Operator metadata and the recorded ``spark.sql.shuffle.partitions`` of the
-last two offsets entries are updated to the new count.
+operator is clustered by. Each old partition's state is read as Spark loads it (the newest
+snapshot file at or below the version plus the deltas after it, or the whole delta chain, as
+a snapshot holds them) and replaced by one snapshot file per new partition; the checkpoint is
+rewritten in place, so run this on a staging copy only. Operator metadata and the recorded
+``spark.sql.shuffle.partitions`` of the last two offsets entries are updated to the new count.
 """
 
 from __future__ import annotations
@@ -16,7 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from sparkpoint.checkpoint import hdfs_state
-from sparkpoint.checkpoint.layout import SHUFFLE_PARTITIONS_CONF, Checkpoint, OperatorDir
+from sparkpoint.checkpoint.layout import (
+    SHUFFLE_PARTITIONS_CONF,
+    Checkpoint,
+    OperatorDir,
+    StoreLayout,
+)
 from sparkpoint.checkpoint.logs import OffsetLogEntry, compact_json
 from sparkpoint.checkpoint.murmur3 import partition_of
 from sparkpoint.checkpoint.unsafe_row import read_fields
@@ -71,6 +77,8 @@ def repartition_hdfs_state(checkpoint: Path, batch: int, partitions: int) -> Non
 def _repartition_store(operator: OperatorDir, store_name: str, prefix: int,
                        old_partitions: list[int], version: int, partitions: int) -> None:
     layout = next(s for s in operator.stores() if s.name == store_name)
+    if _repartition_fixed(operator, layout, prefix, old_partitions, version, partitions):
+        return
     records: dict[bytes, bytes] = {}
     for old in old_partitions:
         records.update(hdfs_state.load_version(layout.partition_dir(operator.path, old), version))
@@ -81,19 +89,63 @@ def _repartition_store(operator: OperatorDir, store_name: str, prefix: int,
             raise CheckpointFormatError(
                 f"{layout.partition_dir(operator.path, 0)}: expected the store's schema file "
                 "_metadata/schema to find its key columns, found none")
-        fields = partition_key_fields(operator.operator_name, store_name, prefix,
-                                      schema.key_schema["fields"])
+        # Parsed once: the schema property decodes its JSON on every access.
+        key_fields = schema.key_schema["fields"]
+        fields = partition_key_fields(operator.operator_name, store_name, prefix, key_fields)
         types = [f["type"] for f in fields]
         where = str(layout.partition_dir(operator.path, 0))
         for key, value in records.items():
-            values = read_fields(key, schema.key_schema["fields"], where)[:len(fields)]
+            values = read_fields(key, key_fields, where)[:len(fields)]
             targets[partition_of(values, types, partitions)][key] = value
+    _remove_state_files(operator, layout, old_partitions)
+    for partition, state in enumerate(targets):
+        hdfs_state.write_snapshot(layout.partition_dir(operator.path, partition), version, state)
+        crash_point("restore.hdfs_partition_moved")
+
+
+def _remove_state_files(operator: OperatorDir, layout: StoreLayout,
+                        old_partitions: list[int]) -> None:
     for old in old_partitions:
         directory = layout.partition_dir(operator.path, old)
         for path in directory.iterdir():
             if path.is_file() and _STATE_FILE.match(path.name):
                 path.unlink()
                 remove_checksum_sibling(path)
-    for partition, state in enumerate(targets):
-        hdfs_state.write_snapshot(layout.partition_dir(operator.path, partition), version, state)
+
+
+def _repartition_fixed(operator: OperatorDir, layout: StoreLayout, prefix: int,
+                       old_partitions: list[int], version: int, partitions: int) -> bool:
+    """The same move with numpy when every key has one length and every value another and
+    the partition key columns are of types hashed column-wise; False (nothing changed)
+    otherwise, and the row-by-row move runs."""
+    from sparkpoint.checkpoint.murmur3_columns import hash_columns  # numpy: imported late
+
+    states = []
+    for old in old_partitions:
+        state = hdfs_state.load_fixed_version(layout.partition_dir(operator.path, old), version)
+        if state is None:
+            return False
+        states.append(state)
+    merged = hdfs_state.merge_fixed(states)
+    if merged is None:
+        return False
+    count = len(merged.keys)
+    if count:
+        schema = operator.schema(layout)
+        if schema is None:
+            return False  # the row-by-row move reports it
+        key_fields = schema.key_schema["fields"]
+        fields = partition_key_fields(operator.operator_name, layout.name, prefix, key_fields)
+        hashed = hash_columns(merged.keys, key_fields, len(fields))
+        if hashed is None:
+            return False
+        # pmod, as Spark's HashPartitioning: numpy's remainder takes the divisor's sign.
+        targets = hashed.astype("int64") % partitions
+    _remove_state_files(operator, layout, old_partitions)
+    for partition in range(partitions):
+        chosen = (targets == partition).nonzero()[0] if count else slice(0, 0)
+        state = hdfs_state.FixedState(merged.keys[chosen], merged.values[chosen])
+        hdfs_state.write_fixed_snapshot(layout.partition_dir(operator.path, partition),
+                                        version, state)
         crash_point("restore.hdfs_partition_moved")
+    return True
