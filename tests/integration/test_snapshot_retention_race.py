@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from sparkpoint import api
+from sparkpoint.snapshot import export
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import expected_hourly_counts, output_rows, sink_files_up_to, write_clicks
 from tests.conftest import EXAMPLES, SHUFFLE_PARTITIONS
@@ -109,3 +110,43 @@ def test_snapshot_upload_outlasting_retention_publishes_a_complete_snapshot(
     after = output_rows(spark, tmp_path / "o2")  # type: ignore[arg-type]
     assert after, "the continued job emitted nothing: the test input is too small"
     assert before + after == expected_hourly_counts(events)
+
+
+def test_export_starts_over_when_spark_deletes_files_before_they_are_linked(
+    spark: object, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The narrow window before the files are linked: the job commits its next batch and
+    Spark's cleanup deletes the state version being exported. The export starts over from
+    the newest batch instead of failing with a missing file."""
+    home = Home(tmp_path / "home", f"s3://{s3_server.new_bucket()}/snaps")
+    inp = tmp_path / "in"
+    write_clicks(inp, range(0, 3))
+    api.run(home, JOB, "v1", params={"input": str(inp), "output": str(tmp_path / "out"),
+                                     "files_per_batch": "1"},
+            until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+    checkpoint = home.checkpoint_dir("v1")
+    newest = _latest_commit(checkpoint)
+    # The checkpoint as it was just before the job committed its newest batch.
+    pending = tmp_path / "pending-commit"
+    (checkpoint / "commits" / str(newest)).rename(pending)
+    real_locate = export.locate_version
+
+    def locate_while_spark_moves_on(partition_dir: Path, version: int) -> object:
+        if pending.exists():
+            # What the running job does meanwhile: it commits batch `newest`, and the cleanup
+            # deletes the state version the export was about to take (that of batch newest-1).
+            pending.rename(checkpoint / "commits" / str(newest))
+            for partition in _partitions_holding(checkpoint, newest):
+                for entry in partition.iterdir():
+                    match = _STATE_FILE.match(entry.name)
+                    if match and int(match.group(1)) == newest:
+                        entry.unlink()
+        return real_locate(partition_dir, version)
+
+    monkeypatch.setattr(export, "locate_version", locate_while_spark_moves_on)
+    said: list[str] = []
+    manifest = api.snapshot_create(home, "v1", "s1", echo=said.append)
+    assert not pending.exists(), "the export never looked for state files"
+    assert manifest.batch_id == newest
+    assert any("starting over from the newest batch" in line for line in said), said
+    assert api.snapshot_verify(home, "s1") == []
