@@ -91,6 +91,13 @@ class NoCommittedBatchError(PreconditionError):
     code = "NO_COMMITTED_BATCH"
 
 
+class StateRetentionError(PreconditionError):
+    """A running job's cleanup deleted the files of its newest batches faster than a
+    snapshot could take hold of them."""
+
+    code = "STATE_RETENTION"
+
+
 class SinkAheadError(PreconditionError):
     """The output's sink log already holds batch ids a job started from a snapshot would run."""
 

@@ -93,3 +93,19 @@ def test_schemes_and_spark_urls() -> None:
     assert scheme_of("s3a://b/k") == "s3"
     assert spark_url("s3://b/k") == "s3a://b/k"
     assert spark_url("hdfs://nn:8020/p") == "hdfs://nn:8020/p"
+
+
+def test_is_file_tells_files_from_directories_and_absence(root: str) -> None:
+    io = file_io(root)
+    io.write_bytes(join(root, "snap", "manifest.json"), b"{}")
+    assert io.is_file(join(root, "snap", "manifest.json"))
+    assert not io.is_file(join(root, "snap"))
+    assert not io.is_file(join(root, "other", "manifest.json"))
+
+
+def test_one_store_client_per_set_of_aws_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    first = file_io("s3://bucket/a")
+    assert file_io("s3://other/b") is first
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    assert file_io("s3://bucket/a") is not first

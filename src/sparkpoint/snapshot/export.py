@@ -28,7 +28,7 @@ from sparkpoint.checkpoint.logs import OffsetLogEntry, SourceOffset, compact_jso
 from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER, locate_version
 from sparkpoint.checkpoint.source_log import file_source_log_offset
 from sparkpoint.crash_points import crash_point
-from sparkpoint.errors import CheckpointFormatError
+from sparkpoint.errors import CheckpointFormatError, StateRetentionError
 from sparkpoint.snapshot.manifest import (
     CHECKPOINT_SUBDIR,
     MANIFEST_FILE,
@@ -49,6 +49,9 @@ from sparkpoint.windows import WindowSpec
 
 # Listings of a state store directory before giving up on files deleted under our feet.
 _RELIST_ATTEMPTS = 3
+# Times an export starts over from a newer batch when a running job's cleanup deleted a file
+# before it was linked (see export_checkpoint).
+EXPORT_ATTEMPTS = 3
 
 
 @dataclass
@@ -150,9 +153,12 @@ def _export_operator(
             if rocksdb:
                 located = locate_version(pdir, version)
                 for name in located.relative_files():
-                    source = pdir / name
-                    plan.copies.append((source, f"{prel}/{name}"))
-                    state_bytes += source.stat().st_size
+                    # Linked at once, not with the other copies: from now on Spark's
+                    # cleanup cannot take the file from us.
+                    held = out_checkpoint / prel / name
+                    link_or_copy(pdir / name, held)
+                    plan.written.append(f"{prel}/{name}")
+                    state_bytes += held.stat().st_size
                 if rows is not None and located.num_keys is not None:
                     rows += located.num_keys
                 else:
@@ -176,9 +182,55 @@ def export_checkpoint(
     info: JobInfo,
     progress: Callable[[str], None] | None = None,
 ) -> Manifest:
-    """Write a complete snapshot into ``staging`` (manifest last) and return its manifest."""
+    """Write a complete snapshot of the latest committed batch into ``staging`` (manifest
+    last) and return its manifest.
+
+    A running job keeps committing while we copy, and Spark's cleanup deletes state versions
+    and log entries older than ``minBatchesToRetain`` batches. Once linked, a file is ours
+    (the rest of the create can take as long as it likes); a file deleted before we linked
+    it means the job moved on: the export starts over from the then newest batch, and after
+    EXPORT_ATTEMPTS such losses it fails naming the cause, with nothing published.
+    """
     say = progress or (lambda _msg: None)
-    batch = checkpoint.require_latest_committed_batch()
+    lost = ""
+    for _attempt in range(EXPORT_ATTEMPTS):
+        batch = checkpoint.require_latest_committed_batch()
+        try:
+            return _export_batch(checkpoint, batch, staging, snapshot_name, info, say)
+        except (FileNotFoundError, CheckpointFormatError) as exc:
+            lost = str(exc.filename) if isinstance(exc, FileNotFoundError) else exc.message
+            newest = checkpoint.require_latest_committed_batch()
+            if newest == batch:
+                raise  # the checkpoint did not move on: the file is missing for another reason
+            say(f"the job committed batch {newest} and Spark deleted files of batch {batch} "
+                "while they were being copied; starting over from the newest batch")
+            _empty(staging)
+    raise StateRetentionError(
+        f"{checkpoint.root}: expected the files of the latest committed batch to stay until "
+        f"they were linked, found them deleted by Spark's cleanup {EXPORT_ATTEMPTS} times in a "
+        "row (the job commits batches faster than the copy, and keeps only "
+        "spark.sql.streaming.minBatchesToRetain of them); nothing was published: run the job "
+        "with a larger spark.sql.streaming.minBatchesToRetain, or snapshot it with --cancel "
+        f"(last lost: {lost})"
+    )
+
+
+def _empty(staging: Path) -> None:
+    for entry in staging.iterdir():
+        if entry.is_dir():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def _export_batch(
+    checkpoint: Checkpoint,
+    batch: int,
+    staging: Path,
+    snapshot_name: str,
+    info: JobInfo,
+    say: Callable[[str], None],
+) -> Manifest:
     offsets = checkpoint.offsets(batch)
     rocksdb = checkpoint.provider(batch) == ROCKSDB_PROVIDER
     out = staging / CHECKPOINT_SUBDIR

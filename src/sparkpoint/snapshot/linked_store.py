@@ -82,7 +82,7 @@ class LinkedSnapshotStore(SnapshotStore):
         staging.mkdir(parents=True)
         crash_point("snapshot.staging_created")
         try:
-            manifest = self._export(checkpoint, staging, name, info, progress)
+            manifest = export_checkpoint(checkpoint, staging, name, info, progress)
             fsync_dir(staging)
             crash_point("snapshot.manifest_written")
             try:
@@ -101,23 +101,6 @@ class LinkedSnapshotStore(SnapshotStore):
             discard(staging)
             raise
         return manifest
-
-    @staticmethod
-    def _export(
-        checkpoint: Checkpoint,
-        staging: Path,
-        name: str,
-        info: JobInfo,
-        progress: Callable[[str], None] | None,
-    ) -> Manifest:
-        """Export; once more from the then newest batch if a running job's cleanup removed
-        a file of the old batch while we copied it (it keeps 100 versions, so this is rare)."""
-        try:
-            return export_checkpoint(checkpoint, staging, name, info, progress)
-        except FileNotFoundError:
-            discard(staging)
-            staging.mkdir(parents=True)
-            return export_checkpoint(checkpoint, staging, name, info, progress)
 
     def names(self) -> list[str]:
         root = self.root

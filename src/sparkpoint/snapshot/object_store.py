@@ -64,15 +64,21 @@ class ObjectSnapshotStore(SnapshotStore):
 
     # -- reading ----------------------------------------------------------------------
     def names(self) -> list[str]:
-        found = []
+        return self._listed()[0]
+
+    def _listed(self) -> tuple[list[str], list[str]]:
+        """(published snapshots, names whose manifest is gone: a delete's leftovers)."""
+        published, leftovers = [], []
         for name in self.io.list_names(self.location):
-            if name_problem(name, "snapshot") is None and \
-                    self.io.exists(join(self.location, name, MANIFEST_FILE)):
-                found.append(name)
-        return sorted(found)
+            if name_problem(name, "snapshot") is None:
+                if self.io.is_file(join(self.location, name, MANIFEST_FILE)):
+                    published.append(name)
+                else:
+                    leftovers.append(name)
+        return sorted(published), leftovers
 
     def exists(self, name: str) -> bool:
-        return self.io.exists(self._manifest_url(name))
+        return self.io.is_file(self._manifest_url(name))
 
     def read(self, name: str) -> Manifest:
         url = self._manifest_url(name)
@@ -133,7 +139,7 @@ class ObjectSnapshotStore(SnapshotStore):
                 "delete it first with 'sparkpoint snapshot delete'"
             )
         say = progress or (lambda _msg: None)
-        self.collect_garbage()
+        held = self.collect_garbage()
         staging = self.home.scratch_dir / "export" / f"{os.getpid()}.{name}.{uuid.uuid4().hex[:8]}"
         staging.mkdir(parents=True)
         lease = join(self.location, LEASES_DIR, f"{name}.{uuid.uuid4().hex}.json")
@@ -141,7 +147,8 @@ class ObjectSnapshotStore(SnapshotStore):
             manifest = export_checkpoint(checkpoint, staging, name, info, progress)
             self.io.write_bytes(lease, _lease_record(manifest.files))
             crash_point("remote_snapshot.lease_written")
-            held = set(self.io.walk_sizes(join(self.location, FILES_DIR)))
+            # Files a delete collects after the listing above are put back once the
+            # manifest is published (_reupload_collected).
             # Identical files (same content) are stored once, also within one snapshot.
             new = {blob: entry for entry in manifest.files
                    if (blob := blob_name(entry)) not in held}
@@ -179,9 +186,9 @@ class ObjectSnapshotStore(SnapshotStore):
         crash_point("remote_snapshot.delete_unlisted")
         self.collect_garbage()
 
-    def collect_garbage(self) -> None:
+    def collect_garbage(self) -> set[str]:
         """Remove files that no published snapshot and no live create refers to, and leases
-        of creates that died."""
+        of creates that died; return the files that remain (blob names)."""
         live: set[str] = set()
         for lease_name in self.io.list_names(join(self.location, LEASES_DIR)):
             url = join(self.location, LEASES_DIR, lease_name)
@@ -193,15 +200,19 @@ class ObjectSnapshotStore(SnapshotStore):
                 live.update(record.get("blobs", []))
             else:
                 self.io.delete(url)
-        referenced = {blob_name(entry) for name in self.names()
+        published, leftovers = self._listed()
+        referenced = {blob_name(entry) for name in published
                       for entry in self.read(name).files}
+        remaining = set()
         for blob in self.io.walk_sizes(join(self.location, FILES_DIR)):
             if blob not in referenced and blob not in live:
                 self.io.delete(join(self.location, FILES_DIR, blob))
+            else:
+                remaining.add(blob)
         # A listed name whose manifest is gone is a delete's leftover directory marker.
-        for name in self.io.list_names(self.location):
-            if name_problem(name, "snapshot") is None and not self.exists(name):
-                self.io.delete_tree(join(self.location, name))
+        for name in leftovers:
+            self.io.delete_tree(join(self.location, name))
+        return remaining
 
 
 def _lease_record(files: Iterable[FileEntry]) -> bytes:

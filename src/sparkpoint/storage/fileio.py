@@ -120,6 +120,10 @@ class FileIO:
     def exists(self, location: str) -> bool:
         return bool(self.fs.exists(self.path(location)))
 
+    def is_file(self, location: str) -> bool:
+        """A file (not a directory) exists at ``location``."""
+        return bool(self.fs.isfile(self.path(location)))
+
     def size(self, location: str) -> int:
         return int(self.fs.size(self.path(location)))
 
@@ -244,8 +248,11 @@ class S3FileIO(FileIO):
         if region:
             client_kwargs["region_name"] = region
         # skip_instance_cache: credentials and endpoint are read from the environment now,
-        # not from an instance built for other settings earlier in the process.
-        fs = s3fs.S3FileSystem(client_kwargs=client_kwargs, skip_instance_cache=True)
+        # not from an instance built for other settings earlier in the process (file_io
+        # keeps one S3FileIO per set of AWS variables instead). No listings cache: other
+        # processes and homes change the store, so a listing is only good when just made.
+        fs = s3fs.S3FileSystem(client_kwargs=client_kwargs, skip_instance_cache=True,
+                               use_listings_cache=False)
         super().__init__(
             fs,
             Capabilities(atomic_rename=False, hard_links=False, server_side_copy=True,
@@ -256,6 +263,16 @@ class S3FileIO(FileIO):
         parsed = urlparse(location)
         return f"{parsed.netloc}{parsed.path}".rstrip("/") if parsed.path.strip("/") \
             else parsed.netloc
+
+    def is_file(self, location: str) -> bool:
+        # One HEAD: fsspec's exists/isfile follow a missing key with a listing that looks for
+        # a directory of that name, a second round trip on every check.
+        bucket, key, _ = self.fs.split_path(self.path(location))
+        try:
+            self.fs.call_s3("head_object", Bucket=bucket, Key=key)
+        except FileNotFoundError:
+            return False
+        return True
 
     def create_exclusive(self, location: str, data: bytes) -> bool:
         # S3's conditional put (If-None-Match: *): the second of two creators gets 412.
@@ -285,6 +302,15 @@ _FACTORIES: dict[str, Callable[[str], FileIO]] = {
 
 def register_scheme(scheme: str, factory: Callable[[str], FileIO]) -> None:
     _FACTORIES[scheme] = factory
+    for key in [key for key in _reused if key[0] == scheme]:
+        del _reused[key]
+
+
+# The environment variables a store's client is configured from: a FileIO is reused while
+# they are unchanged (setting up an S3 client costs about half a second).
+_CLIENT_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION",
+               "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")
+_reused: dict[tuple[str, tuple[str | None, ...]], FileIO] = {}
 
 
 def file_io(location: str) -> FileIO:
@@ -297,7 +323,14 @@ def file_io(location: str) -> FileIO:
             f"{location}: expected a local path or a URL with one of the schemes {known}, "
             f"found scheme '{scheme}'; use one of those"
         )
-    return factory(location)
+    if scheme != "s3":
+        # Local stores cost nothing to make; an HDFS store depends on the URL's NameNode.
+        return factory(location)
+    key = (scheme, tuple(os.environ.get(name) for name in _CLIENT_ENV))
+    io = _reused.get(key)
+    if io is None:
+        io = _reused[key] = factory(location)
+    return io
 
 
 def is_local(location: str) -> bool:
