@@ -8,9 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.jvm import use_fast_start_jvms
+
 # Spark and Python must agree on the wall clock zone for timestamps to compare.
 os.environ["TZ"] = "UTC"
 time.tzset()
+# Before any JVM starts: the session fixture's and every CLI process's driver inherit them.
+use_fast_start_jvms()
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
