@@ -14,7 +14,7 @@ import pytest
 from sparkpoint import api
 from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER
 from sparkpoint.checkpoint.sink_log import committed_files
-from sparkpoint.snapshot.store import SnapshotStore
+from sparkpoint.snapshot.store import open_snapshot_store
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import expected_hourly_counts, output_rows, write_clicks
 from tests.conftest import EXAMPLES
@@ -55,7 +55,7 @@ def test_snapshot_links_sparks_files_unchanged_and_the_job_continues(
     version = manifest.batch_id + 1
 
     checkpoint = home.checkpoint_dir("v1")
-    snapshot_checkpoint = SnapshotStore(home).checkpoint_path("s1")
+    snapshot_checkpoint = open_snapshot_store(home).checkpoint_path("s1")
     chains = 0
     for partition_dir in sorted(checkpoint.glob("state/*/*")):
         if not partition_dir.name.isdigit():
