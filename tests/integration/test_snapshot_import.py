@@ -90,7 +90,7 @@ def test_plain_spark_checkpoint_imported_and_continued(
     assert manifest.state_store_provider.endswith("HDFSBackedStateStoreProvider")
     assert api.snapshot_verify(home, "adopted") == []
 
-    events += write_clicks(inp, range(2, 6))
+    events += write_clicks(inp, range(2, 4))
     managed_out = tmp_path / "managed-out"
     api.run(home, JOB, "adopted-job", params={"input": str(inp), "output": str(managed_out),
                                               "files_per_batch": str(FILES_PER_BATCH)},

@@ -1,6 +1,7 @@
-"""Jobs on a real Spark standalone cluster (a master and two workers, each worker its own
+"""A job on a real Spark standalone cluster (a master and two workers, each worker its own
 process with its own work directory, started from the pip package with sbin/spark-daemon.sh):
-run by sparkpoint or launched by spark-submit, snapshotted, continued from the snapshot."""
+launched by spark-submit, snapshotted while it runs, continued on the cluster by
+`sparkpoint run --master` from the snapshot."""
 
 from __future__ import annotations
 
@@ -67,33 +68,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
                        capture_output=True)
 
 
-def test_job_on_standalone_cluster_continues_from_snapshot(
-    cluster: tuple[str, Path], spark: object, home: Home, tmp_path: Path
-) -> None:
-    url, logs = cluster
-    inp = tmp_path / "in"
-    events = write_clicks(inp, range(0, 3))
-    common = ["--master", url, "--conf", "spark.sql.shuffle.partitions=2",
-              "--conf", "spark.executor.memory=512m", "--param", f"input={inp}",
-              "--param", "files_per_batch=1", "--until-caught-up"]
-    first = sparkpoint(home, "run", str(JOB), "--job", "on-cluster",
-                       "--param", f"output={tmp_path / 'o1'}", *common, timeout=900)
-    assert first.code == 0, first.err[-3000:]
-    assert sparkpoint(home, "snapshot", "create", "on-cluster", "c1").code == 0
-    events += write_clicks(inp, range(3, 6))
-    second = sparkpoint(home, "run", str(JOB), "--job", "on-cluster-2", "--from-snapshot", "c1",
-                        "--param", f"output={tmp_path / 'o2'}", *common, timeout=900)
-    assert second.code == 0, second.err[-3000:]
-    shown = sparkpoint(home, "jobs", "show", "on-cluster-2", "--json").json()
-    master_log = "".join(p.read_text() for p in logs.glob("*Master*.out"))
-    assert "Registering app sparkpoint:on-cluster" in master_log
-    assert "Registering app sparkpoint:on-cluster-2" in master_log
-    assert shown["master"] == url and shown["lineage"]["from_snapshot"] == "c1"
-    assert len(_executor_workers(logs, "sparkpoint:on-cluster")) == 2
-    combined = output_rows(spark, tmp_path / "o1") + output_rows(spark, tmp_path / "o2")  # type: ignore[arg-type]
-    assert combined == expected_hourly_counts(events)
-
-
 def _executor_workers(logs: Path, app_name: str) -> set[str]:
     """Workers the master launched the named application's executors on, from its log."""
     import re
@@ -149,6 +123,10 @@ def test_spark_submit_job_is_managed_snapshotted_while_running_and_continued(
                         "--param", f"output={tmp_path / 'o2'}", "--param", "files_per_batch=1",
                         "--until-caught-up", timeout=900)
     assert second.code == 0, second.err[-3000:]
+    # Started by the CLI on the cluster this time: a managed job with its lineage.
+    shown = sparkpoint(home, "jobs", "show", "after-submit", "--json").json()
+    assert shown["master"] == url and shown["lineage"]["from_snapshot"] == "s-live"
+    assert len(_executor_workers(logs, "sparkpoint:after-submit")) == 2
     before = output_rows(spark, out, sink_files_up_to(out, live_batch))  # type: ignore[arg-type]
     after = output_rows(spark, tmp_path / "o2")  # type: ignore[arg-type]
     assert before + after == expected_hourly_counts(events)
