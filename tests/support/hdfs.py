@@ -5,9 +5,7 @@ fetched, with WebHDFS on the NameNode's HTTP port."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import subprocess
 import time
 import uuid
@@ -18,6 +16,7 @@ from pathlib import Path
 import requests
 
 from tests.support.s3 import free_port
+from tests.support.servers import environment, stop_process_group
 
 REPO = Path(__file__).resolve().parents[2]
 MINICLUSTER_LIB = REPO / ".cache" / "hdfs-minicluster" / "lib"
@@ -113,28 +112,9 @@ def start_hdfs_server(work_dir: Path) -> Iterator[HdfsServer]:
         server = HdfsServer(f"hdfs://127.0.0.1:{rpc_port}", webhdfs,
                             round(time.monotonic() - started, 1))
         (work_dir / "start_seconds").write_text(f"{server.start_seconds}\n")
-        saved = {key: os.environ.get(key) for key in server.env}
-        os.environ.update(server.env)
-        try:
+        with environment(server.env):
             yield server
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
     finally:
-        _stop(process)
+        stop_process_group(process)
         log.close()
 
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()

@@ -5,9 +5,7 @@ session; each test creates its own topics."""
 from __future__ import annotations
 
 import base64
-import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -17,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.s3 import free_port
+from tests.support.servers import stop_process_group
 
 REPO = Path(__file__).resolve().parents[2]
 BROKER_LIB = REPO / ".cache" / "kafka-broker" / "lib"
@@ -173,17 +172,6 @@ def start_kafka_broker(work_dir: Path) -> Iterator[KafkaBroker]:
         (work_dir / "start_seconds").write_text(f"{broker.start_seconds}\n")
         yield broker
     finally:
-        _stop(process)
+        stop_process_group(process)
         log.close()
 
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()

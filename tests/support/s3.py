@@ -3,7 +3,6 @@ per test session in its own process, with one bucket per test."""
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -14,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import requests
+
+from tests.support.servers import environment
 
 
 def free_port() -> int:
@@ -78,14 +79,8 @@ def start_s3_server(log_dir: Path) -> Iterator[S3Server]:
                     ) from None
                 time.sleep(0.2)  # polling for readiness, not synchronising test steps
         server = S3Server(endpoint)
-        saved = {key: os.environ.get(key) for key in server.env}
-        os.environ.update(server.env)
-        yield server
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        with environment(server.env):
+            yield server
     finally:
         process.terminate()
         process.wait(timeout=30)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ import fsspec
 from fsspec.callbacks import Callback, NoOpCallback, TqdmCallback
 
 from sparkpoint.errors import UsageError
+from sparkpoint.storage.local import write_atomic, write_new
 
 # Files moved at once by put_files/get_files; S3 and WebHDFS are latency-bound per request,
 # so several requests in flight keep the link busy.
@@ -198,32 +198,10 @@ class LocalFileIO(FileIO):
         return _local_path(location)
 
     def write_bytes(self, location: str, data: bytes) -> None:
-        target = Path(self.path(location))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.parent / f".{target.name}.{uuid.uuid4().hex}.tmp"
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
+        write_atomic(Path(self.path(location)), data)
 
     def create_exclusive(self, location: str, data: bytes) -> bool:
-        # A complete temp file linked to the name: link() refuses an existing name, so two
-        # creators cannot both win and nobody sees a half-written file.
-        target = Path(self.path(location))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.parent / f".{target.name}.{uuid.uuid4().hex}.tmp"
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        try:
-            os.link(tmp, target)
-        except FileExistsError:
-            return False
-        finally:
-            tmp.unlink(missing_ok=True)
-        return True
+        return write_new(Path(self.path(location)), data)
 
     def put_files(self, pairs: Sequence[tuple[Path, str]], show_progress: bool = False,
                   description: str = "upload") -> None:

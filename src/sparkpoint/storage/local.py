@@ -52,15 +52,34 @@ def numbered_files(directory: Path) -> list[int]:
     return sorted(ids)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write under a temp name in the same directory, then rename over the target."""
+def _durable_temp(path: Path, data: bytes) -> Path:
+    """``data`` written and synced under a temp name beside ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
     with open(tmp, "wb") as handle:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    return tmp
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write under a temp name in the same directory, then rename over the target."""
+    os.replace(_durable_temp(path, data), path)
+
+
+def write_new(path: Path, data: bytes) -> bool:
+    """Create ``path`` with ``data`` unless it exists; False when it did. A complete temp file
+    is linked to the name: link() refuses an existing name, so of two creators exactly one
+    wins and nobody sees a half-written file."""
+    tmp = _durable_temp(path, data)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+    return True
 
 
 def remove_checksum_sibling(path: Path) -> None:
