@@ -25,19 +25,19 @@ import os
 import pstats
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from timing import Timing  # benchmarks/timing.py, beside this script
 
 from sparkpoint import api
 from sparkpoint.snapshot.manifest import CHECKPOINT_SUBDIR, Manifest
@@ -86,18 +86,6 @@ def build(spark: SparkSession, ctx: sp.JobContext) -> DataStreamWriter:
     # noop keeps the sink out of the measurements; update mode is what it accepts here.
     return latest.writeStream.format("noop").outputMode("update")
 '''
-
-
-@dataclass(frozen=True)
-class Timing:
-    samples: tuple[float, ...]
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.samples)
-
-    def describe(self) -> str:
-        return " ".join(f"{s:.2f}" for s in self.samples)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -268,18 +256,22 @@ def profile(label: str, action: Callable[[], object]) -> None:
     pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(20)
 
 
+def _no_samples() -> Timing:
+    return Timing(())
+
+
 @dataclass
 class Figures:
     state_bytes: int = 0
     files: int = 0
     build_s: float = 0.0
-    create: Timing = Timing(())
-    upload: Timing = Timing(())
-    second: Timing = Timing(())
+    create: Timing = field(default_factory=_no_samples)
+    upload: Timing = field(default_factory=_no_samples)
+    second: Timing = field(default_factory=_no_samples)
     second_added_bytes: int = 0
     second_files_added: int = 0
-    restore: Timing = Timing(())
-    download: Timing = Timing(())
+    restore: Timing = field(default_factory=_no_samples)
+    download: Timing = field(default_factory=_no_samples)
     cli_create: float = 0.0
     cli_startup: float = 0.0
 
@@ -408,17 +400,17 @@ def report(args: argparse.Namespace, figures: Figures, first: Manifest) -> None:
         ("transfers in flight (both sides)", str(TRANSFER_CONCURRENCY)),
         ("state build s (job until caught up)", f"{figures.build_s:.1f}"),
         ("(a) snapshot create s (median)",
-         f"{figures.create.median:.2f}   [{figures.create.describe()}]"),
+         f"{figures.create.median:.2f}   [{figures.create.describe(2)}]"),
         ("    boto3 parallel upload s (median)",
-         f"{figures.upload.median:.2f}   [{figures.upload.describe()}]"),
+         f"{figures.upload.median:.2f}   [{figures.upload.describe(2)}]"),
         ("(b) second snapshot s (median)",
-         f"{figures.second.median:.2f}   [{figures.second.describe()}]"),
+         f"{figures.second.median:.2f}   [{figures.second.describe(2)}]"),
         ("    second snapshot uploaded",
          f"{figures.second_files_added} files, {mib(figures.second_added_bytes)}"),
         ("(c) restore (fetch + check) s (median)",
-         f"{figures.restore.median:.2f}   [{figures.restore.describe()}]"),
+         f"{figures.restore.median:.2f}   [{figures.restore.describe(2)}]"),
         ("    boto3 parallel download s (median)",
-         f"{figures.download.median:.2f}   [{figures.download.describe()}]"),
+         f"{figures.download.median:.2f}   [{figures.download.describe(2)}]"),
         ("CLI snapshot create s (once, new bucket)", f"{figures.cli_create:.2f}"),
         ("CLI start-up s (snapshot list)", f"{figures.cli_startup:.2f}"),
         ("(a) create / boto3 upload", against(create_ratio, CREATE_TARGET)),

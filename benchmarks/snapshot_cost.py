@@ -20,7 +20,6 @@ import os
 import pstats
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from timing import Timing  # benchmarks/timing.py, beside this script
 
 from sparkpoint import api
 from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
@@ -79,18 +79,6 @@ def build(spark: SparkSession, ctx: sp.JobContext) -> DataStreamWriter:
 '''
 
 _HDFS_STATE_FILE = re.compile(r"^(\d+)\.(delta|snapshot)$")
-
-
-@dataclass(frozen=True)
-class Timing:
-    samples: tuple[float, ...]
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.samples)
-
-    def describe(self) -> str:
-        return " ".join(f"{s:.3f}" for s in self.samples)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
