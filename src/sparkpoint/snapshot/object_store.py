@@ -19,7 +19,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import shutil
 import socket
 import uuid
 from collections.abc import Callable, Iterable
@@ -34,7 +33,7 @@ from sparkpoint.snapshot.manifest import MANIFEST_FILE, FileEntry, Manifest, par
 from sparkpoint.snapshot.store import Problem, SnapshotStore
 from sparkpoint.storage.fileio import FileIO, join, progress_bars
 from sparkpoint.storage.home import Home, name_problem, validate_name
-from sparkpoint.storage.local import checksum_of
+from sparkpoint.storage.local import checksum_of, write_atomic
 from sparkpoint.storage.processes import pid_alive
 
 FILES_DIR = ".files"
@@ -120,13 +119,12 @@ class ObjectSnapshotStore(SnapshotStore):
                 ) from exc
             for entry in manifest.files:
                 _check_fetched(partial / entry.path, entry, self._blob_url(entry))
-            (partial / MANIFEST_FILE).write_text(manifest.to_json(), "utf-8")
-            (partial / _FETCHED_MARK).write_text("", "utf-8")
-            if target.exists():
-                shutil.rmtree(target)
+            write_atomic(partial / MANIFEST_FILE, manifest.to_json().encode("utf-8"))
+            write_atomic(partial / _FETCHED_MARK, b"")
+            discard(target)
             partial.rename(target)
         finally:
-            shutil.rmtree(partial, ignore_errors=True)
+            discard(partial)
         return target
 
     # -- writing ----------------------------------------------------------------------
