@@ -140,3 +140,9 @@ class StoreUnreachableError(PreconditionError):
     """A store's server (a NameNode, a DataNode, an S3 endpoint) does not answer."""
 
     code = "STORE_UNREACHABLE"
+
+
+class NothingToRehearseError(PreconditionError):
+    """The old job has no committed batch after the snapshot's: no input to replay."""
+
+    code = "NOTHING_TO_REHEARSE"

@@ -95,3 +95,36 @@ def committed_files(output_dir: Path) -> list[str]:
                     files.append(str(record["path"]))
     return files
 
+
+
+def files_up_to(output_dir: Path, batch: int) -> set[str] | None:
+    """Paths of the files the sink committed in batches 0..``batch``, or None when its log no
+    longer holds what that takes.
+
+    Spark's sink log entries name files, not batches: a ``.compact`` entry repeats every file
+    of the batches up to it. So the files up to ``batch`` are the newest compaction at or
+    below it plus the plain entries after that compaction; those plain entries are deleted
+    once a later compaction is old enough (``spark.sql.streaming.fileSink.log.cleanupDelay``).
+    """
+    import json
+
+    if batch < 0:
+        return set()
+    log_dir = output_dir / SINK_LOG_DIR
+    compact = next((b for b in range(batch, -1, -1)
+                    if (log_dir / f"{b}.compact").is_file()), None)
+    files: set[str] = set()
+    start = 0 if compact is None else compact
+    for entry_batch in range(start, batch + 1):
+        name = f"{entry_batch}.compact" if entry_batch == compact else str(entry_batch)
+        path = log_dir / name
+        if not path.is_file():
+            return None
+        for line in path.read_text("utf-8").split("\n")[1:]:
+            if line.strip():
+                record = json.loads(line)
+                if record.get("action", "add") == "add":
+                    files.add(str(record["path"]))
+                else:
+                    files.discard(str(record["path"]))
+    return files

@@ -26,6 +26,8 @@ from sparkpoint.storage.fileio import quiet_progress_bars
 from sparkpoint.storage.home import Home
 
 F = TypeVar("F", bound=Callable[..., Any])
+# rehearse --fail-on-diff: the new version's output differs from the old job's.
+EXIT_DIFFERENCE = 5
 
 
 def _echo(message: str) -> None:
@@ -217,6 +219,36 @@ def plan_command(ctx: click.Context, job_file: Path, from_snapshot: str | None,
     click.echo(render.as_json(result.to_dict()) if as_json else render.plan_text(result))
     if not result.ok:
         sys.exit(EXIT_VALIDATION)
+
+
+@cli.command("rehearse")
+@click.argument("job_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--against", required=True, metavar="JOB",
+              help="The old job whose input is replayed and whose output is compared.")
+@click.option("--from-snapshot", default=None, metavar="SNAP")
+@click.option("--resume-point", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="FILE")
+@_job_options
+@click.option("--keep", is_flag=True, help="Keep the scratch job and output (path printed).")
+@click.option("--fail-on-diff", is_flag=True,
+              help=f"Exit {EXIT_DIFFERENCE} when the outputs differ (for CI pipelines).")
+@json_option
+@click.pass_context
+@handle_errors
+def rehearse_command(ctx: click.Context, job_file: Path, against: str,
+                     from_snapshot: str | None, resume_point: Path | None,
+                     params: tuple[str, ...], confs: tuple[str, ...], master: str | None,
+                     keep: bool, fail_on_diff: bool, as_json: bool) -> None:
+    """Run JOB_FILE from a snapshot over the input job JOB read after it, in scratch space,
+    and compare its output with JOB's. Params, conf and master default to JOB's."""
+    from sparkpoint.cli.rehearse_text import rehearsal_text
+
+    result = api.rehearse(_home(ctx), job_file, against, from_snapshot=from_snapshot,
+                          resume_point=resume_point, params=_pairs(params, "--param"),
+                          conf=_pairs(confs, "--conf"), master=master, keep=keep, echo=_echo)
+    click.echo(render.as_json(result.to_dict()) if as_json else rehearsal_text(result))
+    if fail_on_diff and result.equal is False:
+        sys.exit(EXIT_DIFFERENCE)
 
 
 @cli.group("resume-point")

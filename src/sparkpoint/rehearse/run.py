@@ -1,0 +1,351 @@
+"""``sparkpoint rehearse``: a new version of a job, started from a snapshot in scratch space,
+replays exactly the input the old job read after the snapshot's batch; its output is then
+compared with what the old job wrote for those batches.
+
+Everything the rehearsal writes lives in one scratch directory under the home's scratch
+space (a home of its own, so the rehearsal is never a user job): its checkpoint, its output,
+its job record. The old job's checkpoint, output and the snapshots are only read; the new
+version's sink is redirected to scratch before its query starts, whatever sink it is.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sparkpoint.checkpoint.layout import Checkpoint
+from sparkpoint.checkpoint.replay import replay_batch, replayable_batches
+from sparkpoint.checkpoint.sink_log import (
+    DEFAULT_COMPACT_INTERVAL,
+    committed_files,
+    files_up_to,
+    latest_batch,
+    seed_empty_history,
+)
+from sparkpoint.errors import (
+    JobFileError,
+    NothingToRehearseError,
+    PreconditionError,
+    SnapshotDamagedError,
+    SparkQueryError,
+    UsageError,
+    ValidationError,
+)
+from sparkpoint.rehearse.compare import EXAMPLES_PER_KIND, Comparison, Output, compare, json_value
+from sparkpoint.runtime.context import JobContext
+from sparkpoint.runtime.jobfile import (
+    build_writer,
+    check_job_file,
+    check_required_params,
+    load_build,
+)
+from sparkpoint.runtime.registry import JobRegistry
+from sparkpoint.runtime.runner import PlannedJob, RunOptions, new_log_file, run_job
+from sparkpoint.snapshot.store import SnapshotStore, open_snapshot_store
+from sparkpoint.spark.output import (
+    BATCH_DIR_PREFIX,
+    format_of_files,
+    output_format,
+    read_rows,
+    redirect_output,
+    writer_options,
+)
+from sparkpoint.spark.session import apply_query_conf, create_session, restore_conf
+from sparkpoint.spark.sink import file_sink_path
+from sparkpoint.spark.version import require_supported_pyspark
+from sparkpoint.storage.home import Home, validate_name
+from sparkpoint.upgrade.interrupted import clear_intent
+from sparkpoint.upgrade.restore import build_new_checkpoint, resolve
+from sparkpoint.upgrade.resume_point import load_resume_point
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+Echo = Callable[[str], None]
+SCRATCH_JOB = "rehearsal"
+COMPACT_INTERVAL_CONF = "spark.sql.streaming.fileSink.log.compactInterval"
+
+
+def _quiet(_message: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Rehearsal:
+    """What a rehearsal found. ``comparison`` is None when the old job's output cannot be
+    read (not a file sink, or its log no longer lists those batches): then only the new
+    output is shown, and ``note`` says why."""
+
+    job: str
+    snapshots: list[str]
+    batches: tuple[int, int]
+    new_rows: int
+    comparison: Comparison | None
+    new_examples: list[dict[str, Any]] = field(default_factory=list)
+    note: str | None = None
+    scratch: str | None = None  # kept with --keep
+
+    @property
+    def equal(self) -> bool | None:
+        return None if self.comparison is None else self.comparison.equal
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.comparison
+        if c is None:
+            examples: dict[str, Any] = {"new": self.new_examples, "note": self.note}
+        else:
+            examples = {**c.examples, "compared_columns": c.compared_columns,
+                        "columns_only_old": c.columns_only_old,
+                        "columns_only_new": c.columns_only_new}
+        return {"equal": self.equal, "batches": list(self.batches),
+                "old_rows": None if c is None else c.old_rows, "new_rows": self.new_rows,
+                "only_old": None if c is None else c.only_old,
+                "only_new": None if c is None else c.only_new, "examples": examples}
+
+
+@dataclass
+class _NewVersion:
+    """What the scratch job learns while it runs."""
+
+    output: Path
+    file_format: str | None = None
+    options: dict[str, str] = field(default_factory=dict)
+    operator_keys: list[list[str]] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)
+    shift: int = 0
+
+
+def rehearse(
+    home: Home,
+    job_file: Path,
+    against: str,
+    from_snapshot: str | None = None,
+    resume_point: Path | None = None,
+    params: Mapping[str, str] | None = None,
+    conf: Mapping[str, str] | None = None,
+    master: str | None = None,
+    keep: bool = False,
+    spark: SparkSession | None = None,
+    echo: Echo = _quiet,
+) -> Rehearsal:
+    """Rehearse ``job_file`` from a snapshot (or resume point) against job ``against``.
+
+    Params, conf and master default to the old job's; those given replace them."""
+    validate_name(against, "job")
+    if (from_snapshot is None) == (resume_point is None):
+        raise UsageError("give exactly one of --from-snapshot SNAP or --resume-point FILE")
+    job_file = job_file.absolute()
+    record = JobRegistry(home).get(against)
+    old = JobRegistry(home).checkpoint(against)
+    store = open_snapshot_store(home)
+    point = load_resume_point(resume_point) if resume_point is not None else None
+    names = point.snapshots() if point is not None else [from_snapshot or ""]
+    snapshot_batch = max(store.get(name).batch_id for name in names)
+    _check_intact(store, names)
+    batches = _batches_to_replay(old, against, snapshot_batch, names)
+    params = {**record.params, **(params or {})}
+    conf = {**record.conf, **(conf or {})}
+    check_required_params(check_job_file(job_file), SCRATCH_JOB, params)
+    if spark is None:
+        require_supported_pyspark()
+    home.scratch_dir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="rehearse-", dir=home.scratch_dir))
+    try:
+        session = spark or create_session(master or record.master, conf, "sparkpoint:rehearse",
+                                          log_file=new_log_file(home.logs_dir, "rehearse"))
+        user_build = load_build(job_file)
+        old_output = _old_output(session, user_build, job_file, against, record.params, conf)
+        new = _NewVersion(output=scratch / "output")
+        _replay(session, home, scratch, job_file, user_build, old, batches, snapshot_batch,
+                new, store, point, from_snapshot, params, conf, master or record.master,
+                names, echo)
+        result = _summarize(session, against, names, (batches[0], batches[-1]), old_output,
+                            snapshot_batch, new)
+        if keep:
+            echo(f"scratch kept: {scratch}")
+            return Rehearsal(**{**result.__dict__, "scratch": str(scratch)})
+        return result
+    finally:
+        if not keep:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _check_intact(store: SnapshotStore, names: list[str]) -> None:
+    for name in names:
+        problems = store.verify(name)
+        if problems:
+            raise SnapshotDamagedError(
+                f"snapshot '{name}' is damaged: {problems[0].path}: {problems[0].message}; "
+                f"run 'sparkpoint snapshot verify {name}'")
+
+
+def _batches_to_replay(old: Checkpoint, job: str, snapshot_batch: int,
+                       names: list[str]) -> list[int]:
+    latest = old.latest_committed_batch() if old.exists() else None
+    if latest is None or latest <= snapshot_batch:
+        raise NothingToRehearseError(
+            f"job '{job}' has no committed batch after batch {snapshot_batch} of snapshot "
+            f"{', '.join(repr(n) for n in names)} (its latest: "
+            f"{'none' if latest is None else latest}); there is no input to replay: run the "
+            "old job further, or rehearse from an older snapshot")
+    batches = replayable_batches(old, snapshot_batch)
+    wanted = list(range(snapshot_batch + 1, latest + 1))
+    if batches != wanted:
+        held = ", ".join(str(b) for b in batches) or "none"
+        raise PreconditionError(
+            f"job '{job}': expected the offsets of batches {wanted[0]}..{latest} in "
+            f"{old.root / 'offsets'}, found those of {held} (Spark keeps the last "
+            "spark.sql.streaming.minBatchesToRetain batches); rehearse from a newer snapshot")
+    return batches
+
+
+def _old_output(session: SparkSession, user_build: Any, job_file: Path, job: str,
+                params: Mapping[str, str], conf: Mapping[str, str]) -> Path | None:
+    """Where the old job wrote: the file sink the job file builds with the old job's params
+    (None when it is no file sink, or no sink log is there)."""
+    replaced = apply_query_conf(session, conf)  # named sources need it, as for any run
+    try:
+        writer = build_writer(user_build, job_file, session, JobContext(job=job,
+                                                                         params=dict(params)))
+    except JobFileError:
+        return None  # the new version needs other params: the run below says what
+    finally:
+        restore_conf(session, replaced)
+    path = file_sink_path(writer)
+    if path is None or latest_batch(path) is None:
+        return None
+    return path
+
+
+def _replay(session: SparkSession, home: Home, scratch: Path, job_file: Path, user_build: Any,
+            old: Checkpoint, batches: list[int], snapshot_batch: int, new: _NewVersion,
+            store: SnapshotStore, point: Any, from_snapshot: str | None,
+            params: Mapping[str, str], conf: Mapping[str, str], master: str | None,
+            names: list[str], echo: Echo) -> None:
+    """Restore the new version from the snapshot in scratch space, then run it once per old
+    batch, each time with that batch's offsets as its pending batch."""
+    scratch_home = Home(scratch / "home")
+    target = scratch_home.checkpoint_dir(SCRATCH_JOB)
+
+    def build(spark: SparkSession, ctx: JobContext) -> Any:
+        writer = build_writer(user_build, job_file, spark, ctx)
+        new.file_format = output_format(writer)
+        new.options = writer_options(writer) if new.file_format is not None else {}
+        return redirect_output(writer, new.output)
+
+    def restore(planned: PlannedJob) -> None:
+        resolution = resolve(store, planned, point, from_snapshot)
+        for warning in resolution.plan.warnings:
+            echo(f"warning: {warning}")
+        if not resolution.plan.ok:
+            raise ValidationError(
+                f"the new version cannot resume ({len(resolution.plan.problems)} problem(s)); "
+                "nothing was run:\n  " + "\n  ".join(resolution.plan.problems),
+                problems=resolution.plan.problems)
+        fresh = [row.name for row in resolution.plan.sources
+                 if row.action != "resume" or row.origin is None]
+        if fresh:
+            raise ValidationError(
+                f"{job_file}: source(s) {', '.join(fresh)} do not resume from the snapshot; a "
+                f"rehearsal replays only what the old job read: map each source to one of "
+                f"the old job's in a resume point")
+        new.sources = {row.name: row.origin["source"] for row in resolution.plan.sources
+                       if row.origin is not None}
+        _check_same_history(store, old, resolution.plan.sources)
+        new.operator_keys = [
+            [str(f["name"]) for f in (op.stores[0].key_schema or {}).get("fields", [])]
+            for op in resolution.shape.operators if op.stores]
+        result = build_new_checkpoint(planned, resolution, target, echo)
+        if result.batch_id is None:
+            raise ValidationError(f"{job_file}: the new version resumes nothing from "
+                                  f"{', '.join(names)}; there is nothing to rehearse from")
+        new.shift = result.batch_id - snapshot_batch
+        if planned.file_sink is not None:
+            interval = int(conf.get(COMPACT_INTERVAL_CONF, DEFAULT_COMPACT_INTERVAL))
+            seed_empty_history(planned.file_sink, result.batch_id, interval)
+        replay_batch(old, batches[0], Checkpoint(target), batches[0] + new.shift, new.sources)
+
+    options = RunOptions(job=SCRATCH_JOB, job_file=job_file, params=params, conf=conf,
+                         master=master, max_batches=1, pending_batch_only=True, build=build)
+    for batch in batches:
+        def replay(_planned: PlannedJob, batch: int = batch) -> None:
+            replay_batch(old, batch, Checkpoint(target), batch + new.shift, new.sources)
+
+        run_job(scratch_home, options, spark=session,
+                prepare=restore if batch == batches[0] else replay, echo=_quiet,
+                on_recorded=lambda: clear_intent(target))
+        done = Checkpoint(target).latest_committed_batch()
+        if done != batch + new.shift:
+            raise SparkQueryError(
+                f"the rehearsal's replay of batch {batch} did not complete (its checkpoint's "
+                f"latest batch is {done}); see the Spark log in {home.logs_dir}")
+        echo(f"replayed batch {batch}")
+
+
+def _check_same_history(store: SnapshotStore, old: Checkpoint, rows: list[Any]) -> None:
+    """Each snapshot's offsets must be the old job's at that batch: else the old job's later
+    batches do not continue the snapshot, and replaying them would mix two histories."""
+    for row in rows:
+        if row.origin is None:
+            continue
+        name, source = row.origin["snapshot"], row.origin["source"]
+        batch = store.get(name).batch_id
+        if not (old.root / "offsets" / str(batch)).is_file():
+            continue  # Spark no longer holds it; nothing to compare with
+        theirs = Checkpoint(store.checkpoint_path(name)).offsets(batch).source_offsets()
+        ours = old.offsets(batch).source_offsets()
+        if theirs.get(source) != ours.get(source):
+            raise PreconditionError(
+                f"snapshot '{name}' (batch {batch}) is not in the history of the job to "
+                f"compare with: its offset of source '{source}' is {theirs.get(source)}, the "
+                f"job's at batch {batch} is {ours.get(source)}; rehearse against the job the "
+                "snapshot was taken of")
+
+
+def _summarize(session: SparkSession, job: str, names: list[str], batches: tuple[int, int],
+               old_output: Path | None, snapshot_batch: int, new: _NewVersion) -> Rehearsal:
+    if new.file_format is not None:
+        new_files = sorted(committed_files(new.output))
+        new_format = format_of_files(new_files, new.file_format)
+        new_side = _read(session, new_format, new_files, new.output, new.options)
+    else:
+        dirs = sorted(str(p) for p in new.output.glob(f"{BATCH_DIR_PREFIX}*"))
+        new_side = _read(session, "parquet", dirs, None, {})
+    old_files = None
+    note = None
+    if old_output is None:
+        note = (f"job '{job}' does not write to a file sink sparkpoint can read: only the "
+                "new output is shown")
+    else:
+        after = files_up_to(old_output, batches[1])
+        before = files_up_to(old_output, snapshot_batch)
+        if after is None or before is None:
+            note = (f"the sink log of {old_output} no longer lists the files of batches "
+                    f"{batches[0]}..{batches[1]} (Spark compacted it): only the new output "
+                    "is shown")
+        else:
+            old_files = sorted(after - before)
+    if old_output is None or old_files is None:
+        return Rehearsal(job, names, batches, len(new_side.rows), None,
+                         [{c: json_value(v) for c, v in zip(new_side.columns, row, strict=True)}
+                          for row in new_side.rows[:EXAMPLES_PER_KIND]], note)
+    fmt = format_of_files(old_files, new.file_format or "parquet")
+    old_side = _read(session, fmt, old_files, old_output, new.options)
+    if not old_side.columns:
+        old_side = Output(new_side.columns, [], new_side.numeric)
+    if not new_side.columns:
+        new_side = Output(old_side.columns, [], old_side.numeric)
+    return Rehearsal(job, names, batches, len(new_side.rows),
+                     compare(old_side, new_side, new.operator_keys))
+
+
+def _read(session: SparkSession, fmt: str, paths: list[str], base: Path | None,
+          options: dict[str, str]) -> Output:
+    if not paths:
+        return Output([], [])
+    columns, rows, numeric = read_rows(session, fmt, paths, base, options)
+    return Output(columns, rows, numeric)
