@@ -1,0 +1,153 @@
+"""`sparkpoint rehearse` on real Spark: a new version started from a snapshot replays exactly
+the input the old job read after it, and its output is compared with the old job's.
+
+Spark fact pinned here (4.3): a query restarted on a checkpoint whose latest offsets entry
+has no commit runs that batch with exactly the entry's offsets, watermark and batch time.
+The rehearsal writes the old job's offsets entries one by one as such pending batches, so an
+identical version must reproduce the old job's rows batch for batch.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkpoint import api
+from sparkpoint.storage.home import Home
+from sparkpoint.testing import Click, expected_hourly_counts, write_clicks
+from tests.conftest import EXAMPLES, SHUFFLE_PARTITIONS
+from tests.support.cli import sparkpoint
+
+pytestmark = pytest.mark.spark
+JOB = EXAMPLES / "clicks_job.py"
+FEWER_URLS_JOB = Path(__file__).resolve().parent.parent / "data" / "jobs" / "clicks_fewer_urls.py"
+DROPPED_URLS = ("/p/1", "/p/2", "/p/3", "/p/4")
+HOUR = dt.timedelta(hours=1)
+
+
+def _old_job(spark: Any, home: Home, tmp_path: Path) -> tuple[list[Click], list[Click], int, int]:
+    """v1 reads two 20-minute slices, is snapshotted as 'old' (mid-hour: hour 0 is still
+    open), then reads four more; returns the events before and after, N and L."""
+    inp, out = tmp_path / "in", tmp_path / "out"
+    params = {"input": str(inp), "output": str(out), "files_per_batch": "1"}
+    conf = {"spark.sql.shuffle.partitions": SHUFFLE_PARTITIONS}
+    before = write_clicks(inp, range(0, 2))
+    api.run(home, JOB, "v1", params=params, conf=conf, until_caught_up=True, spark=spark)
+    snapshot_batch = api.snapshot_create(home, "v1", "old").batch_id
+    after = write_clicks(inp, range(2, 6))
+    latest = api.run(home, JOB, "v1", until_caught_up=True, spark=spark).last_batch
+    assert latest is not None and latest >= snapshot_batch + 4
+    return before, after, snapshot_batch, latest
+
+
+def _digests(*roots: Path) -> dict[str, str]:
+    return {str(path): hashlib.sha256(path.read_bytes()).hexdigest()
+            for root in roots for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+def _rows_after_snapshot(before: list[Click], after: list[Click]) -> Counter[Any]:
+    """What the old job emitted after the snapshot: rows of all input minus those of the
+    input read up to the snapshot (windows are emitted once, in append mode)."""
+    return expected_hourly_counts(before + after) - expected_hourly_counts(before)
+
+
+def _as_json_rows(rows: Counter[Any]) -> Counter[Any]:
+    return Counter((ws.isoformat(), we.isoformat(), user, n)
+                   for (ws, we, user, n), times in rows.items() for _ in range(times))
+
+
+def _example_rows(rows: list[dict[str, Any]]) -> Counter[Any]:
+    return Counter((r["window_start"], r["window_end"], r["user"], r["clicks"]) for r in rows)
+
+
+def test_identical_version_rehearses_equal_and_changes_nothing(
+    spark: Any, home: Home, tmp_path: Path
+) -> None:
+    before, after, n, latest = _old_job(spark, home, tmp_path)
+    emitted = _rows_after_snapshot(before, after)
+    assert emitted  # hour 0 closes after the snapshot: there is something to compare
+    watched = (home.checkpoint_dir("v1"), tmp_path / "out", home.snapshot_dir("old"),
+               tmp_path / "in")
+    digests = _digests(*watched)
+
+    done = sparkpoint(home, "rehearse", str(JOB), "--from-snapshot", "old", "--against", "v1",
+                      "--json", "--fail-on-diff")
+    assert done.code == 0, done.err
+    doc = done.json()
+    assert doc["equal"] is True
+    assert doc["batches"] == [n + 1, latest]
+    assert doc["old_rows"] == doc["new_rows"] == sum(emitted.values())
+    assert doc["only_old"] == doc["only_new"] == 0
+    assert _example_rows(doc["examples"]["both"]) <= _as_json_rows(emitted)
+    assert set(doc) == {"equal", "batches", "old_rows", "new_rows", "only_old", "only_new",
+                        "examples"}
+
+    assert _digests(*watched) == digests  # old checkpoint, output, snapshot, input untouched
+    assert [p.name for p in home.scratch_dir.iterdir()] == []  # scratch removed
+    listed = sparkpoint(home, "jobs", "list", "--json")
+    assert [j["name"] for j in listed.json()] == ["v1"]  # the rehearsal is no user job
+
+    # Bad input: one typed line each, exit 4, nothing created.
+    for args, code in (
+        (["--from-snapshot", "old", "--against", "nope"], "[UNKNOWN_JOB]"),
+        (["--from-snapshot", "nope", "--against", "v1"], "[UNKNOWN_SNAPSHOT]"),
+    ):
+        refused = sparkpoint(home, "rehearse", str(JOB), *args)
+        assert refused.code == 4 and code in refused.err, refused.err
+    api.snapshot_create(home, "v1", "latest")
+    refused = sparkpoint(home, "rehearse", str(JOB), "--from-snapshot", "latest",
+                         "--against", "v1", "--json")
+    assert refused.code == 4, refused.out
+    error = refused.json()["error"]
+    assert error["code"] == "NOTHING_TO_REHEARSE"
+    assert f"no committed batch after batch {latest}" in error["message"]
+    assert _digests(*watched) == digests
+
+
+def test_changed_filter_reports_exactly_the_differing_rows(
+    spark: Any, home: Home, tmp_path: Path
+) -> None:
+    before, after, n, latest = _old_job(spark, home, tmp_path)
+    old_rows = _rows_after_snapshot(before, after)
+    # Independently: the new version counts what the snapshot's state holds (every click
+    # read before it) plus the clicks after it that its filter keeps, for the windows the
+    # old job emitted (the replay uses the old batches' watermarks).
+    unique_before = {(c.event_id, c.ts): c for c in before}.values()
+    unique_after = {(c.event_id, c.ts): c for c in after
+                    if c.url not in DROPPED_URLS}.values()
+    new_rows: Counter[Any] = Counter()
+    for ws, we, user, _ in old_rows:
+        count = sum(1 for c in [*unique_before, *unique_after]
+                    if c.user == user and ws <= c.ts.replace(tzinfo=None) < we)
+        if count:
+            new_rows[(ws, we, user, count)] += 1
+    only_old, only_new = old_rows - new_rows, new_rows - old_rows
+    assert only_old and only_new  # the filter does change something
+
+    result = api.rehearse(home, FEWER_URLS_JOB, "v1", from_snapshot="old", spark=spark)
+    doc = result.to_dict()
+    assert doc["equal"] is False
+    assert doc["batches"] == [n + 1, latest]
+    assert (doc["old_rows"], doc["new_rows"]) == (sum(old_rows.values()),
+                                                  sum(new_rows.values()))
+    assert (doc["only_old"], doc["only_new"]) == (sum(only_old.values()),
+                                                  sum(only_new.values()))
+    examples = doc["examples"]
+    assert examples["key_columns"] == ["window_start", "window_end", "user"]
+    assert len(examples["changed"]) == len(only_old) <= 5  # one group per changed key
+    shown_old = [r for g in examples["changed"] for r in g["old"]] + examples["only_old"]
+    shown_new = [r for g in examples["changed"] for r in g["new"]] + examples["only_new"]
+    assert _example_rows(shown_old) == _as_json_rows(only_old)
+    assert _example_rows(shown_new) == _as_json_rows(only_new)
+
+    text = sparkpoint(home, "rehearse", str(FEWER_URLS_JOB), "--from-snapshot", "old",
+                      "--against", "v1", "--fail-on-diff")
+    assert text.code == 5, text.err
+    assert (f"only in old: {sum(only_old.values())}, only in new: "
+            f"{sum(only_new.values())}") in text.out
+    assert "outputs differ" in text.out
