@@ -9,7 +9,6 @@ identical version must reproduce the old job's rows batch for batch.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 from collections import Counter
 from pathlib import Path
@@ -25,9 +24,10 @@ from tests.support.cli import sparkpoint
 
 pytestmark = pytest.mark.spark
 JOB = EXAMPLES / "clicks_job.py"
-FEWER_URLS_JOB = Path(__file__).resolve().parent.parent / "data" / "jobs" / "clicks_fewer_urls.py"
+JOBS = Path(__file__).resolve().parent.parent / "data" / "jobs"
+FEWER_URLS_JOB = JOBS / "clicks_fewer_urls.py"
+FOREACH_JOB = JOBS / "clicks_foreach_batch.py"
 DROPPED_URLS = ("/p/1", "/p/2", "/p/3", "/p/4")
-HOUR = dt.timedelta(hours=1)
 
 
 def _old_job(spark: Any, home: Home, tmp_path: Path) -> tuple[list[Click], list[Click], int, int]:
@@ -151,3 +151,31 @@ def test_changed_filter_reports_exactly_the_differing_rows(
     assert (f"only in old: {sum(only_old.values())}, only in new: "
             f"{sum(only_new.values())}") in text.out
     assert "outputs differ" in text.out
+
+
+def test_other_sink_shows_new_output_only_and_is_never_written(
+    spark: Any, home: Home, tmp_path: Path
+) -> None:
+    inp, out = tmp_path / "in", tmp_path / "out"
+    params = {"input": str(inp), "output": str(out), "files_per_batch": "1"}
+    before = write_clicks(inp, range(0, 2))
+    api.run(home, FOREACH_JOB, "v1", params=params, until_caught_up=True, spark=spark,
+            conf={"spark.sql.shuffle.partitions": SHUFFLE_PARTITIONS})
+    n = api.snapshot_create(home, "v1", "old").batch_id
+    after = write_clicks(inp, range(2, 6))
+    latest = api.run(home, FOREACH_JOB, "v1", until_caught_up=True, spark=spark).last_batch
+    emitted = _rows_after_snapshot(before, after)
+    assert emitted and sum(emitted.values()) <= 5  # every new row is among the examples
+    # Pointed at an empty output, the job's own foreachBatch would write its batches there.
+    elsewhere = tmp_path / "elsewhere"
+
+    result = api.rehearse(home, FOREACH_JOB, "v1", from_snapshot="old", spark=spark,
+                          params={"output": str(elsewhere)})
+    doc = result.to_dict()
+    assert (doc["equal"], doc["old_rows"], doc["only_old"], doc["only_new"]) == (
+        None, None, None, None)
+    assert doc["batches"] == [n + 1, latest]
+    assert doc["new_rows"] == sum(emitted.values())
+    assert _example_rows(doc["examples"]["new"]) == _as_json_rows(emitted)
+    assert "only the new output is shown" in doc["examples"]["note"]
+    assert not elsewhere.exists()
