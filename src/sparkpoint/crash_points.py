@@ -50,6 +50,8 @@ CRASH_POINTS: dict[str, str] = {
     "startpoint.source_log_written": "file-source log entries written, offsets not moved",
     "startpoint.offsets_moved": "committed offsets moved, pending startpoints not cleared",
     "startpoint.cleared": "pending startpoints cleared, job record not updated",
+    # rehearse: everything in a scratch directory, removed at the end or by the next one
+    "rehearse.batch_replayed": "one old batch replayed in scratch, the next not started",
     # jobs delete: renamed aside, then removed
     "jobs.delete_renamed": "job directory renamed out of the listing, files not removed",
 }

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from sparkpoint import api
+from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import Click, expected_hourly_counts, write_clicks
 from tests.conftest import EXAMPLES, SHUFFLE_PARTITIONS
@@ -75,9 +76,18 @@ def test_identical_version_rehearses_equal_and_changes_nothing(
                tmp_path / "in")
     digests = _digests(*watched)
 
+    # Killed after its first batch: its scratch is left behind, the old job untouched.
+    crashed = sparkpoint(home, "rehearse", str(JOB), "--from-snapshot", "old", "--against",
+                         "v1", env={CRASH_ENV: "rehearse.batch_replayed"})
+    assert crashed.code == CRASH_EXIT_CODE, crashed.err
+    left = [p.name for p in home.scratch_dir.iterdir()]
+    assert len(left) == 1 and left[0].startswith("rehearse-")
+    assert _digests(*watched) == digests
+
     done = sparkpoint(home, "rehearse", str(JOB), "--from-snapshot", "old", "--against", "v1",
                       "--json", "--fail-on-diff")
     assert done.code == 0, done.err
+    assert "left by an interrupted rehearsal" in done.err and left[0] in done.err
     doc = done.json()
     assert doc["equal"] is True
     assert doc["batches"] == [n + 1, latest]

@@ -10,6 +10,7 @@ version's sink is redirected to scratch before its query starts, whatever sink i
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
@@ -26,6 +27,7 @@ from sparkpoint.checkpoint.sink_log import (
     latest_batch,
     seed_empty_history,
 )
+from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import (
     JobFileError,
     NothingToRehearseError,
@@ -67,6 +69,9 @@ if TYPE_CHECKING:
 
 Echo = Callable[[str], None]
 SCRATCH_JOB = "rehearsal"
+# <home>/scratch/rehearse-<pid>-<random>: the pid tells a running rehearsal's from a dead one's.
+SCRATCH_PREFIX = "rehearse-"
+KEPT_MARKER = "KEPT"
 COMPACT_INTERVAL_CONF = "spark.sql.streaming.fileSink.log.compactInterval"
 
 
@@ -153,7 +158,9 @@ def rehearse(
     if spark is None:
         require_supported_pyspark()
     home.scratch_dir.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="rehearse-", dir=home.scratch_dir))
+    _remove_abandoned(home.scratch_dir, echo)
+    scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-",
+                                    dir=home.scratch_dir))
     try:
         session = spark or create_session(master or record.master, conf, "sparkpoint:rehearse",
                                           log_file=new_log_file(home.logs_dir, "rehearse"))
@@ -166,12 +173,34 @@ def rehearse(
         result = _summarize(session, against, names, (batches[0], batches[-1]), old_output,
                             snapshot_batch, new)
         if keep:
+            (scratch / KEPT_MARKER).touch()
             echo(f"scratch kept: {scratch}")
             return Rehearsal(**{**result.__dict__, "scratch": str(scratch)})
         return result
     finally:
         if not keep:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_abandoned(scratch_dir: Path, echo: Echo) -> None:
+    """Remove the scratch of rehearsals whose process died (killed, crashed) before its own
+    cleanup; running ones and those kept with --keep stay."""
+    for path in scratch_dir.glob(f"{SCRATCH_PREFIX}*"):
+        pid = path.name.removeprefix(SCRATCH_PREFIX).split("-", 1)[0]
+        if not pid.isdigit() or (path / KEPT_MARKER).exists() or _process_alive(int(pid)):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        echo(f"removed {path}, left by an interrupted rehearsal (pid {pid})")
 
 
 def _check_intact(store: SnapshotStore, names: list[str]) -> None:
@@ -284,6 +313,7 @@ def _replay(session: SparkSession, home: Home, scratch: Path, job_file: Path, us
                 f"the rehearsal's replay of batch {batch} did not complete (its checkpoint's "
                 f"latest batch is {done}); see the Spark log in {home.logs_dir}")
         echo(f"replayed batch {batch}")
+        crash_point("rehearse.batch_replayed")
 
 
 def _check_same_history(store: SnapshotStore, old: Checkpoint, rows: list[Any]) -> None:
