@@ -98,6 +98,13 @@ class StateRetentionError(PreconditionError):
     code = "STATE_RETENTION"
 
 
+class BatchNotHeldError(PreconditionError):
+    """A snapshot of an earlier batch was asked for that the checkpoint no longer holds (or
+    that is not committed yet)."""
+
+    code = "BATCH_NOT_HELD"
+
+
 class SinkAheadError(PreconditionError):
     """The output's sink log already holds batch ids a job started from a snapshot would run."""
 

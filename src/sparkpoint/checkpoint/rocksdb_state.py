@@ -78,6 +78,11 @@ def _versions(directory: Path, pattern: re.Pattern[str]) -> dict[int, str]:
     return found
 
 
+def version_numbers(partition_dir: Path) -> tuple[set[int], set[int]]:
+    """(versions with a zip, versions with a changelog) present in a partition directory."""
+    return set(_versions(partition_dir, _ZIP_NAME)), set(_versions(partition_dir, _CHANGELOG_NAME))
+
+
 def locate_version(partition_dir: Path, version: int) -> RocksDBVersion:
     """The newest zip at or below ``version`` and the changelogs that bring it to ``version``."""
     zips = _versions(partition_dir, _ZIP_NAME)

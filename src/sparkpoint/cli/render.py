@@ -9,6 +9,7 @@ from typing import Any
 
 from sparkpoint.api import JobView, StartpointPreview
 from sparkpoint.checkpoint.operators import schema_ddl
+from sparkpoint.checkpoint.retained import iso_utc
 from sparkpoint.runtime.registry import DrainRecord
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.store import Problem, Sharing
@@ -174,6 +175,22 @@ def progress_lines(view: JobView) -> list[str]:
     return out
 
 
+def snapshottable_lines(view: JobView) -> list[str]:
+    """The batches 'snapshot create --batch K' can still take, with when they committed."""
+    held = view.snapshottable
+    if held is None:
+        return []
+    if not held:
+        return ["past      no committed batch can be snapshotted"]
+    out = [f"past      {len(held)} committed batch{'es' if len(held) != 1 else ''} can be "
+           f"snapshotted (--batch K / --at TIME):"]
+    shown = held if len(held) <= 6 else [*held[:3], None, *held[-2:]]
+    for entry in shown:
+        out.append("            ..." if entry is None else
+                   f"            batch {entry.batch}  committed {iso_utc(entry.committed_at)}")
+    return out
+
+
 def job_show_text(view: JobView) -> str:
     record = view.record
     out = [
@@ -185,6 +202,7 @@ def job_show_text(view: JobView) -> str:
         f"params    {' '.join(f'{k}={v}' for k, v in record.params.items()) or '-'}",
         *progress_lines(view),
     ]
+    out.extend(snapshottable_lines(view))
     if record.error:
         out.append(f"error     {record.error}")
     lineage = record.lineage
