@@ -37,11 +37,16 @@ def _files_read(home: Home, job: str, batch: int) -> int:
     return 0
 
 
-@pytest.mark.parametrize("provider", [ROCKSDB_PROVIDER, HDFS_PROVIDER], ids=["rocksdb", "hdfs"])
+@pytest.mark.parametrize("provider,changelog", [(ROCKSDB_PROVIDER, "false"),
+                                                (ROCKSDB_PROVIDER, "true"),
+                                                (HDFS_PROVIDER, "false")],
+                         ids=["rocksdb", "rocksdb-changelog", "hdfs"])
 def test_snapshot_of_an_earlier_batch_continues_from_that_batch(
-    spark: object, home: Home, tmp_path: Path, provider: str
+    spark: object, home: Home, tmp_path: Path, provider: str, changelog: str
 ) -> None:
     conf = {"spark.sql.streaming.stateStore.providerClass": provider,
+            # State versions as a zip plus changelogs, or changelogs alone.
+            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": changelog,
             "spark.sql.streaming.minBatchesToRetain": str(RETAIN),
             # The sink log stays uncompacted, so the files of batches 0..K can be told apart.
             "spark.sql.streaming.fileSink.log.compactInterval": "1000"}

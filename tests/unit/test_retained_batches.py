@@ -101,3 +101,13 @@ def test_time_without_zone_is_local_time(monkeypatch: pytest.MonkeyPatch) -> Non
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+def test_rocksdb_changelogs_before_the_first_zip_rebuild_from_the_empty_store(
+    tmp_path: Path,
+) -> None:
+    ckpt = _checkpoint(tmp_path, range(0, 4), ROCKSDB_PROVIDER, partitions=1)
+    _files(ckpt, 0, "1.changelog", "2.changelog", "3.changelog", "4.zip")
+    assert _held(ckpt) == [0, 1, 2, 3]
+    (ckpt.root / "state" / "0" / "0" / "2.changelog").unlink()
+    assert _held(ckpt) == [0, 3]

@@ -5,7 +5,8 @@ state versions and deletes older ones. Batch K can be rebuilt as a runnable chec
 ``offsets/K``, ``offsets/K-1`` (Spark reads it to know where batch K started), ``commits/K``
 and state version K+1 of every store partition are all loadable: for the HDFS provider the
 newest ``<s>.snapshot`` at or below K+1 and every delta after it (or every delta from 1),
-for RocksDB the newest ``<v>.zip`` at or below K+1 and the changelogs after it.
+for RocksDB the newest ``<v>.zip`` at or below K+1 and the changelogs after it (or every
+changelog from 1).
 
 Answered from directory listings only: no state file is opened, so ``jobs show`` stays fast
 on jobs with many partitions.
@@ -73,9 +74,8 @@ def _partition_loadable(partition_dir: Path, versions: set[int], rocksdb: bool) 
         return {v for v in versions if v == 0}
     if rocksdb:
         zips, changelogs = version_numbers(partition_dir)
-        # Without any zip only version 0 (the empty store) exists.
-        return {v for v in _loadable(versions, zips, changelogs) if v == 0 or
-                any(z <= v for z in zips)}
+        # Below the first zip, changelogs from 1 rebuild a version from the empty store.
+        return _loadable(versions, zips, changelogs)
     deltas, snapshots = hdfs_state.state_file_versions(partition_dir)
     return _loadable(versions, snapshots, deltas)
 
