@@ -38,6 +38,7 @@ from sparkpoint.errors import (
     SnapshotDamagedError,
     SparkpointError,
     SparkQueryError,
+    UnknownOperatorError,
     UnknownSourceError,
     UsageError,
     ValidationError,
@@ -71,6 +72,7 @@ from sparkpoint.runtime.runner import (
     wait_until_stopped,
 )
 from sparkpoint.snapshot.export import JobInfo
+from sparkpoint.snapshot.inspect import InspectReport, inspect_checkpoint, operator_checks
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.past import batch_at, parse_time, require_held
 from sparkpoint.snapshot.store import Problem, Sharing, SnapshotStore, open_snapshot_store
@@ -497,6 +499,28 @@ def snapshot_sharing(home: Home, snapshot: str) -> Sharing:
     return open_snapshot_store(home).sharing(snapshot)
 
 
+def snapshot_inspect(home: Home, snapshot: str, operator: str | None = None,
+                     rows: int = 0) -> InspectReport:
+    """What the snapshot's state holds per operator and partition, whether it can grow
+    without bound, and with ``rows`` a sample of that many decoded rows per operator.
+    Reads the snapshot's files only (no JVM); the snapshot is not changed."""
+    if rows < 0:
+        raise UsageError(f"--rows: expected a number of rows >= 0, found {rows}")
+    store = open_snapshot_store(home)
+    manifest = store.get(snapshot)
+    if operator is not None and manifest.operator(operator) is None:
+        names = ", ".join(op.name for op in manifest.operators) or "none"
+        raise UnknownOperatorError(
+            f"snapshot '{snapshot}' has no operator '{operator}' (operators: {names}); see "
+            f"'sparkpoint snapshot show {snapshot}'")
+    checkpoint = Checkpoint(store.checkpoint_path(snapshot))
+    report = inspect_checkpoint(checkpoint, manifest.batch_id,
+                                {op.operator_id: op.name for op in manifest.operators},
+                                only=operator, sample_rows=rows)
+    report.snapshot, report.job = manifest.name, manifest.job
+    return report
+
+
 def snapshot_verify(home: Home, snapshot: str) -> list[Problem]:
     return open_snapshot_store(home).verify(snapshot)
 
@@ -517,6 +541,8 @@ class JobView:
     # Committed batches 'snapshot create --batch' can still take (None: not asked for, as
     # in 'jobs list', or the checkpoint could not be read).
     snapshottable: list[RetainedBatch] | None = None
+    # Per stateful operator: can its state grow without bound (see checkpoint/boundedness).
+    state_checks: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = self.record.model_dump(mode="json")
@@ -526,6 +552,8 @@ class JobView:
         data["files_behind"] = dict(self.files_behind)
         if self.snapshottable is not None:
             data["snapshottable_batches"] = [entry.to_dict() for entry in self.snapshottable]
+        if self.state_checks is not None:
+            data["state_checks"] = self.state_checks
         return data
 
 
@@ -566,7 +594,17 @@ def job_view(home: Home, job: str, details: bool = True) -> JobView:
     return JobView(record, record.effective_status(), batch,
                    None if progress is None else ProgressSummary.of(progress),
                    _files_behind(home, record),
-                   _snapshottable(checkpoint) if details else None)
+                   _snapshottable(checkpoint) if details else None,
+                   _state_checks(checkpoint, record) if details else None)
+
+
+def _state_checks(checkpoint: Checkpoint, record: JobRecord) -> list[dict[str, Any]]:
+    if not checkpoint.exists():
+        return []
+    try:
+        return operator_checks(checkpoint, record.operator_names())
+    except (SparkpointError, OSError):
+        return []  # a reading command reports what it can; 'snapshot inspect' says why
 
 
 def _snapshottable(checkpoint: Checkpoint) -> list[RetainedBatch]:

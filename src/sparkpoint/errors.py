@@ -72,6 +72,13 @@ class UnknownSourceError(SparkpointError):
     exit_code = EXIT_PRECONDITION
 
 
+class UnknownOperatorError(SparkpointError):
+    """A stateful operator name that the snapshot or job does not have."""
+
+    code = "UNKNOWN_OPERATOR"
+    exit_code = EXIT_PRECONDITION
+
+
 class PreconditionError(SparkpointError):
     """Refused because of the state of things (job running, name taken...)."""
 

@@ -18,9 +18,11 @@ _FIXED = {
 }
 
 
-def read_fields(row: bytes, fields: list[dict[str, Any]], where: str = "row") -> list[Any]:
+def read_fields(row: bytes, fields: list[dict[str, Any]], where: str = "row",
+                lenient: bool = False) -> list[Any]:
     """The values of ``row``'s fields; strings and binaries come back as bytes, nested
-    structs as lists."""
+    structs as lists. ``lenient``: a field of a type not decoded here comes back as
+    ``"<type>"`` instead of failing (for showing rows)."""
     count = len(fields)
     bitset = ((count + 63) // 64) * 8
     if len(row) < bitset + 8 * count:
@@ -45,7 +47,9 @@ def read_fields(row: bytes, fields: list[dict[str, Any]], where: str = "row") ->
         if kind in ("string", "binary"):
             values.append(bytes(data))
         elif kind == "struct":
-            values.append(read_fields(data, spark_type["fields"], where))
+            values.append(read_fields(data, spark_type["fields"], where, lenient))
+        elif lenient:
+            values.append(f"<{kind}>")
         else:
             raise CheckpointFormatError(
                 f"{where}: reading state key fields of type {kind!r} is not supported")

@@ -392,6 +392,22 @@ def snapshot_show(ctx: click.Context, name: str, as_json: bool) -> None:
         click.echo(render.snapshot_show_text(manifest, sharing, where))
 
 
+@snapshot.command("inspect")
+@click.argument("name")
+@click.option("--operator", default=None, metavar="NAME", help="Only this stateful operator.")
+@click.option("--rows", type=click.IntRange(min=0), default=0, metavar="N",
+              help="Also show N decoded keys and values per operator.")
+@json_option
+@click.pass_context
+@handle_errors
+def snapshot_inspect(ctx: click.Context, name: str, operator: str | None, rows: int,
+                     as_json: bool) -> None:
+    """What snapshot NAME's state holds: rows, bytes and key skew per operator and partition,
+    the event-time range of the keys, and state that no watermark, timeout or TTL bounds."""
+    report = api.snapshot_inspect(_home(ctx), name, operator=operator, rows=rows)
+    click.echo(render.as_json(report.to_dict()) if as_json else render.inspect_text(report))
+
+
 @snapshot.command("verify")
 @click.argument("name")
 @json_option
