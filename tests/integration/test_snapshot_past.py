@@ -5,6 +5,7 @@ are refused with the range it does hold, and nothing is created."""
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,8 @@ from sparkpoint.testing import (
     sink_files_up_to,
     write_clicks,
 )
-from tests.conftest import EXAMPLES
-from tests.support.cli import sparkpoint
+from tests.conftest import EXAMPLES, SHUFFLE_PARTITIONS
+from tests.support.cli import files_committed, sparkpoint, start, wait_for
 
 JOB = EXAMPLES / "clicks_job.py"
 pytestmark = pytest.mark.spark
@@ -135,3 +136,40 @@ def test_batches_not_held_are_refused_and_nothing_is_created(
     both = sparkpoint(home, "snapshot", "create", "v1", "old", "--at", "2026-01-01",
                       "--batch", "1")
     assert both.code == 2 and "either --batch or --at" in both.err
+
+
+def test_earlier_batch_of_a_running_job(spark: object, home: Home, tmp_path: Path) -> None:
+    inp, out = tmp_path / "in", tmp_path / "out"
+    events = write_clicks(inp, range(0, 7))
+    log = tmp_path / "live.log"
+    proc = start(home, "run", str(JOB), "--job", "live", "--param", f"input={inp}",
+                 "--param", f"output={out}", "--param", "files_per_batch=1",
+                 "--conf", f"spark.sql.shuffle.partitions={SHUFFLE_PARTITIONS}",
+                 "--conf", "spark.sql.streaming.fileSink.log.compactInterval=1000", log=log)
+    try:
+        wait_for(lambda: files_committed(home, "live", "clicks") == 7, 180, "7 files", log)
+        held = sparkpoint(home, "jobs", "show", "live", "--json").json()["snapshottable_batches"]
+        # The hour 00:00 is emitted by then, the hours after it only later.
+        batch = next(e["batch"] for e in held if _files_read(home, "live", e["batch"]) >= 5)
+        created = sparkpoint(home, "snapshot", "create", "live", "back", "--batch", str(batch),
+                             "--json")
+        assert created.code == 0, created.err
+        assert created.json()["batch_id"] == batch
+        shown = sparkpoint(home, "jobs", "show", "live", "--json").json()
+        assert shown["status"] == "running" and proc.poll() is None
+        assert sparkpoint(home, "jobs", "stop", "live", "--wait").code == 0
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+
+    events += write_clicks(inp, range(7, 10))
+    api.run(home, JOB, "from-back", params={"input": str(inp), "output": str(tmp_path / "o2"),
+                                             "files_per_batch": "1"},
+            conf={"spark.sql.streaming.fileSink.log.compactInterval": "1000"},
+            from_snapshot="back", until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+    before = output_rows(spark, out, sink_files_up_to(out, batch))  # type: ignore[arg-type]
+    after = output_rows(spark, tmp_path / "o2",  # type: ignore[arg-type]
+                        sink_files_up_to(tmp_path / "o2", 1 << 30))
+    assert before and after
+    assert before + after == expected_hourly_counts(events)

@@ -22,7 +22,7 @@ from sparkpoint.checkpoint.boundedness import (
 )
 from sparkpoint.checkpoint.layout import Checkpoint, OperatorDir, StoreLayout
 from sparkpoint.checkpoint.rocksdb_state import locate_version
-from sparkpoint.checkpoint.unsafe_row import read_fields
+from sparkpoint.checkpoint.unsafe_row import read_field, read_fields
 from sparkpoint.snapshot.manifest import operator_kind
 
 # flatMapGroupsWithState's "no timeout set" (GroupStateImpl.NO_TIMESTAMP).
@@ -183,7 +183,7 @@ def _scan_partition(pdir: Path, version: int, rocksdb: bool, store: StoreLayout,
         rows += 1
         if column is not None and key_schema is not None:
             index, _name, window = column
-            raw = read_fields(key, key_schema["fields"], where, lenient=True)[index]
+            raw = read_field(key, key_schema["fields"], index, where, lenient=True)
             if raw is not None:
                 low, high = (raw[0], raw[1]) if window else (raw, raw)
                 if low is not None:
@@ -191,7 +191,7 @@ def _scan_partition(pdir: Path, version: int, rocksdb: bool, store: StoreLayout,
                 if high is not None:
                     scan.high = high if scan.high is None else max(scan.high, high)
         if timeout_index is not None:
-            timeout = read_fields(value, value_fields, where, lenient=True)[timeout_index]
+            timeout = read_field(value, value_fields, timeout_index, where, lenient=True)
             scan.timeouts_set = bool(scan.timeouts_set) or (timeout not in (None, NO_TIMEOUT))
         if len(scan.sample) < sample_rows and key_schema is not None:
             scan.sample.append(SampleRow(
