@@ -8,9 +8,11 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sparkpoint.checkpoint.layout import Checkpoint
-from sparkpoint.checkpoint.retained import snapshottable_batches
+from sparkpoint.checkpoint.retained import loadable_versions, snapshottable_batches
 from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
 from sparkpoint.errors import BatchNotHeldError
 from sparkpoint.snapshot.past import batch_at, parse_time, require_held
@@ -111,3 +113,15 @@ def test_rocksdb_changelogs_before_the_first_zip_rebuild_from_the_empty_store(
     assert _held(ckpt) == [0, 1, 2, 3]
     (ckpt.root / "state" / "0" / "0" / "2.changelog").unlink()
     assert _held(ckpt) == [0, 3]
+
+
+@given(st.sets(st.integers(1, 30), max_size=12), st.sets(st.integers(1, 30)),
+       st.sets(st.integers(1, 30)))
+def test_loadable_versions_follow_the_newest_base_and_the_steps_after_it(
+    versions: set[int], bases: set[int], steps: set[int]
+) -> None:
+    def by_definition(version: int) -> bool:
+        base = max((b for b in bases if b <= version), default=0)
+        return all(step in steps for step in range(base + 1, version + 1))
+
+    assert loadable_versions(versions, bases, steps) == {v for v in versions if by_definition(v)}

@@ -58,13 +58,22 @@ def commit_times(checkpoint: Checkpoint) -> dict[int, dt.datetime]:
     return times
 
 
-def _loadable(versions: Iterable[int], bases: set[int], steps: set[int]) -> set[int]:
+def loadable_versions(versions: Iterable[int], bases: set[int], steps: set[int]) -> set[int]:
     """Versions v reachable as the newest base at or below v (0: the empty state) plus
-    every step after it."""
-    found = set()
-    for version in versions:
-        base = max((b for b in bases if b <= version), default=0)
-        if all(step in steps for step in range(base + 1, version + 1)):
+    every step after it.
+
+    One walk up from the newest base below the lowest version: v is reachable when it is
+    a base, or when v-1 is and v's step exists (v-1 then has the same newest base).
+    """
+    wanted = set(versions)
+    if not wanted:
+        return set()
+    first = max((b for b in bases if b <= min(wanted)), default=0)
+    found = {first} & wanted
+    reachable = True
+    for version in range(first + 1, max(wanted) + 1):
+        reachable = version in bases or (reachable and version in steps)
+        if reachable and version in wanted:
             found.add(version)
     return found
 
@@ -75,9 +84,9 @@ def _partition_loadable(partition_dir: Path, versions: set[int], rocksdb: bool) 
     if rocksdb:
         zips, changelogs = version_numbers(partition_dir)
         # Below the first zip, changelogs from 1 rebuild a version from the empty store.
-        return _loadable(versions, zips, changelogs)
+        return loadable_versions(versions, zips, changelogs)
     deltas, snapshots = hdfs_state.state_file_versions(partition_dir)
-    return _loadable(versions, snapshots, deltas)
+    return loadable_versions(versions, snapshots, deltas)
 
 
 def snapshottable_batches(checkpoint: Checkpoint) -> list[RetainedBatch]:
