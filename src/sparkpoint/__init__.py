@@ -6,11 +6,11 @@ from sparkpoint.runtime.context import JobContext
 # The in-driver API's names do not reuse those of subpackages (sparkpoint.snapshot,
 # sparkpoint.drain): an imported subpackage would shadow them.
 __all__ = ["JobContext", "SparkpointError", "await_job", "drain_job", "plan",
-           "snapshot_create", "snapshot_list", "snapshot_verify", "start"]
+           "snapshot_create", "snapshot_inspect", "snapshot_list", "snapshot_verify", "start"]
 __version__ = "0.1.0"
 
-_EMBEDDED = {"await_job", "drain_job", "plan", "snapshot_create", "snapshot_list",
-             "snapshot_verify", "start"}
+_EMBEDDED = {"await_job", "drain_job", "plan", "snapshot_create", "snapshot_inspect",
+             "snapshot_list", "snapshot_verify", "start"}
 
 
 def __getattr__(name: str) -> object:

@@ -3,6 +3,7 @@ jobs."""
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint.layout import Checkpoint
+from sparkpoint.checkpoint.retained import RetainedBatch, iso_utc, snapshottable_batches
 from sparkpoint.checkpoint.sink_log import (
     DEFAULT_COMPACT_INTERVAL,
     latest_batch,
@@ -36,6 +38,7 @@ from sparkpoint.errors import (
     SnapshotDamagedError,
     SparkpointError,
     SparkQueryError,
+    UnknownOperatorError,
     UnknownSourceError,
     UsageError,
     ValidationError,
@@ -71,7 +74,9 @@ from sparkpoint.runtime.runner import (
     wait_until_stopped,
 )
 from sparkpoint.snapshot.export import JobInfo
+from sparkpoint.snapshot.inspect import InspectReport, inspect_checkpoint, operator_checks
 from sparkpoint.snapshot.manifest import Manifest
+from sparkpoint.snapshot.past import batch_at, parse_time, require_held
 from sparkpoint.snapshot.store import Problem, Sharing, SnapshotStore, open_snapshot_store
 from sparkpoint.sources.file_input import input_files, local_directory
 from sparkpoint.sources.positions import SourceDescription
@@ -372,10 +377,20 @@ def resume_point_build(
 
 
 def snapshot_create(
-    home: Home, job: str, snapshot: str, cancel: bool = False, echo: Echo = _quiet
+    home: Home, job: str, snapshot: str, cancel: bool = False, echo: Echo = _quiet,
+    batch: int | None = None, at: str | dt.datetime | None = None,
 ) -> Manifest:
-    """Snapshot the latest committed batch; with ``cancel`` stop a running job first."""
+    """Snapshot the latest committed batch; with ``cancel`` stop a running job first.
+
+    ``batch`` snapshots that earlier committed batch instead, ``at`` (ISO 8601 text, naive
+    meaning local time, or a datetime) the newest batch committed at or before it; either
+    must still be held by the checkpoint (BatchNotHeldError names the batches it holds)."""
     validate_name(snapshot, "snapshot")
+    if batch is not None and at is not None:
+        raise UsageError("use either --batch or --at, not both")
+    if batch is not None and batch < 0:
+        raise UsageError(f"--batch: expected a batch id >= 0, found {batch}")
+    moment = parse_time(at) if isinstance(at, str) else at
     registry = JobRegistry(home)
     record = registry.get(job)
     store = open_snapshot_store(home)
@@ -383,6 +398,9 @@ def snapshot_create(
         raise NameTakenError(
             f"snapshot '{snapshot}' already exists; choose another name or delete it first"
         )
+    if cancel and (batch is not None or moment is not None):
+        # Refused before the job is stopped: a refusal changes nothing.
+        _past_batch(job, registry.checkpoint(job), batch, moment)
     if cancel:
         if record.effective_status() == "running":
             echo(f"asking job '{job}' (pid {record.pid}) to stop after its last committed batch")
@@ -401,7 +419,23 @@ def snapshot_create(
         # must not reach a snapshot.
         with job_lock(home, job):
             recover(home, job, echo)
-    return snapshot_job(home, job, snapshot, echo)
+    if moment is not None:
+        batch = _past_batch(job, checkpoint, batch, moment)
+        echo(f"batch {batch} is the newest committed at or before {iso_utc(moment)}")
+    elif batch is not None:
+        _past_batch(job, checkpoint, batch, moment)
+    return snapshot_job(home, job, snapshot, echo, batch)
+
+
+def _past_batch(job: str, checkpoint: Checkpoint, batch: int | None,
+                moment: dt.datetime | None) -> int:
+    if not checkpoint.exists():
+        raise PreconditionError(
+            f"job '{job}' has no checkpoint yet at {checkpoint.root}; run it first")
+    if moment is not None:
+        return batch_at(job, checkpoint, moment)
+    assert batch is not None
+    return require_held(job, checkpoint, batch)
 
 
 def snapshot_import(
@@ -467,6 +501,28 @@ def snapshot_sharing(home: Home, snapshot: str) -> Sharing:
     return open_snapshot_store(home).sharing(snapshot)
 
 
+def snapshot_inspect(home: Home, snapshot: str, operator: str | None = None,
+                     rows: int = 0) -> InspectReport:
+    """What the snapshot's state holds per operator and partition, whether it can grow
+    without bound, and with ``rows`` a sample of that many decoded rows per operator.
+    Reads the snapshot's files only (no JVM); the snapshot is not changed."""
+    if rows < 0:
+        raise UsageError(f"--rows: expected a number of rows >= 0, found {rows}")
+    store = open_snapshot_store(home)
+    manifest = store.get(snapshot)
+    if operator is not None and manifest.operator(operator) is None:
+        names = ", ".join(op.name for op in manifest.operators) or "none"
+        raise UnknownOperatorError(
+            f"snapshot '{snapshot}' has no operator '{operator}' (operators: {names}); see "
+            f"'sparkpoint snapshot show {snapshot}'")
+    checkpoint = Checkpoint(store.checkpoint_path(snapshot))
+    report = inspect_checkpoint(checkpoint, manifest.batch_id,
+                                {op.operator_id: op.name for op in manifest.operators},
+                                only=operator, sample_rows=rows)
+    report.snapshot, report.job = manifest.name, manifest.job
+    return report
+
+
 def snapshot_verify(home: Home, snapshot: str) -> list[Problem]:
     return open_snapshot_store(home).verify(snapshot)
 
@@ -484,6 +540,11 @@ class JobView:
     progress: ProgressSummary | None = None
     # Input files of each file source the job has not read yet (None: not a local file source).
     files_behind: Mapping[str, int | None] = field(default_factory=dict)
+    # Committed batches 'snapshot create --batch' can still take (None: not asked for, as
+    # in 'jobs list', or the checkpoint could not be read).
+    snapshottable: list[RetainedBatch] | None = None
+    # Per stateful operator: can its state grow without bound (see checkpoint/boundedness).
+    state_checks: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = self.record.model_dump(mode="json")
@@ -491,6 +552,10 @@ class JobView:
         data["batch"] = self.batch
         data["progress"] = None if self.progress is None else asdict(self.progress)
         data["files_behind"] = dict(self.files_behind)
+        if self.snapshottable is not None:
+            data["snapshottable_batches"] = [entry.to_dict() for entry in self.snapshottable]
+        if self.state_checks is not None:
+            data["state_checks"] = self.state_checks
         return data
 
 
@@ -521,20 +586,42 @@ def _unread_files(checkpoint: Checkpoint, source: str, path: str) -> int:
     return sum(1 for f in input_files(directory) if f.uri not in read)
 
 
-def job_view(home: Home, job: str) -> JobView:
+def job_view(home: Home, job: str, details: bool = True) -> JobView:
+    """What 'jobs show' reports; ``details``: also the batches that can be snapshotted."""
     registry = JobRegistry(home)
     record = registry.get(job)
-    batch = Checkpoint(home.checkpoint_dir(job)).latest_committed_batch()
+    checkpoint = Checkpoint(home.checkpoint_dir(job))
+    batch = checkpoint.latest_committed_batch()
     progress = read_progress(home.job_dir(job))
     return JobView(record, record.effective_status(), batch,
                    None if progress is None else ProgressSummary.of(progress),
-                   _files_behind(home, record))
+                   _files_behind(home, record),
+                   _snapshottable(checkpoint) if details else None,
+                   _state_checks(checkpoint, record) if details else None)
+
+
+def _state_checks(checkpoint: Checkpoint, record: JobRecord) -> list[dict[str, Any]]:
+    if not checkpoint.exists():
+        return []
+    try:
+        return operator_checks(checkpoint, record.operator_names())
+    except (SparkpointError, OSError):
+        return []  # a reading command reports what it can; 'snapshot inspect' says why
+
+
+def _snapshottable(checkpoint: Checkpoint) -> list[RetainedBatch]:
+    if not checkpoint.exists():
+        return []
+    try:
+        return snapshottable_batches(checkpoint)
+    except (SparkpointError, OSError):
+        return []  # a reading command reports what it can; 'snapshot create' says why
 
 
 def jobs_list(home: Home) -> list[JobView]:
     registry = JobRegistry(home)
     registry.remove_deleted_leftovers()
-    return [job_view(home, name) for name in registry.names()]
+    return [job_view(home, name, details=False) for name in registry.names()]
 
 
 def jobs_stop(home: Home, job: str, wait: bool = False, echo: Echo = _quiet) -> dict[str, Any]:

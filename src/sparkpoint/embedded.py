@@ -18,6 +18,7 @@ it runs. The other functions are the CLI's commands and return what the CLI rend
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from sparkpoint import api
 from sparkpoint.errors import JobRunningError, UsageError
 from sparkpoint.runtime.runner import RunResult
+from sparkpoint.snapshot.inspect import InspectReport
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.store import Problem
 from sparkpoint.storage.home import Home
@@ -131,9 +133,19 @@ def await_job(job: str, timeout: float | None = None) -> RunResult:
 
 
 def snapshot_create(job: str, name: str, home: str | Path | None = None,
-             snapshots: str | None = None, cancel: bool = False) -> Manifest:
-    """Snapshot the job's latest committed batch (it may keep running)."""
-    return api.snapshot_create(_home(home, snapshots), job, name, cancel=cancel)
+             snapshots: str | None = None, cancel: bool = False, batch: int | None = None,
+             at: str | dt.datetime | None = None) -> Manifest:
+    """Snapshot the job's latest committed batch (it may keep running), or the earlier
+    committed ``batch``, or the newest batch committed at or before ``at``."""
+    return api.snapshot_create(_home(home, snapshots), job, name, cancel=cancel, batch=batch,
+                               at=at)
+
+
+def snapshot_inspect(name: str, operator: str | None = None, rows: int = 0,
+                     home: str | Path | None = None,
+                     snapshots: str | None = None) -> InspectReport:
+    """What the snapshot's state holds per operator and partition (no JVM)."""
+    return api.snapshot_inspect(_home(home, snapshots), name, operator=operator, rows=rows)
 
 
 def drain_job(spark: SparkSession, job: str, home: str | Path | None = None,

@@ -72,6 +72,13 @@ class UnknownSourceError(SparkpointError):
     exit_code = EXIT_PRECONDITION
 
 
+class UnknownOperatorError(SparkpointError):
+    """A stateful operator name that the snapshot or job does not have."""
+
+    code = "UNKNOWN_OPERATOR"
+    exit_code = EXIT_PRECONDITION
+
+
 class PreconditionError(SparkpointError):
     """Refused because of the state of things (job running, name taken...)."""
 
@@ -96,6 +103,13 @@ class StateRetentionError(PreconditionError):
     snapshot could take hold of them."""
 
     code = "STATE_RETENTION"
+
+
+class BatchNotHeldError(PreconditionError):
+    """A snapshot of an earlier batch was asked for that the checkpoint no longer holds (or
+    that is not committed yet)."""
+
+    code = "BATCH_NOT_HELD"
 
 
 class SinkAheadError(PreconditionError):

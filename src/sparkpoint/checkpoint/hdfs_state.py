@@ -55,6 +55,7 @@ __all__ = [
     "load_version",
     "merge_fixed",
     "read_records",
+    "state_file_versions",
     "write_fixed_snapshot",
     "write_records",
     "write_snapshot",
@@ -425,6 +426,11 @@ def _list_state_files(partition_dir: Path) -> tuple[set[int], set[int]]:
         if match is not None:
             (deltas if match.group(2) == "delta" else snapshots).add(int(match.group(1)))
     return deltas, snapshots
+
+
+def state_file_versions(partition_dir: Path) -> tuple[set[int], set[int]]:
+    """(delta versions, snapshot versions) present in a partition directory."""
+    return _list_state_files(partition_dir)
 
 
 def _ranges(versions: Iterable[int]) -> str:

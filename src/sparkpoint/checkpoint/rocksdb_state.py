@@ -33,7 +33,8 @@ class RocksDBVersion:
     num_keys: int | None
 
     def relative_files(self) -> list[str]:
-        files = [self.zip_name]
+        # No zip: the version is the empty store of version 0 plus changelogs.
+        files = [self.zip_name] if self.zip_name else []
         files.extend(f"SSTs/{name}" for name in self.sst_files)
         files.extend(self.changelogs)
         return files
@@ -78,11 +79,22 @@ def _versions(directory: Path, pattern: re.Pattern[str]) -> dict[int, str]:
     return found
 
 
+def version_numbers(partition_dir: Path) -> tuple[set[int], set[int]]:
+    """(versions with a zip, versions with a changelog) present in a partition directory."""
+    return set(_versions(partition_dir, _ZIP_NAME)), set(_versions(partition_dir, _CHANGELOG_NAME))
+
+
 def locate_version(partition_dir: Path, version: int) -> RocksDBVersion:
-    """The newest zip at or below ``version`` and the changelogs that bring it to ``version``."""
+    """The newest zip at or below ``version`` and the changelogs that bring it to ``version``
+    (no zip when every changelog from 1 is there)."""
     zips = _versions(partition_dir, _ZIP_NAME)
     changelogs = _versions(partition_dir, _CHANGELOG_NAME)
     base = max((v for v in zips if v <= version), default=None)
+    if base is None and version > 0 and all(v in changelogs for v in range(1, version + 1)):
+        # Changelog checkpointing before the first zip: Spark replays 1..version onto the
+        # empty store.
+        return RocksDBVersion("", (), tuple(changelogs[v] for v in range(1, version + 1)),
+                              None)
     if base is None:
         if version == 0:
             return RocksDBVersion("", (), (), 0)

@@ -18,35 +18,49 @@ _FIXED = {
 }
 
 
-def read_fields(row: bytes, fields: list[dict[str, Any]], where: str = "row") -> list[Any]:
-    """The values of ``row``'s fields; strings and binaries come back as bytes, nested
-    structs as lists."""
-    count = len(fields)
+def _check_size(row: bytes, count: int, where: str) -> int:
     bitset = ((count + 63) // 64) * 8
     if len(row) < bitset + 8 * count:
         raise CheckpointFormatError(
             f"{where}: expected an UnsafeRow of {count} fields (at least {bitset + 8 * count} "
             f"bytes), found {len(row)} bytes")
-    values: list[Any] = []
-    for index, field in enumerate(fields):
-        word = int.from_bytes(row[(index // 64) * 8:(index // 64) * 8 + 8], "little")
-        if word >> (index % 64) & 1:
-            values.append(None)
-            continue
-        slot = bitset + 8 * index
-        spark_type = field["type"]
-        kind = spark_type if isinstance(spark_type, str) else spark_type.get("type")
-        if kind in _FIXED:
-            values.append(struct.unpack_from(_FIXED[kind], row, slot)[0])
-            continue
-        pointer = int.from_bytes(row[slot:slot + 8], "little")
-        offset, size = pointer >> 32, pointer & 0xFFFFFFFF
-        data = row[offset:offset + size]
-        if kind in ("string", "binary"):
-            values.append(bytes(data))
-        elif kind == "struct":
-            values.append(read_fields(data, spark_type["fields"], where))
-        else:
-            raise CheckpointFormatError(
-                f"{where}: reading state key fields of type {kind!r} is not supported")
-    return values
+    return bitset
+
+
+def read_fields(row: bytes, fields: list[dict[str, Any]], where: str = "row",
+                lenient: bool = False) -> list[Any]:
+    """The values of ``row``'s fields; strings and binaries come back as bytes, nested
+    structs as lists. ``lenient``: a field of a type not decoded here comes back as
+    ``"<type>"`` instead of failing (for showing rows)."""
+    bitset = _check_size(row, len(fields), where)
+    return [_value(row, bitset, index, field["type"], where, lenient)
+            for index, field in enumerate(fields)]
+
+
+def read_field(row: bytes, fields: list[dict[str, Any]], index: int, where: str = "row",
+               lenient: bool = False) -> Any:
+    """The value of field ``index`` alone (as ``read_fields`` gives it), the others skipped."""
+    bitset = _check_size(row, len(fields), where)
+    return _value(row, bitset, index, fields[index]["type"], where, lenient)
+
+
+def _value(row: bytes, bitset: int, index: int, spark_type: Any, where: str,
+           lenient: bool) -> Any:
+    word = int.from_bytes(row[(index // 64) * 8:(index // 64) * 8 + 8], "little")
+    if word >> (index % 64) & 1:
+        return None
+    slot = bitset + 8 * index
+    kind = spark_type if isinstance(spark_type, str) else spark_type.get("type")
+    if kind in _FIXED:
+        return struct.unpack_from(_FIXED[kind], row, slot)[0]
+    pointer = int.from_bytes(row[slot:slot + 8], "little")
+    offset, size = pointer >> 32, pointer & 0xFFFFFFFF
+    data = row[offset:offset + size]
+    if kind in ("string", "binary"):
+        return bytes(data)
+    if kind == "struct":
+        return read_fields(data, spark_type["fields"], where, lenient)
+    if lenient:
+        return f"<{kind}>"
+    raise CheckpointFormatError(
+        f"{where}: reading state key fields of type {kind!r} is not supported")

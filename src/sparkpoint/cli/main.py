@@ -346,12 +346,21 @@ def snapshot() -> None:
 @click.argument("job")
 @click.argument("name")
 @click.option("--cancel", is_flag=True, help="Stop a running job, then snapshot its last batch.")
+@click.option("--batch", "batch", type=click.IntRange(min=0), default=None, metavar="K",
+              help="Snapshot the earlier committed batch K, if the checkpoint still holds it "
+                   "('jobs show JOB' lists those batches).")
+@click.option("--at", "at", default=None, metavar="TIME",
+              help="Snapshot the newest batch committed at or before TIME, ISO 8601 "
+                   "(2026-11-23T14:05, 2026-11-23T14:05:00Z, ...+01:00); a time without a "
+                   "zone is this machine's local time.")
 @json_option
 @click.pass_context
 @handle_errors
-def snapshot_create(ctx: click.Context, job: str, name: str, cancel: bool, as_json: bool) -> None:
+def snapshot_create(ctx: click.Context, job: str, name: str, cancel: bool, batch: int | None,
+                    at: str | None, as_json: bool) -> None:
     """Snapshot JOB's latest committed batch as NAME (the job may keep running)."""
-    manifest = api.snapshot_create(_home(ctx), job, name, cancel=cancel, echo=_echo)
+    manifest = api.snapshot_create(_home(ctx), job, name, cancel=cancel, echo=_echo,
+                                   batch=batch, at=at)
     if as_json:
         click.echo(render.as_json(render.snapshot_row(manifest)))
     else:
@@ -413,6 +422,22 @@ def snapshot_show(ctx: click.Context, name: str, as_json: bool) -> None:
         click.echo(render.as_json(render.snapshot_show_dict(manifest, sharing, where)))
     else:
         click.echo(render.snapshot_show_text(manifest, sharing, where))
+
+
+@snapshot.command("inspect")
+@click.argument("name")
+@click.option("--operator", default=None, metavar="NAME", help="Only this stateful operator.")
+@click.option("--rows", type=click.IntRange(min=0), default=0, metavar="N",
+              help="Also show N decoded keys and values per operator.")
+@json_option
+@click.pass_context
+@handle_errors
+def snapshot_inspect(ctx: click.Context, name: str, operator: str | None, rows: int,
+                     as_json: bool) -> None:
+    """What snapshot NAME's state holds: rows, bytes and key skew per operator and partition,
+    the event-time range of the keys, and state that no watermark, timeout or TTL bounds."""
+    report = api.snapshot_inspect(_home(ctx), name, operator=operator, rows=rows)
+    click.echo(render.as_json(report.to_dict()) if as_json else render.inspect_text(report))
 
 
 @snapshot.command("verify")

@@ -9,7 +9,9 @@ from typing import Any
 
 from sparkpoint.api import JobView, StartpointPreview
 from sparkpoint.checkpoint.operators import schema_ddl
+from sparkpoint.checkpoint.retained import iso_utc
 from sparkpoint.runtime.registry import DrainRecord
+from sparkpoint.snapshot.inspect import InspectReport, OperatorReport
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.store import Problem, Sharing
 from sparkpoint.upgrade.batches import BatchNumbering
@@ -174,6 +176,53 @@ def progress_lines(view: JobView) -> list[str]:
     return out
 
 
+def _operator_inspect_lines(op: OperatorReport) -> list[str]:
+    skew = "-" if op.skew is None else f"{op.skew:.2f}"
+    out = [f"{op.name}  (id {op.operator_id}, {op.kind}): {op.rows} rows, "
+           f"{human_bytes(op.bytes)}, key skew {skew} (largest partition / mean)"]
+    if op.event_time is not None:
+        out.append(f"  event time of keys ({op.event_time.column}): "
+                   f"{op.event_time.min or '-'} .. {op.event_time.max or '-'}")
+    check = op.boundedness
+    out.append(f"  {check.status.upper() if check.status == 'unbounded' else check.status}: "
+               f"{check.reason}")
+    if check.fix:
+        out.append(f"  fix: {check.fix}")
+    rows = [[str(p.partition), str(p.rows), human_bytes(p.bytes)] for p in op.partitions]
+    out.extend("  " + line for line in table(["PARTITION", "ROWS", "SIZE"], rows).split("\n"))
+    for sample in op.sample or []:
+        out.append(f"  p{sample.partition} {json.dumps(sample.key)} -> "
+                   f"{json.dumps(sample.value)}")
+    return out
+
+
+def inspect_text(report: InspectReport) -> str:
+    out = [f"snapshot '{report.snapshot}' of job '{report.job}' at batch {report.batch_id} "
+           f"({report.state_store_provider.rsplit('.', 1)[-1]})"]
+    if not report.operators:
+        out.append("no stateful operators")
+    for op in report.operators:
+        out.append("")
+        out.extend(_operator_inspect_lines(op))
+    return "\n".join(out)
+
+
+def snapshottable_lines(view: JobView) -> list[str]:
+    """The batches 'snapshot create --batch K' can still take, with when they committed."""
+    held = view.snapshottable
+    if held is None:
+        return []
+    if not held:
+        return ["past      no committed batch can be snapshotted"]
+    out = [f"past      {len(held)} committed batch{'es' if len(held) != 1 else ''} can be "
+           f"snapshotted (--batch K / --at TIME):"]
+    shown = held if len(held) <= 6 else [*held[:3], None, *held[-2:]]
+    for entry in shown:
+        out.append("            ..." if entry is None else
+                   f"            batch {entry.batch}  committed {iso_utc(entry.committed_at)}")
+    return out
+
+
 def job_show_text(view: JobView) -> str:
     record = view.record
     out = [
@@ -185,6 +234,12 @@ def job_show_text(view: JobView) -> str:
         f"params    {' '.join(f'{k}={v}' for k, v in record.params.items()) or '-'}",
         *progress_lines(view),
     ]
+    out.extend(snapshottable_lines(view))
+    for checked in view.state_checks or []:
+        out.append(f"bounded   {checked['operator']}: {checked['status']}"
+                   + (f" - {checked['reason']}" if checked["status"] != "bounded" else ""))
+        if checked.get("fix"):
+            out.append(f"          fix: {checked['fix']}")
     if record.error:
         out.append(f"error     {record.error}")
     lineage = record.lineage

@@ -44,14 +44,16 @@ from sparkpoint.storage.home import Home
 Echo = Callable[[str], None]
 
 
-def snapshot_job(home: Home, job: str, name: str, echo: Echo) -> Manifest:
-    """Snapshot the job's latest committed batch under ``name``."""
+def snapshot_job(home: Home, job: str, name: str, echo: Echo,
+                 batch: int | None = None) -> Manifest:
+    """Snapshot the job's latest committed batch (or the earlier ``batch``) under ``name``."""
     registry = JobRegistry(home)
     record = registry.get(job)
     info = JobInfo(job=job, operator_names=record.operator_names(),
                    operator_windows=record.operator_windows(), job_file=record.job_file,
                    params=record.params, spark_version=installed_pyspark_version())
-    return open_snapshot_store(home).create(name, registry.checkpoint(job), info, progress=echo)
+    return open_snapshot_store(home).create(name, registry.checkpoint(job), info, progress=echo,
+                                            batch=batch)
 
 
 def finish_drain(home: Home, job: str, intent: DrainIntent, echo: Echo) -> DrainRecord:

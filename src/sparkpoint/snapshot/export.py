@@ -25,10 +25,11 @@ from pathlib import Path
 from sparkpoint.checkpoint import hdfs_state
 from sparkpoint.checkpoint.layout import SHUFFLE_PARTITIONS_CONF, Checkpoint, OperatorDir
 from sparkpoint.checkpoint.logs import OffsetLogEntry, SourceOffset, compact_json
+from sparkpoint.checkpoint.retained import describe_range, snapshottable_batches
 from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER, locate_version
 from sparkpoint.checkpoint.source_log import file_source_log_offset
 from sparkpoint.crash_points import crash_point
-from sparkpoint.errors import CheckpointFormatError, StateRetentionError
+from sparkpoint.errors import BatchNotHeldError, CheckpointFormatError, StateRetentionError
 from sparkpoint.snapshot.manifest import (
     CHECKPOINT_SUBDIR,
     MANIFEST_FILE,
@@ -181,9 +182,10 @@ def export_checkpoint(
     snapshot_name: str,
     info: JobInfo,
     progress: Callable[[str], None] | None = None,
+    batch: int | None = None,
 ) -> Manifest:
-    """Write a complete snapshot of the latest committed batch into ``staging`` (manifest
-    last) and return its manifest.
+    """Write a complete snapshot of the latest committed batch (or of the earlier committed
+    ``batch``) into ``staging`` (manifest last) and return its manifest.
 
     A running job keeps committing while we copy, and Spark's cleanup deletes state versions
     and log entries older than ``minBatchesToRetain`` batches. Once linked, a file is ours
@@ -192,6 +194,8 @@ def export_checkpoint(
     EXPORT_ATTEMPTS such losses it fails naming the cause, with nothing published.
     """
     say = progress or (lambda _msg: None)
+    if batch is not None:
+        return _export_past_batch(checkpoint, batch, staging, snapshot_name, info, say)
     lost = ""
     for _attempt in range(EXPORT_ATTEMPTS):
         batch = checkpoint.require_latest_committed_batch()
@@ -213,6 +217,32 @@ def export_checkpoint(
         "with a larger spark.sql.streaming.minBatchesToRetain, or snapshot it with --cancel "
         f"(last lost: {lost})"
     )
+
+
+def _export_past_batch(
+    checkpoint: Checkpoint,
+    batch: int,
+    staging: Path,
+    snapshot_name: str,
+    info: JobInfo,
+    say: Callable[[str], None],
+) -> Manifest:
+    """Export one earlier batch. A running job's cleanup may delete its files before they
+    are linked; no other batch can stand in for the one asked for, so that fails naming
+    the batches still held."""
+    try:
+        return _export_batch(checkpoint, batch, staging, snapshot_name, info, say)
+    except (FileNotFoundError, CheckpointFormatError) as exc:
+        held = snapshottable_batches(checkpoint)
+        if any(entry.batch == batch for entry in held):
+            raise  # still held: the file is missing for another reason
+        raise BatchNotHeldError(
+            f"{checkpoint.root}: Spark's cleanup deleted files of batch {batch} while they "
+            f"were being copied; the checkpoint now holds {describe_range(held)}; nothing was "
+            "published: snapshot a newer batch, or run the job with a larger "
+            "spark.sql.streaming.minBatchesToRetain",
+            held=[entry.to_dict() for entry in held],
+        ) from exc
 
 
 def _empty(staging: Path) -> None:

@@ -70,6 +70,7 @@ class LinkedSnapshotStore(SnapshotStore):
         checkpoint: Checkpoint,
         info: JobInfo,
         progress: Callable[[str], None] | None = None,
+        batch: int | None = None,
     ) -> Manifest:
         validate_name(name, "snapshot")
         if self.path(name).exists():
@@ -82,7 +83,7 @@ class LinkedSnapshotStore(SnapshotStore):
         staging.mkdir(parents=True)
         crash_point("snapshot.staging_created")
         try:
-            manifest = export_checkpoint(checkpoint, staging, name, info, progress)
+            manifest = export_checkpoint(checkpoint, staging, name, info, progress, batch)
             fsync_dir(staging)
             crash_point("snapshot.manifest_written")
             try:

@@ -129,7 +129,8 @@ class ObjectSnapshotStore(SnapshotStore):
 
     # -- writing ----------------------------------------------------------------------
     def create(self, name: str, checkpoint: Checkpoint, info: JobInfo,
-               progress: Callable[[str], None] | None = None) -> Manifest:
+               progress: Callable[[str], None] | None = None,
+               batch: int | None = None) -> Manifest:
         validate_name(name, "snapshot")
         if self.exists(name):
             raise NameTakenError(
@@ -142,7 +143,7 @@ class ObjectSnapshotStore(SnapshotStore):
         staging.mkdir(parents=True)
         lease = join(self.location, LEASES_DIR, f"{name}.{uuid.uuid4().hex}.json")
         try:
-            manifest = export_checkpoint(checkpoint, staging, name, info, progress)
+            manifest = export_checkpoint(checkpoint, staging, name, info, progress, batch)
             self.io.write_bytes(lease, _lease_record(manifest.files))
             crash_point("remote_snapshot.lease_written")
             # Files a delete collects after the listing above are put back once the

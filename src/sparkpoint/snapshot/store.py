@@ -57,7 +57,9 @@ class SnapshotStore(ABC):
 
     @abstractmethod
     def create(self, name: str, checkpoint: Checkpoint, info: JobInfo,
-               progress: Callable[[str], None] | None = None) -> Manifest: ...
+               progress: Callable[[str], None] | None = None,
+               batch: int | None = None) -> Manifest:
+        """Export the latest committed batch (or the earlier ``batch``) and publish it."""
 
     @abstractmethod
     def delete(self, name: str) -> None: ...

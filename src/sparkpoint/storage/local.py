@@ -6,6 +6,7 @@ through these helpers so that a Hadoop-compatible implementation can replace the
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import shutil
 import uuid
@@ -142,6 +143,11 @@ def link_or_copy(src: Path, dst: Path) -> None:
         os.link(src, dst)
     except OSError:
         copy_file(src, dst)
+
+
+def modified_at(path: Path) -> dt.datetime:
+    """When a file was last written, in UTC."""
+    return dt.datetime.fromtimestamp(path.stat().st_mtime, dt.UTC)
 
 
 def walk_files(root: Path) -> Iterator[Path]:

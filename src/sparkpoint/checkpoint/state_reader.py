@@ -1,0 +1,31 @@
+"""One way to read a state store partition at a version, whatever the provider wrote."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from sparkpoint.checkpoint import hdfs_state, rocksdb_reader
+from sparkpoint.checkpoint.rocksdb_state import locate_version
+
+
+def read_pairs(partition_dir: Path, version: int, rocksdb: bool) -> Iterator[tuple[bytes, bytes]]:
+    """Every (key, value) of the store at ``version`` as ``UnsafeRow`` bytes."""
+    if rocksdb:
+        yield from rocksdb_reader.read_pairs(partition_dir, version)
+        return
+    if not partition_dir.is_dir() and version == 0:
+        return
+    yield from hdfs_state.load_version(partition_dir, version).items()
+
+
+def count_rows(partition_dir: Path, version: int, rocksdb: bool) -> int:
+    """Keys of the store at ``version``, without decoding rows where the files say it:
+    RocksDB's version metadata carries its key count; HDFS files are counted by key."""
+    if rocksdb:
+        located = locate_version(partition_dir, version)
+        if located.num_keys is not None:
+            return located.num_keys
+        return sum(1 for _pair in rocksdb_reader.read_pairs(partition_dir, version))
+    return hdfs_state.count_rows(partition_dir, hdfs_state.files_for_version(partition_dir,
+                                                                             version))
