@@ -50,6 +50,11 @@ CRASH_POINTS: dict[str, str] = {
     "startpoint.source_log_written": "file-source log entries written, offsets not moved",
     "startpoint.offsets_moved": "committed offsets moved, pending startpoints not cleared",
     "startpoint.cleared": "pending startpoints cleared, job record not updated",
+    # snapshot prune: a scratch copy of SNAP is rewritten, then published as NEW_SNAP by the
+    # snapshot store (snapshot.* / remote_snapshot.* points follow)
+    "prune.scratch_linked": "scratch copy of the snapshot's checkpoint made, state not rewritten",
+    "prune.partition_rewritten": "one state partition rewritten in scratch, others not",
+    "prune.state_rewritten": "pruned state written in scratch, new snapshot not created",
     # jobs delete: renamed aside, then removed
     "jobs.delete_renamed": "job directory renamed out of the listing, files not removed",
 }

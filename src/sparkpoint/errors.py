@@ -140,3 +140,23 @@ class StoreUnreachableError(PreconditionError):
     """A store's server (a NameNode, a DataNode, an S3 endpoint) does not answer."""
 
     code = "STORE_UNREACHABLE"
+
+
+# snapshot prune
+class UnknownOperatorError(PreconditionError):
+    """A snapshot has no stateful operator of the given name."""
+
+    code = "UNKNOWN_OPERATOR"
+
+
+class PruneUnsupportedError(PreconditionError):
+    """The operator's state cannot be pruned key by key (several stores, a prefix-keyed
+    store, or a state store provider sparkpoint cannot rewrite)."""
+
+    code = "PRUNE_UNSUPPORTED"
+
+
+class InvalidPredicateError(ValidationError):
+    """A ``--where`` predicate Spark cannot evaluate on the operator's key columns."""
+
+    code = "INVALID_PREDICATE"
