@@ -18,12 +18,14 @@ import pytest
 
 from sparkpoint import api
 from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
-from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE
+from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE, CRASH_POINTS
+from sparkpoint.snapshot.store import open_snapshot_store
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.local import walk_files
 from sparkpoint.testing import output_rows
 from tests.conftest import REPO
 from tests.support.cli import sparkpoint
+from tests.support.s3 import S3Server
 
 JOB = REPO / "tests" / "data" / "jobs" / "prune_kinds.py"
 JOIN_JOB = REPO / "tests" / "data" / "jobs" / "kinds.py"
@@ -61,7 +63,7 @@ def _state_keys(spark: Any, home: Home, snapshot: str) -> Counter[Any]:
     """The operator's keys in a snapshot, as Spark's state reader sees them."""
     manifest = api.snapshot_show(home, snapshot)
     frame = (spark.read.format("statestore").option("batchId", manifest.batch_id)
-             .load(str(home.snapshots_dir / snapshot / "checkpoint")))
+             .load(str(open_snapshot_store(home).checkpoint_path(snapshot))))
     return Counter(_plain(row.key) for row in frame.collect())
 
 
@@ -217,8 +219,9 @@ def test_prune_refusals_change_nothing(spark: Any, home: Home, tmp_path: Path) -
     assert "x" not in [m.name for m in api.snapshot_list(home)]
 
 
+@pytest.mark.parametrize("point", [p for p in CRASH_POINTS if p.startswith("prune.")])
 def test_prune_cut_off_publishes_nothing_and_can_be_run_again(
-    spark: Any, home: Home, tmp_path: Path
+    spark: Any, home: Home, tmp_path: Path, point: str
 ) -> None:
     inp = tmp_path / "in"
     _write(inp, "a", [("ana", 1), ("bo", 2), ("cy", 3)])
@@ -228,8 +231,9 @@ def test_prune_cut_off_publishes_nothing_and_can_be_run_again(
     args = ("snapshot", "prune", "s1", "s1p", "--operator", "first_users", "--where",
             "user = 'bo'")
 
-    cut = sparkpoint(home, *args, env={CRASH_ENV: "prune.state_rewritten"})
+    cut = sparkpoint(home, *args, env={CRASH_ENV: point})
     assert cut.code == CRASH_EXIT_CODE, cut.err
+    assert f"crash point {point}" in cut.err
     assert [m.name for m in api.snapshot_list(home)] == ["s1"]
     assert _digests(home.snapshots_dir / "s1") == original
 
@@ -239,3 +243,28 @@ def test_prune_cut_off_publishes_nothing_and_can_be_run_again(
     assert _digests(home.snapshots_dir / "s1") == original
     # The cut-off run's scratch copy was removed by the next prune.
     assert not any((home.scratch_dir / "prune").iterdir())
+
+
+def test_prune_on_s3_publishes_through_the_object_store(
+    spark: Any, s3_server: S3Server, tmp_path: Path
+) -> None:
+    home = Home(tmp_path / "home", f"s3://{s3_server.new_bucket()}/snaps")
+    inp = tmp_path / "in"
+    _write(inp, "a", [("ana", 1), ("bo", 2), ("cy", 3)])
+    _run(spark, home, "origin", "dedupe", inp, tmp_path / "out0", ROCKSDB_PROVIDER)
+    api.snapshot_create(home, "origin", "s1")
+    original = api.snapshot_show(home, "s1").to_json()
+
+    assert home.snapshots is not None
+    done = sparkpoint(home, "--snapshots", home.snapshots, "snapshot", "prune", "s1", "s1p",
+                      "--operator", "first_users", "--where", "user <> 'bo'", "--json")
+    assert done.code == 0, done.err
+    assert done.json()["rows_removed"] == 2
+    assert [m.name for m in api.snapshot_list(home)] == ["s1", "s1p"]
+    assert api.snapshot_verify(home, "s1p") == [] and api.snapshot_verify(home, "s1") == []
+    assert api.snapshot_show(home, "s1").to_json() == original
+    assert _state_keys(spark, home, "s1p") == Counter([("bo",)])
+
+    _write(inp, "b", [("ana", 10), ("bo", 11)])
+    _run(spark, home, "pruned", "dedupe", inp, tmp_path / "pruned", ROCKSDB_PROVIDER, "s1p")
+    assert output_rows(spark, tmp_path / "pruned") == Counter([("ana",)])
