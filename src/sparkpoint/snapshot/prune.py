@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint import hdfs_state
 from sparkpoint.checkpoint.layout import Checkpoint, OperatorDir
-from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
+from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER, locate_version
 from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import (
     CheckpointFormatError,
@@ -39,7 +39,7 @@ from sparkpoint.errors import (
 from sparkpoint.snapshot.export import JobInfo
 from sparkpoint.snapshot.manifest import Manifest, OperatorEntry
 from sparkpoint.snapshot.store import SnapshotStore
-from sparkpoint.spark.state_prune import matching_keys, remove_rocksdb_keys
+from sparkpoint.spark.state_prune import key_bytes, matching_keys, remove_rocksdb_keys
 from sparkpoint.storage.home import Home, validate_name
 from sparkpoint.storage.local import link_or_copy, walk_files
 from sparkpoint.storage.processes import pid_alive
@@ -115,11 +115,11 @@ def _link_tree(source: Path, target: Path) -> None:
         link_or_copy(path, target / path.relative_to(source))
 
 
-def _rewrite_hdfs_partition(pdir: Path, version: int, keys: list[bytes]) -> int:
+def _rewrite_hdfs_partition(pdir: Path, version: int, keys: list[Any]) -> int:
     """Write ``version`` without ``keys`` as one self-contained snapshot file in place of
     the links that made it up; return how many keys were removed."""
     state = hdfs_state.load_version(pdir, version)
-    removed = sum(1 for key in keys if state.pop(key, None) is not None)
+    removed = sum(1 for key in keys if state.pop(key_bytes(key), None) is not None)
     for name in hdfs_state.files_for_version(pdir, version).names():
         # Unlink, never write through: these are links to the original snapshot's files.
         (pdir / name).unlink()
@@ -129,12 +129,14 @@ def _rewrite_hdfs_partition(pdir: Path, version: int, keys: list[bytes]) -> int:
 
 def _rewrite_rocksdb_partition(
     spark: SparkSession, state_root: Path, op: OperatorEntry, partition: int, version: int,
-    keys: list[bytes],
+    keys: list[Any], rows_before: int,
 ) -> int:
+    """Rewrite the partition's ``version`` without ``keys``; return how many keys it lost
+    (its rows before, from Spark's reader, less the rows Spark's commit recorded)."""
     pdir = state_root / str(op.operator_id) / str(partition)
     store = op.stores[0]
     assert store.key_schema is not None and store.value_schema is not None
-    removed = remove_rocksdb_keys(spark, ROCKSDB_PROVIDER, state_root, op.operator_id, partition,
+    remove_rocksdb_keys(spark, ROCKSDB_PROVIDER, state_root, op.operator_id, partition,
                                  version, store.key_schema, store.value_schema, keys)
     committed = pdir / f"{version + 1}.zip"
     if not committed.is_file():
@@ -145,7 +147,12 @@ def _rewrite_rocksdb_partition(
         (pdir / stale).unlink(missing_ok=True)
     # The newest zip at or below the version is now this one: no changelog is read with it.
     os.rename(committed, pdir / f"{version}.zip")
-    return removed
+    rows_after = locate_version(pdir, version).num_keys
+    if rows_after is None:
+        raise CheckpointFormatError(
+            f"{pdir / f'{version}.zip'}: expected Spark's commit to record its number of keys "
+            "(numKeys), found none; nothing was published")
+    return rows_before - rows_after
 
 
 def prune_snapshot(
@@ -179,7 +186,8 @@ def prune_snapshot(
         removed = 0
         for partition, keys in sorted(matched.by_partition.items()):
             if manifest.state_store_provider == ROCKSDB_PROVIDER:
-                gone = _rewrite_rocksdb_partition(spark, state_root, op, partition, version, keys)
+                gone = _rewrite_rocksdb_partition(spark, state_root, op, partition, version, keys,
+                                                  matched.partition_rows.get(partition, 0))
             else:
                 gone = _rewrite_hdfs_partition(
                     state_root / str(op.operator_id) / str(partition), version, keys)

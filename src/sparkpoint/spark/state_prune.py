@@ -11,7 +11,7 @@ the version, removes the keys and commits the next version.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,13 +34,23 @@ _PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 class MatchedKeys:
     """Keys of one version of an operator's state that the predicate selects."""
 
-    total_rows: int
-    # partition -> the stored UnsafeRow bytes of each matching key
-    by_partition: dict[int, list[bytes]]
+    # partition -> rows of the version in that partition (every key, matching or not)
+    partition_rows: dict[int, int]
+    # partition -> each matching key as the JVM's UnsafeRow, byte for byte as stored
+    by_partition: dict[int, list[Any]]
+
+    @property
+    def total_rows(self) -> int:
+        return sum(self.partition_rows.values())
 
     @property
     def count(self) -> int:
         return sum(len(keys) for keys in self.by_partition.values())
+
+
+def key_bytes(key: Any) -> bytes:
+    """The bytes of a matched key (an UnsafeRow in the JVM)."""
+    return bytes(key.getBytes())
 
 
 def _describe(schema: dict[str, Any]) -> str:
@@ -97,14 +107,32 @@ def matching_keys(
             f"'{operator_name}' ({_describe(key_schema)}), Spark refused it: {first}; "
             "name only key columns (a window's bounds as window.start / window.end)"
         ) from exc
-    total = frame.count()
-    fields = len(key_schema.get("fields", []))
-    rows = matched._jdf.queryExecution().executedPlan().executeCollect()
-    by_partition: dict[int, list[bytes]] = {}
-    for row in rows:
-        key = bytes(row.getStruct(0, fields).getBytes())
-        by_partition.setdefault(int(row.getInt(1)), []).append(key)
-    return MatchedKeys(total, by_partition)
+    counts = flat.groupBy(_PARTITION).agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.sum(F.when(F.expr(where), 1).otherwise(0)).alias("matched")).collect()
+    partition_rows = {int(row[_PARTITION]): int(row["rows"]) for row in counts}
+    matched_rows = {int(row[_PARTITION]): int(row["matched"]) for row in counts if row["matched"]}
+    # Sorted by partition, the collected keys fall into runs of the counted lengths: a key
+    # costs one call into the JVM to take it, none to learn its partition. The key's own
+    # columns, projected as the row, are its stored bytes (the HDFS rewrite and RocksDB's
+    # key count check that every matched key was found).
+    ordered = matched.orderBy(_PARTITION).select(f"{_KEY_ROW}.*")
+    rows = ordered._jdf.queryExecution().executedPlan().executeCollect()
+    collected = len(rows)
+    by_partition: dict[int, list[Any]] = {}
+    index = 0
+    for partition in sorted(matched_rows):
+        keys = by_partition[partition] = []
+        for _ in range(matched_rows[partition]):
+            if index < collected:
+                keys.append(rows[index])
+            index += 1
+    if index != collected:
+        raise InvalidPredicateError(
+            f"--where {where!r}: Spark selected {index} key(s) when counting and {collected} "
+            "when collecting; expected a deterministic condition (no rand(), no current "
+            "time)")
+    return MatchedKeys(partition_rows, by_partition)
 
 
 def remove_rocksdb_keys(
@@ -116,12 +144,12 @@ def remove_rocksdb_keys(
     version: int,
     key_schema: dict[str, Any],
     value_schema: dict[str, Any],
-    keys: Iterable[bytes],
-) -> int:
+    keys: Iterable[Any],
+) -> None:
     """Load ``version`` of the RocksDB store at ``state_root/<operator>/<partition>`` with
     Spark's provider, remove ``keys`` and commit; Spark writes version ``version + 1``
     (always as a self-contained ``.zip``: changelog checkpointing is off for this commit).
-    Returns how many of ``keys`` the store held (and no longer holds)."""
+    ``keys`` are UnsafeRows in the JVM."""
     jvm = spark._jvm
     assert jvm is not None
     session = spark._jsparkSession
@@ -141,19 +169,12 @@ def remove_rocksdb_keys(
     instance = getattr(state, "StateStoreProvider$").__getattr__("MODULE$").createAndInit(
         provider_id, key_type, value_type, state.NoPrefixKeyStateEncoderSpec(key_type), False,
         conf, session.sessionState().newHadoopConf(), False, jvm.scala.Option.empty())
-    fields = len(key_schema.get("fields", []))
-    unsafe_row = jvm.org.apache.spark.sql.catalyst.expressions.UnsafeRow
     try:
         store = instance.getStore(version, jvm.scala.Option.empty(), True, False)
         try:
             family = store.__getattr__("remove$default$2")()
-            removed = 0
             for key in keys:
-                row = unsafe_row(fields)
-                row.pointTo(bytearray(key), len(key))
-                if store.get(row, family) is not None:
-                    removed += 1
-                    store.remove(row, family)
+                store.remove(key, family)
             store.commit()
         except BaseException:
             # An open store holds the provider's lock: close() would wait for it in vain.
@@ -161,8 +182,3 @@ def remove_rocksdb_keys(
             raise
     finally:
         instance.close()
-    return removed
-
-
-def key_columns(key_schema: dict[str, Any]) -> Sequence[str]:
-    return [str(field["name"]) for field in key_schema.get("fields", [])]
