@@ -160,6 +160,10 @@ def test_pruned_windows_restart_from_zero(
     assert result.manifest.operator("counts").rows == len(kept)  # type: ignore[union-attr]
     assert _state_keys(spark, home, "s1p") == Counter(((s, e), u) for s, e, u in kept)
     assert _digests(home.snapshots_dir / "s1") == original
+    nothing = api.snapshot_prune(home, "s1", "same", "counts", "user = 'nobody'", spark=spark)
+    assert (nothing.rows_removed, nothing.partitions_rewritten) == (0, [])
+    assert nothing.rows_after == nothing.rows_before == len(in_state)
+    assert _state_keys(spark, home, "same") == _state_keys(spark, home, "s1")
 
     # Late for neither job (after the snapshot's watermark 00:04), the last event moves the
     # watermark to 00:40, which closes and emits the windows of 00:00 and 00:10.

@@ -2,10 +2,12 @@
 
 Spark decides which keys match: its state data source reader (``format("statestore")``)
 decodes the keys of one committed version, the user's predicate is evaluated by Spark over
-the key's columns, and the matching keys come back as the exact ``UnsafeRow`` bytes the
-store holds (the reader passes the stored key row through unchanged), so they can be removed
-from the store byte for byte. RocksDB stores are rewritten by Spark's own provider: it loads
-the version, removes the keys and commits the next version.
+the key's columns, and the matching keys come back as ``UnsafeRow``s of the key's columns,
+which is how the stateful operator itself built the stored key, byte for byte. Each rewrite
+checks that every matched key was found in the store, so a key that did not match its
+stored bytes would fail the prune, never be skipped silently. RocksDB stores are rewritten
+by Spark's own provider: it loads the version, removes the keys and commits the next
+version.
 """
 
 from __future__ import annotations
