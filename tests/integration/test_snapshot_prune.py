@@ -219,6 +219,11 @@ def test_prune_refusals_change_nothing(spark: Any, home: Home, tmp_path: Path) -
     assert error["code"] == "INVALID_PREDICATE"
     assert "user string" in error["message"] and "url = '/'" in error["message"]
 
+    failing = sparkpoint(home, "snapshot", "prune", "s1", "x", "--operator", "first_users",
+                         "--where", "cast(user AS INT) = 1")
+    assert failing.code == 3, failing.err
+    assert "[INVALID_PREDICATE]" in failing.err and "CAST" in failing.err
+
     assert _digests(home.snapshots_dir) == before
     assert "x" not in [m.name for m in api.snapshot_list(home)]
 

@@ -109,11 +109,20 @@ def matching_keys(
             f"'{operator_name}' ({_describe(key_schema)}), Spark refused it: {first}; "
             "name only key columns (a window's bounds as window.start / window.end)"
         ) from exc
-    counts = flat.groupBy(_PARTITION).agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.sum(F.when(F.expr(where), 1).otherwise(0)).alias("matched")).collect()
-    partition_rows = {int(row[_PARTITION]): int(row["rows"]) for row in counts}
-    matched_rows = {int(row[_PARTITION]): int(row["matched"]) for row in counts if row["matched"]}
+    # Read errors (the state itself) surface here, before the condition is evaluated, so
+    # that a failure in the next step is the condition's.
+    partition_rows = {int(row[0]): int(row[1])
+                      for row in frame.groupBy("partition_id").count().collect()}
+    try:
+        matched_rows = {int(row[0]): int(row[1])
+                        for row in matched.groupBy(_PARTITION).count().collect()}
+    except PySparkException as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InvalidPredicateError(
+            f"--where {where!r}: expected a condition Spark can evaluate on every key of "
+            f"operator '{operator_name}' ({_describe(key_schema)}), it failed on the state: "
+            f"{first}; fix the condition (e.g. try_cast instead of cast)"
+        ) from exc
     # Sorted by partition, the collected keys fall into runs of the counted lengths: a key
     # costs one call into the JVM to take it, none to learn its partition. The key's own
     # columns, projected as the row, are its stored bytes (the HDFS rewrite and RocksDB's
