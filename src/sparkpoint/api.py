@@ -77,6 +77,7 @@ from sparkpoint.snapshot.export import JobInfo
 from sparkpoint.snapshot.inspect import InspectReport, inspect_checkpoint, operator_checks
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.past import batch_at, parse_time, require_held
+from sparkpoint.snapshot.prune import PruneResult, check_prunable, prune_snapshot
 from sparkpoint.snapshot.store import Problem, Sharing, SnapshotStore, open_snapshot_store
 from sparkpoint.sources.file_input import input_files, local_directory
 from sparkpoint.sources.positions import SourceDescription
@@ -486,6 +487,31 @@ def snapshot_import(
          + ", ".join(f"{k} -> {v}" for k, v in adoption.source_names.items())
          + "; operators " + ", ".join(f"{k} -> {v}" for k, v in adoption.operator_names.items()))
     return store.create(snapshot, checkpoint, info, progress=echo)
+
+
+def snapshot_prune(
+    home: Home,
+    snapshot: str,
+    new_snapshot: str,
+    operator: str,
+    where: str,
+    spark: SparkSession | None = None,
+    echo: Echo = _quiet,
+) -> PruneResult:
+    """Write NEW_SNAPSHOT: SNAPSHOT without the keys of OPERATOR that match WHERE (Spark SQL
+    on the key columns). SNAPSHOT is only read; the new one holds the same batch."""
+    from sparkpoint.runtime.runner import new_log_file
+    from sparkpoint.spark.session import create_session
+
+    validate_name(snapshot, "snapshot")
+    store = open_snapshot_store(home)
+    manifest = store.get(snapshot)
+    check_prunable(store, manifest, new_snapshot, operator)
+    _check_snapshots_intact(store, [snapshot])
+    _needs_spark(spark)
+    session = spark or create_session(None, {}, "sparkpoint:prune",
+                                      log_file=new_log_file(home.logs_dir, "prune"))
+    return prune_snapshot(home, store, session, snapshot, new_snapshot, operator, where, echo)
 
 
 def snapshot_list(home: Home, job: str | None = None) -> list[Manifest]:

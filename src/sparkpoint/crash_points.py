@@ -52,6 +52,11 @@ CRASH_POINTS: dict[str, str] = {
     "startpoint.cleared": "pending startpoints cleared, job record not updated",
     # rehearse: everything in a scratch directory, removed at the end or by the next one
     "rehearse.batch_replayed": "one old batch replayed in scratch, the next not started",
+    # snapshot prune: a scratch copy of SNAP is rewritten, then published as NEW_SNAP by the
+    # snapshot store (snapshot.* / remote_snapshot.* points follow)
+    "prune.scratch_linked": "scratch copy of the snapshot's checkpoint made, state not rewritten",
+    "prune.partition_rewritten": "one state partition rewritten in scratch, others not",
+    "prune.state_rewritten": "pruned state written in scratch, new snapshot not created",
     # jobs delete: renamed aside, then removed
     "jobs.delete_renamed": "job directory renamed out of the listing, files not removed",
 }

@@ -160,3 +160,17 @@ class NothingToRehearseError(PreconditionError):
     """The old job has no committed batch after the snapshot's: no input to replay."""
 
     code = "NOTHING_TO_REHEARSE"
+
+
+# snapshot prune
+class PruneUnsupportedError(PreconditionError):
+    """The operator's state cannot be pruned key by key (several stores, a prefix-keyed
+    store, or a state store provider sparkpoint cannot rewrite)."""
+
+    code = "PRUNE_UNSUPPORTED"
+
+
+class InvalidPredicateError(ValidationError):
+    """A ``--where`` predicate Spark cannot evaluate on the operator's key columns."""
+
+    code = "INVALID_PREDICATE"

@@ -396,6 +396,35 @@ def snapshot_import(ctx: click.Context, checkpoint: Path, name: str, job_file: P
                    f"{len(manifest.files)} files")
 
 
+@snapshot.command("prune")
+@click.argument("name")
+@click.argument("new_name")
+@click.option("--operator", required=True, metavar="NAME",
+              help="The stateful operator whose keys are removed (see 'snapshot show').")
+@click.option("--where", "where", required=True, metavar="SQL",
+              help="A Spark SQL condition on the operator's key columns, e.g. "
+                   "\"window.end < '2026-01-01'\" or \"user IN ('test1', 'test2')\".")
+@json_option
+@click.pass_context
+@handle_errors
+def snapshot_prune(ctx: click.Context, name: str, new_name: str, operator: str, where: str,
+                   as_json: bool) -> None:
+    """Write NEW_NAME: snapshot NAME without OPERATOR's keys that match --where.
+
+    NAME is left unchanged; NEW_NAME holds the same batch, offsets and other state, so a job
+    started from it behaves as if those keys had never been there."""
+    result = api.snapshot_prune(_home(ctx), name, new_name, operator, where, echo=_echo)
+    if as_json:
+        click.echo(render.as_json(result.to_dict()))
+    else:
+        click.echo(
+            f"snapshot '{result.new_snapshot}' written from '{result.snapshot}' (batch "
+            f"{result.batch}): operator '{result.operator}' {result.rows_before} -> "
+            f"{result.rows_after} rows ({result.rows_removed} removed), "
+            f"{render.human_bytes(result.bytes_before)} -> "
+            f"{render.human_bytes(result.bytes_after)}")
+
+
 @snapshot.command("list")
 @click.option("--job", default=None, help="Only this job's snapshots.")
 @json_option

@@ -1,0 +1,252 @@
+"""``snapshot prune``: a new snapshot without the keys of one operator that a predicate selects.
+
+The new snapshot holds the same batch as the original (same offsets, watermark and query id);
+only the operator's state version N+1 (the one batch N committed, which a job started from
+the snapshot loads) differs, in the partitions that held matching keys.
+
+1. Link the original snapshot's checkpoint into a scratch directory of the home (links: the
+   original is only read, and every rewrite below replaces a link by a new file).
+2. Spark's state reader decodes the operator's keys and evaluates the predicate on their
+   columns (sparkpoint never parses SQL); the matching keys come back as stored bytes.
+3. Per partition holding matches: HDFS provider: load version N+1 in Python, drop the keys,
+   write it as a self-contained ``<N+1>.snapshot``; RocksDB: Spark's provider loads N+1,
+   removes the keys and commits N+2, whose zip becomes the scratch's ``<N+1>.zip`` (a zip's
+   content does not depend on its version number; only its file name carries it).
+4. The scratch checkpoint is exported as NEW_SNAP through the snapshot store, which
+   publishes atomically (manifest last) on any store; the scratch is removed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sparkpoint.checkpoint import hdfs_state
+from sparkpoint.checkpoint.layout import Checkpoint, OperatorDir
+from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER, locate_version
+from sparkpoint.crash_points import crash_point
+from sparkpoint.errors import (
+    CheckpointFormatError,
+    NameTakenError,
+    PruneUnsupportedError,
+    UnknownOperatorError,
+)
+from sparkpoint.snapshot.export import JobInfo
+from sparkpoint.snapshot.manifest import Manifest, OperatorEntry
+from sparkpoint.snapshot.store import SnapshotStore
+from sparkpoint.spark.state_prune import key_bytes, matching_keys, remove_rocksdb_keys
+from sparkpoint.storage.home import Home, validate_name
+from sparkpoint.storage.local import link_or_copy, walk_files
+from sparkpoint.storage.processes import pid_alive
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+# Operator kinds whose state is one store of independent keys: removing a key is exactly
+# "this key was never seen". Others are refused (see _refusal).
+PRUNABLE_KINDS = ("aggregation", "dedupe", "dedupe_within_watermark")
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    """What ``snapshot prune`` did (its ``--json`` document)."""
+
+    snapshot: str
+    new_snapshot: str
+    operator: str
+    where: str
+    batch: int
+    rows_before: int
+    rows_after: int
+    rows_removed: int
+    bytes_before: int
+    bytes_after: int
+    partitions_rewritten: list[int]
+    manifest: Manifest
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "snapshot": self.snapshot, "new_snapshot": self.new_snapshot,
+            "operator": self.operator, "where": self.where, "batch": self.batch,
+            "rows_before": self.rows_before, "rows_after": self.rows_after,
+            "rows_removed": self.rows_removed, "bytes_before": self.bytes_before,
+            "bytes_after": self.bytes_after,
+            "partitions_rewritten": self.partitions_rewritten,
+        }
+
+
+def _refusal(manifest: Manifest, op: OperatorEntry, operator_dir: OperatorDir) -> str | None:
+    """Why this operator's state cannot be pruned key by key, or None."""
+    what = f"operator '{op.name}' of snapshot '{manifest.name}' is a {op.kind}"
+    if op.kind not in PRUNABLE_KINDS:
+        return (f"{what}; expected one of {', '.join(PRUNABLE_KINDS)} (one store of "
+                "independent keys): removing keys from its state would leave its other "
+                "stores or timers inconsistent. Drop the operator's state instead with a resume "
+                "point ('mode: initialize')")
+    prefixed = any(store.num_cols_prefix_key for store in operator_dir.metadata.stores or ())
+    if len(op.stores) != 1 or op.stores[0].name != "default" or prefixed:
+        return (f"{what} with {len(op.stores)} store(s) or a prefix-keyed store; expected one "
+                "plain store")
+    if op.stores[0].key_schema is None or op.stores[0].value_schema is None:
+        return f"{what} without a recorded key or value schema; expected both in the snapshot"
+    if manifest.state_store_provider not in (HDFS_PROVIDER, ROCKSDB_PROVIDER):
+        return (f"snapshot '{manifest.name}' uses the state store provider "
+                f"{manifest.state_store_provider}; expected Spark's RocksDB or HDFS provider")
+    return None
+
+
+def _clean_abandoned(scratch_root: Path) -> None:
+    """Scratch directories of prunes whose process is gone (killed mid-prune)."""
+    if not scratch_root.is_dir():
+        return
+    for entry in scratch_root.iterdir():
+        pid = entry.name.split(".", 1)[0]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _link_tree(source: Path, target: Path) -> None:
+    for path in walk_files(source):
+        link_or_copy(path, target / path.relative_to(source))
+
+
+def _rewrite_hdfs_partition(pdir: Path, version: int, keys: list[Any]) -> int:
+    """Write ``version`` without ``keys`` as one self-contained snapshot file in place of
+    the links that made it up; return how many keys were removed."""
+    state = hdfs_state.load_version(pdir, version)
+    removed = sum(1 for key in keys if state.pop(key_bytes(key), None) is not None)
+    for name in hdfs_state.files_for_version(pdir, version).names():
+        # Unlink, never write through: these are links to the original snapshot's files.
+        (pdir / name).unlink()
+    hdfs_state.write_snapshot(pdir, version, state)
+    return removed
+
+
+def _rewrite_rocksdb_partition(
+    spark: SparkSession, state_root: Path, op: OperatorEntry, partition: int, version: int,
+    keys: list[Any], rows_before: int,
+) -> int:
+    """Rewrite the partition's ``version`` without ``keys``; return how many keys it lost
+    (its rows before, from Spark's reader, less the rows Spark's commit recorded)."""
+    pdir = state_root / str(op.operator_id) / str(partition)
+    store = op.stores[0]
+    assert store.key_schema is not None and store.value_schema is not None
+    remove_rocksdb_keys(spark, ROCKSDB_PROVIDER, state_root, op.operator_id, partition,
+                                 version, store.key_schema, store.value_schema, keys)
+    committed = pdir / f"{version + 1}.zip"
+    if not committed.is_file():
+        raise CheckpointFormatError(
+            f"{pdir}: expected Spark's provider to commit {committed.name} after removing "
+            f"keys from version {version}, found none; nothing was published")
+    for stale in (f"{version}.zip", f".{version}.zip.crc", f".{version + 1}.zip.crc"):
+        (pdir / stale).unlink(missing_ok=True)
+    # The newest zip at or below the version is now this one: no changelog is read with it.
+    os.rename(committed, pdir / f"{version}.zip")
+    rows_after = locate_version(pdir, version).num_keys
+    if rows_after is None:
+        raise CheckpointFormatError(
+            f"{pdir / f'{version}.zip'}: expected Spark's commit to record its number of keys "
+            "(numKeys), found none; nothing was published")
+    return rows_before - rows_after
+
+
+def prune_snapshot(
+    home: Home,
+    store: SnapshotStore,
+    spark: SparkSession,
+    snapshot: str,
+    new_snapshot: str,
+    operator: str,
+    where: str,
+    say: Callable[[str], None],
+) -> PruneResult:
+    """Write NEW_SNAP = SNAP without the keys of ``operator`` matching ``where``."""
+    manifest = store.get(snapshot)
+    op = check_prunable(store, manifest, new_snapshot, operator)
+    batch = manifest.batch_id
+    version = batch + 1
+    scratch_root = home.scratch_dir / "prune"
+    _clean_abandoned(scratch_root)
+    scratch = scratch_root / f"{os.getpid()}.{new_snapshot}.{uuid.uuid4().hex[:8]}"
+    try:
+        checkpoint = Checkpoint(scratch / "checkpoint")
+        _link_tree(store.checkpoint_path(snapshot), checkpoint.root)
+        crash_point("prune.scratch_linked")
+        key_schema = op.stores[0].key_schema
+        assert key_schema is not None
+        say(f"finding the keys of operator '{op.name}' where {where}")
+        matched = matching_keys(spark, checkpoint.root, batch, op.operator_id, key_schema,
+                                where, op.name)
+        state_root = checkpoint.root / "state"
+        removed = 0
+        for partition, keys in sorted(matched.by_partition.items()):
+            if manifest.state_store_provider == ROCKSDB_PROVIDER:
+                gone = _rewrite_rocksdb_partition(spark, state_root, op, partition, version, keys,
+                                                  matched.partition_rows.get(partition, 0))
+            else:
+                gone = _rewrite_hdfs_partition(
+                    state_root / str(op.operator_id) / str(partition), version, keys)
+            if gone != len(keys):
+                raise CheckpointFormatError(
+                    f"operator '{op.name}' partition {partition}: Spark's reader matched "
+                    f"{len(keys)} key(s), the store removed {gone}; expected the same keys in "
+                    "both; nothing was published")
+            removed += gone
+            crash_point("prune.partition_rewritten")
+        crash_point("prune.state_rewritten")
+        say(f"removed {removed} of {matched.total_rows} key(s); writing snapshot "
+            f"'{new_snapshot}'")
+        info = JobInfo(
+            job=manifest.job,
+            operator_names={entry.operator_id: entry.name for entry in manifest.operators},
+            operator_windows={entry.operator_id: entry.window for entry in manifest.operators},
+            job_file=manifest.job_file,
+            params=dict(manifest.params),
+            spark_version=manifest.spark_version,
+        )
+        created = store.create(new_snapshot, checkpoint, info, progress=say)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    new_op = created.operator(op.name)
+    assert new_op is not None
+    return PruneResult(
+        snapshot=snapshot, new_snapshot=new_snapshot, operator=op.name, where=where,
+        batch=batch, rows_before=matched.total_rows,
+        rows_after=new_op.rows if new_op.rows is not None else matched.total_rows - removed,
+        rows_removed=removed, bytes_before=op.bytes, bytes_after=new_op.bytes,
+        partitions_rewritten=sorted(matched.by_partition), manifest=created,
+    )
+
+
+def check_prunable(
+    store: SnapshotStore, manifest: Manifest, new_snapshot: str, operator: str
+) -> OperatorEntry:
+    """Everything that can be refused before Spark starts: the new name, the operator."""
+    validate_name(new_snapshot, "snapshot")
+    if store.exists(new_snapshot):
+        raise NameTakenError(
+            f"snapshot '{new_snapshot}' already exists; choose another name for the pruned "
+            "snapshot or delete it first")
+    op = manifest.operator(operator)
+    if op is None:
+        known = ", ".join(entry.name for entry in manifest.operators) or "none"
+        raise UnknownOperatorError(
+            f"snapshot '{manifest.name}' has no stateful operator '{operator}' (operators: "
+            f"{known}); see 'sparkpoint snapshot show {manifest.name}'")
+    operator_dir = next(
+        (d for d in Checkpoint(store.checkpoint_path(manifest.name)).operators()
+         if d.operator_id == op.operator_id), None)
+    if operator_dir is None:
+        raise CheckpointFormatError(
+            f"snapshot '{manifest.name}': expected the state of operator '{op.name}' under "
+            f"state/{op.operator_id}, found none; run 'sparkpoint snapshot verify "
+            f"{manifest.name}'")
+    problem = _refusal(manifest, op, operator_dir)
+    if problem is not None:
+        raise PruneUnsupportedError(problem)
+    return op

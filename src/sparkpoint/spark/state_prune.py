@@ -1,0 +1,195 @@
+"""Removing keys from a stateful operator's state with Spark's own classes.
+
+Spark decides which keys match: its state data source reader (``format("statestore")``)
+decodes the keys of one committed version, the user's predicate is evaluated by Spark over
+the key's columns, and the matching keys come back as ``UnsafeRow``s of the key's columns,
+which is how the stateful operator itself built the stored key, byte for byte. Each rewrite
+checks that every matched key was found in the store, so a key that did not match its
+stored bytes would fail the prune, never be skipped silently. RocksDB stores are rewritten
+by Spark's own provider: it loads the version, removes the keys and commits the next
+version.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sparkpoint.errors import InvalidPredicateError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+# Columns the matched frame carries besides the key's own (named so that no key column
+# of a real job collides with them).
+_KEY_ROW = "__sparkpoint_key_row"
+_PARTITION = "__sparkpoint_partition"
+_CHANGELOG_CONF = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+_COMPACT_CONF = "spark.sql.streaming.stateStore.rocksdb.compactOnCommit"
+_PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
+
+
+@dataclass(frozen=True)
+class MatchedKeys:
+    """Keys of one version of an operator's state that the predicate selects."""
+
+    # partition -> rows of the version in that partition (every key, matching or not)
+    partition_rows: dict[int, int]
+    # partition -> each matching key as the JVM's UnsafeRow, byte for byte as stored
+    by_partition: dict[int, list[Any]]
+
+    @property
+    def total_rows(self) -> int:
+        return sum(self.partition_rows.values())
+
+    @property
+    def count(self) -> int:
+        return sum(len(keys) for keys in self.by_partition.values())
+
+
+def key_bytes(key: Any) -> bytes:
+    """The bytes of a matched key (an UnsafeRow in the JVM)."""
+    return bytes(key.getBytes())
+
+
+def _describe(schema: dict[str, Any]) -> str:
+    fields = schema.get("fields", [])
+    return ", ".join(f"{f['name']} {_type_name(f['type'])}" for f in fields)
+
+
+def _type_name(spark_type: Any) -> str:
+    if isinstance(spark_type, str):
+        return spark_type
+    if spark_type.get("type") == "struct":
+        inner = ", ".join(f"{f['name']}: {_type_name(f['type'])}" for f in spark_type["fields"])
+        return f"struct<{inner}>"
+    return str(spark_type.get("type"))
+
+
+def state_frame(spark: SparkSession, checkpoint: Path, batch: int, operator_id: int) -> DataFrame:
+    """The operator's state as of ``batch`` (the version that batch committed), as Spark's
+    state reader decodes it: columns ``key``, ``value``, ``partition_id``."""
+    return (spark.read.format("statestore")
+            .option("batchId", batch)
+            .option("operatorId", operator_id)
+            .load(str(checkpoint)))
+
+
+def matching_keys(
+    spark: SparkSession,
+    checkpoint: Path,
+    batch: int,
+    operator_id: int,
+    key_schema: dict[str, Any],
+    where: str,
+    operator_name: str,
+) -> MatchedKeys:
+    """The keys whose columns satisfy ``where`` (Spark SQL, evaluated by Spark), per partition.
+
+    Raises:
+        InvalidPredicateError: Spark cannot parse or resolve ``where`` over the key columns,
+            or it is not a boolean condition.
+    """
+    from pyspark.errors import PySparkException
+    from pyspark.sql import functions as F
+
+    frame = state_frame(spark, checkpoint, batch, operator_id)
+    flat = frame.select(F.col("key").alias(_KEY_ROW), F.col("partition_id").alias(_PARTITION),
+                        "key.*")
+    try:
+        matched = flat.filter(F.expr(where)).select(_KEY_ROW, _PARTITION)
+        matched.schema  # noqa: B018 - analysis happens here: unknown columns, wrong types
+    except PySparkException as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InvalidPredicateError(
+            f"--where {where!r}: expected a SQL condition on the key columns of operator "
+            f"'{operator_name}' ({_describe(key_schema)}), Spark refused it: {first}; "
+            "name only key columns (a window's bounds as window.start / window.end)"
+        ) from exc
+    # Read errors (the state itself) surface here, before the condition is evaluated, so
+    # that a failure in the next step is the condition's.
+    partition_rows = {int(row[0]): int(row[1])
+                      for row in frame.groupBy("partition_id").count().collect()}
+    try:
+        matched_rows = {int(row[0]): int(row[1])
+                        for row in matched.groupBy(_PARTITION).count().collect()}
+    except PySparkException as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InvalidPredicateError(
+            f"--where {where!r}: expected a condition Spark can evaluate on every key of "
+            f"operator '{operator_name}' ({_describe(key_schema)}), it failed on the state: "
+            f"{first}; fix the condition (e.g. try_cast instead of cast)"
+        ) from exc
+    # Sorted by partition, the collected keys fall into runs of the counted lengths: a key
+    # costs one call into the JVM to take it, none to learn its partition. The key's own
+    # columns, projected as the row, are its stored bytes (the HDFS rewrite and RocksDB's
+    # key count check that every matched key was found).
+    ordered = matched.orderBy(_PARTITION).select(f"{_KEY_ROW}.*")
+    rows = ordered._jdf.queryExecution().executedPlan().executeCollect()
+    collected = len(rows)
+    by_partition: dict[int, list[Any]] = {}
+    index = 0
+    for partition in sorted(matched_rows):
+        keys = by_partition[partition] = []
+        for _ in range(matched_rows[partition]):
+            if index < collected:
+                keys.append(rows[index])
+            index += 1
+    if index != collected:
+        raise InvalidPredicateError(
+            f"--where {where!r}: Spark selected {index} key(s) when counting and {collected} "
+            "when collecting; expected a deterministic condition (no rand(), no current "
+            "time)")
+    return MatchedKeys(partition_rows, by_partition)
+
+
+def remove_rocksdb_keys(
+    spark: SparkSession,
+    provider: str,
+    state_root: Path,
+    operator_id: int,
+    partition: int,
+    version: int,
+    key_schema: dict[str, Any],
+    value_schema: dict[str, Any],
+    keys: Iterable[Any],
+) -> None:
+    """Load ``version`` of the RocksDB store at ``state_root/<operator>/<partition>`` with
+    Spark's provider, remove ``keys`` and commit; Spark writes version ``version + 1``
+    (always as a self-contained ``.zip``: changelog checkpointing is off for this commit).
+    ``keys`` are UnsafeRows in the JVM."""
+    jvm = spark._jvm
+    assert jvm is not None
+    session = spark._jsparkSession
+    state = jvm.org.apache.spark.sql.execution.streaming.state
+    types = jvm.org.apache.spark.sql.types
+    key_type = types.DataType.fromJson(json.dumps(key_schema))
+    value_type = types.DataType.fromJson(json.dumps(value_schema))
+    store_id = state.StateStoreId(str(state_root), operator_id, partition, "default")
+    provider_id = state.StateStoreProviderId(store_id, jvm.java.util.UUID.randomUUID())
+    sql_conf = session.sessionState().conf().clone()
+    sql_conf.setConfString(_PROVIDER_CONF, provider)
+    sql_conf.setConfString(_CHANGELOG_CONF, "false")
+    # Removals are tombstones until compaction: compact, so the pruned store is no larger.
+    sql_conf.setConfString(_COMPACT_CONF, "true")
+    conf = state.StateStoreConf(
+        sql_conf, state.StateStoreConf.__getattr__("$lessinit$greater$default$2")())
+    instance = getattr(state, "StateStoreProvider$").__getattr__("MODULE$").createAndInit(
+        provider_id, key_type, value_type, state.NoPrefixKeyStateEncoderSpec(key_type), False,
+        conf, session.sessionState().newHadoopConf(), False, jvm.scala.Option.empty())
+    try:
+        store = instance.getStore(version, jvm.scala.Option.empty(), True, False)
+        try:
+            family = store.__getattr__("remove$default$2")()
+            for key in keys:
+                store.remove(key, family)
+            store.commit()
+        except BaseException:
+            # An open store holds the provider's lock: close() would wait for it in vain.
+            store.abort()
+            raise
+    finally:
+        instance.close()
