@@ -50,6 +50,10 @@ CRASH_POINTS: dict[str, str] = {
     "startpoint.source_log_written": "file-source log entries written, offsets not moved",
     "startpoint.offsets_moved": "committed offsets moved, pending startpoints not cleared",
     "startpoint.cleared": "pending startpoints cleared, job record not updated",
+    # a home on S3 or HDFS: the job's files changed locally are uploaded before Spark or
+    # another process relies on them (storage/remote_home.py)
+    "remote_home.checkpoint_uploaded": "job's changed files and checkpoint uploaded to the "
+                                       "home, job record not yet naming them",
     # jobs delete: renamed aside, then removed
     "jobs.delete_renamed": "job directory renamed out of the listing, files not removed",
 }
