@@ -4,13 +4,18 @@ from the snapshot with nothing lost; the job's lock is taken in the home itself.
 
 from __future__ import annotations
 
+import datetime as dt
+import shutil
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sparkpoint import api
+from sparkpoint.storage.fileio import file_io, join
 from sparkpoint.storage.home import Home
-from sparkpoint.testing import expected_hourly_counts, output_rows, write_clicks
+from sparkpoint.testing import Click, expected_hourly_counts, output_rows, write_clicks
 from tests.conftest import EXAMPLES, SHUFFLE_PARTITIONS
 from tests.support.cli import sparkpoint
 from tests.support.s3 import S3Server
@@ -82,3 +87,63 @@ def test_job_with_its_home_on_s3_runs_snapshots_and_continues(
     combined = output_rows(spark, tmp_path / "out1") + output_rows(spark, tmp_path / "out2")  # type: ignore[arg-type]
     assert reference, "the reference run emitted nothing: the test input is too small"
     assert sorted(combined) == sorted(reference) == sorted(expected_hourly_counts(events))
+
+
+def _all_windows(clicks: list[Click]) -> Counter[tuple[object, ...]]:
+    """Every hourly window of the input, closed or not: what a drained job has emitted."""
+    return expected_hourly_counts(clicks, delay=-dt.timedelta(days=365))
+
+
+def test_job_with_its_home_on_hdfs_runs_snapshots_continues_takes_a_startpoint_and_drains(
+    spark: object, hdfs_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "scratch"))
+    home = Home.resolve(join(hdfs_server.new_dir(), "home"))
+    inp, used = tmp_path / "in", tmp_path / "used"
+
+    def run(job: str, out: str, **options: Any) -> None:
+        api.run(home, JOB, job, params={"input": str(inp), "output": str(tmp_path / out),
+                                        "files_per_batch": "1"},
+                until_caught_up=True, spark=spark, **options)  # type: ignore[arg-type]
+
+    def out_rows() -> Counter[tuple[object, ...]]:
+        return output_rows(spark, tmp_path / "out1") + output_rows(spark, tmp_path / "out2")  # type: ignore[arg-type]
+
+    events = write_clicks(inp, range(0, 3))
+    run("v1", "out1")
+    in_hdfs = file_io(home.location).walk_sizes(home.checkpoint_location("v1"))
+    assert any(rel.startswith("commits/") for rel in in_hdfs)
+    assert any(rel.startswith("state/") for rel in in_hdfs)
+    assert api.snapshot_create(home, "v1", "s1").job == "v1"
+
+    events += write_clicks(inp, range(3, 6))
+    run("v2", "out2", from_snapshot="s1")
+    assert out_rows() == expected_hourly_counts(events)
+
+    # A backlog the continued job skips with a startpoint (applied at its next start), then
+    # fresh input it reads.
+    write_clicks(inp, range(6, 8))
+    assert api.startpoint_set(home, "v2", "clicks", "latest").stored
+    run("v2", "out2")
+    assert api.startpoint_list(home, "v2") == {}
+    assert out_rows() == expected_hourly_counts(events)
+    events += write_clicks(inp, range(8, 10))
+    run("v2", "out2")
+
+    drained = api.drain(home, "v2", snapshot="d1", spark=spark)  # type: ignore[arg-type]
+    assert drained.residual == []
+    assert api.job_view(home, "v2").status == "drained"
+    assert [m.name for m in api.snapshot_list(home, "v2")] == ["d1"]
+
+    # Reference: the files the jobs read, through one uninterrupted run, drained too.
+    used.mkdir()
+    for index in [*range(0, 6), *range(8, 10)]:
+        name = f"clicks-{index:05d}.json"
+        shutil.copy2(inp / name, used / name)  # with its modification time: same order
+    reference_home = Home(tmp_path / "reference_home")
+    api.run(reference_home, JOB, "ref", params={"input": str(used), "output": str(tmp_path / "ref"),
+                                                "files_per_batch": "1"},
+            until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+    api.drain(reference_home, "ref", spark=spark)  # type: ignore[arg-type]
+    reference = output_rows(spark, tmp_path / "ref")  # type: ignore[arg-type]
+    assert out_rows() == reference == _all_windows(events)
