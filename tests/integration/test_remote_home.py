@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from sparkpoint import api
+from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE
 from sparkpoint.storage.fileio import file_io, join
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import Click, expected_hourly_counts, output_rows, write_clicks
@@ -147,3 +148,39 @@ def test_job_with_its_home_on_hdfs_runs_snapshots_continues_takes_a_startpoint_a
     api.drain(reference_home, "ref", spark=spark)  # type: ignore[arg-type]
     reference = output_rows(spark, tmp_path / "ref")  # type: ignore[arg-type]
     assert out_rows() == reference == _all_windows(events)
+
+
+def test_start_from_a_snapshot_cut_off_after_its_upload_is_rolled_back_and_rebuilt(
+    spark: object, hdfs_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine_a"))
+    home = Home.resolve(join(hdfs_server.new_dir(), "home"))
+    inp = tmp_path / "in"
+    params = {"input": str(inp), "output": str(tmp_path / "out1"), "files_per_batch": "1"}
+    events = write_clicks(inp, range(0, 3))
+    api.run(home, JOB, "v1", params=params, until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+    api.snapshot_create(home, "v1", "s1")
+    events += write_clicks(inp, range(3, 5))
+
+    point = "remote_home.checkpoint_uploaded"
+    crashed = sparkpoint(home, "run", str(JOB), "--job", "v2", "--from-snapshot", "s1",
+                         "--param", f"input={inp}", "--param", f"output={tmp_path / 'out2'}",
+                         "--param", "files_per_batch=1", "--until-caught-up",
+                         env={CRASH_ENV: point})
+    assert crashed.code == CRASH_EXIT_CODE, crashed.err
+    assert f"crash point {point}" in crashed.err
+    # The checkpoint reached HDFS, the record naming it did not: no job v2 yet.
+    assert file_io(home.location).walk_sizes(home.checkpoint_location("v2"))
+    assert [view.record.name for view in api.jobs_list(home)] == ["v1"]
+
+    # The same start again, from another machine's working copy: rolled back, rebuilt, run.
+    monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine_b"))
+    other = Home.resolve(home.location)
+    echoed: list[str] = []
+    api.run(other, JOB, "v2", params={**params, "output": str(tmp_path / "out2")},
+            from_snapshot="s1", until_caught_up=True, spark=spark,  # type: ignore[arg-type]
+            echo=echoed.append)
+    assert any("took over the lock" in line for line in echoed), echoed
+    assert [view.record.name for view in api.jobs_list(other)] == ["v1", "v2"]
+    combined = output_rows(spark, tmp_path / "out1") + output_rows(spark, tmp_path / "out2")  # type: ignore[arg-type]
+    assert combined == expected_hourly_counts(events)
