@@ -191,6 +191,8 @@ def run(
 
         def prepare(planned: PlannedJob) -> Lineage:
             crash_point("restore.job_locked")
+            # A checkpoint left by a cut-off start goes whole, in the home too.
+            remote_home.pull_job(home, job)
             roll_back(target, registry.exists(job), lambda line: echo(f"job '{job}': {line}"))
             resolution = resolve(store, planned, point, from_snapshot, choice)
             for warning in resolution.plan.warnings:
@@ -393,7 +395,6 @@ def snapshot_create(
             echo(f"job '{job}' is {record.effective_status()}")
         else:
             echo(f"job '{job}' is not running ({record.effective_status()}); snapshotting it")
-    remote_home.pull_job(home, job)  # the state the snapshot exports
     checkpoint = registry.checkpoint(job)
     if not checkpoint.exists():
         raise PreconditionError(

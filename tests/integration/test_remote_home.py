@@ -133,6 +133,8 @@ def test_job_with_its_home_on_hdfs_runs_snapshots_continues_takes_a_startpoint_a
 
     drained = api.drain(home, "v2", snapshot="d1", spark=spark)  # type: ignore[arg-type]
     assert drained.residual == []
+    assert {op.name: op.rows for op in drained.operators} == {"hourly_counts": 0,
+                                                              "dedup_clicks": 0}
     assert api.job_view(home, "v2").status == "drained"
     assert [m.name for m in api.snapshot_list(home, "v2")] == ["d1"]
 

@@ -161,7 +161,8 @@ def _enter(home: Home, path: Path, job: str, echo: Callable[[str], None]) -> boo
             try:
                 _acquire_remote(home, job, echo)
                 # What other machines changed since: the holder works on the home's copy.
-                remote_home.pull_job(home, job)
+                # State stays in the home: a step that reads it fetches what it needs.
+                remote_home.pull_job(home, job, with_state=False)
             except BaseException:
                 path.unlink(missing_ok=True)
                 raise

@@ -29,7 +29,12 @@ from sparkpoint.runtime.jobfile import (
     load_build,
 )
 from sparkpoint.runtime.lock import job_lock
-from sparkpoint.runtime.progress import clear_progress, ran_a_batch, write_progress
+from sparkpoint.runtime.progress import (
+    PROGRESS_FILE,
+    clear_progress,
+    ran_a_batch,
+    write_progress,
+)
 from sparkpoint.runtime.registry import (
     JobRecord,
     JobRegistry,
@@ -223,8 +228,9 @@ def _progress_dict(progress: Any) -> dict[str, Any]:
 class _ProgressKeeper:
     """Writes the progress of each batch that ran to the job's directory, once per batch."""
 
-    def __init__(self, job_dir: Path) -> None:
-        self.job_dir = job_dir
+    def __init__(self, home: Home, job: str) -> None:
+        self.home, self.job = home, job
+        self.job_dir = home.job_dir(job)
         self.written: tuple[int, str] | None = None
 
     def keep(self, query: StreamingQuery) -> None:
@@ -236,6 +242,8 @@ class _ProgressKeeper:
             key = (int(data.get("batchId", -1)), str(data.get("timestamp")))
             if key != self.written:
                 write_progress(self.job_dir, data)
+                # Other machines' 'jobs show' read it in the home (one small write a batch).
+                remote_home.write_through(self.home, self.job, self.job_dir / PROGRESS_FILE)
                 self.written = key
             return
 
@@ -355,7 +363,7 @@ def run_job(
             elif options.pending_batch_only:
                 writer = writer.trigger(processingTime=HOLD_TRIGGER_INTERVAL)
             error: SparkpointError | None = None
-            keeper = _ProgressKeeper(home.job_dir(job))
+            keeper = _ProgressKeeper(home, job)
             clear_progress(home.job_dir(job))
             limit_reached, remove_counter = (
                 _batch_counter(session, job, options.max_batches)
@@ -387,7 +395,8 @@ def run_job(
             finally:
                 remove_counter()
                 registry.clear_stop_request(job)
-                remote_home.pull_job(home, job)  # the batches Spark wrote in the home
+                # The batches Spark wrote in the home (logs and offsets; state stays there).
+                remote_home.pull_job(home, job, with_state=False)
                 last = checkpoint.latest_committed_batch()
                 run.ended_at, run.last_batch = now_iso(), last
                 run.status = "failed" if error else "stopped"

@@ -21,8 +21,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from sparkpoint.checkpoint.version_files import files_for_version, rocksdb_ssts
 from sparkpoint.crash_points import crash_point
-from sparkpoint.storage.fileio import file_io, join
+from sparkpoint.storage.fileio import FileIO, file_io, join
 from sparkpoint.storage.home import Home, name_problem
 from sparkpoint.storage.local import walk_files, write_atomic
 
@@ -34,6 +35,9 @@ LOCAL_ONLY = frozenset({"run.lock"})
 STATE_PREFIX = "checkpoint/state/"
 CHECKPOINT_PREFIX = "checkpoint/"
 METADATA = "checkpoint/metadata"
+
+# Listings of a job a running query keeps changing, fetched before one is complete.
+FETCH_ATTEMPTS = 3
 
 Synced = dict[str, list[int]]
 
@@ -77,10 +81,12 @@ def _local_files(directory: Path) -> dict[str, Path]:
     return found
 
 
-def pull_job(home: Home, job: str, with_state: bool = True) -> None:
+def pull_job(home: Home, job: str, with_state: bool = True,
+             state_version: int | None = None) -> None:
     """Make the local copy of the job's directory what the home holds; without ``with_state``
-    the checkpoint's state files are left out (enough for records, logs and offsets). A file
-    written here and not uploaded yet is kept."""
+    the checkpoint's state files are left out (enough for records, logs and offsets), with
+    ``state_version`` only those that load that version (what exporting it reads). A file
+    written or changed here and not uploaded yet is kept as it is."""
     if home.url is None:
         return
     io = file_io(home.url)
@@ -89,26 +95,60 @@ def pull_job(home: Home, job: str, with_state: bool = True) -> None:
     def in_scope(rel: str) -> bool:
         return with_state or not rel.startswith(STATE_PREFIX)
 
-    remote = {rel: size for rel, size in io.walk_sizes(remote_dir).items()
-              if not _skipped(rel) and in_scope(rel)}
-    fetch = []
-    for rel, size in remote.items():
-        local = local_dir / rel
-        if rel.startswith(STATE_PREFIX) and local.is_file() and local.stat().st_size == size:
-            continue
-        fetch.append((join(remote_dir, rel), local))
-    io.get_files(fetch)
     before = _load(home, job)
-    synced = {rel: stamp for rel, stamp in before.items() if not in_scope(rel)}
+    # Changed here since the last fetch or upload, or written here: the local copy wins
+    # until the next upload sends it (a fetch must not undo a step just taken).
+    here = _local_files(local_dir)
+    changed_here = {rel for rel, path in here.items() if before.get(rel) != _stamp(path)}
+    changed_here |= set(before) - set(here)  # removed here (the upload removes it there)
+    for attempt in range(FETCH_ATTEMPTS):
+        remote = {rel: size for rel, size in io.walk_sizes(remote_dir).items()
+                  if not _skipped(rel) and in_scope(rel)}
+        fetchable = {rel: size for rel, size in remote.items() if rel not in changed_here}
+        try:
+            if state_version is None:
+                _fetch(io, remote_dir, local_dir, fetchable)
+            else:
+                _fetch_version(io, remote_dir, local_dir, fetchable, state_version)
+            break
+        except FileNotFoundError:
+            # A running job's maintenance removed an old version between listing and
+            # fetching: list again (state files fetched already are not fetched twice).
+            if attempt == FETCH_ATTEMPTS - 1:
+                raise
+    synced = dict(before)
     for rel, path in _local_files(local_dir).items():
-        if not in_scope(rel):
+        if not in_scope(rel) or rel in changed_here:
             continue
         if rel in remote:
             synced[rel] = _stamp(path)
         elif rel in before:
             path.unlink()  # was in the home, is no more: removed by another process
-        # else: written here and not uploaded yet (the next upload sends it)
+            del synced[rel]
     _save(home, job, synced)
+
+
+def _fetch(io: FileIO, remote_dir: str, local_dir: Path, sizes: dict[str, int]) -> None:
+    fetch = []
+    for rel, size in sizes.items():
+        local = local_dir / rel
+        if rel.startswith(STATE_PREFIX) and local.is_file() and local.stat().st_size == size:
+            continue
+        fetch.append((join(remote_dir, rel), local))
+    io.get_files(fetch)
+
+
+def _fetch_version(io: FileIO, remote_dir: str, local_dir: Path, sizes: dict[str, int],
+                   version: int) -> None:
+    """Everything but state, and of the state the files that load ``version``."""
+    state = {rel[len(STATE_PREFIX):] for rel in sizes if rel.startswith(STATE_PREFIX)}
+    wanted = files_for_version(state, version)
+    _fetch(io, remote_dir, local_dir, {rel: size for rel, size in sizes.items()
+                                       if not rel.startswith(STATE_PREFIX)
+                                       or rel[len(STATE_PREFIX):] in wanted})
+    ssts = rocksdb_ssts(local_dir / STATE_PREFIX, wanted) & state
+    _fetch(io, remote_dir, local_dir, {STATE_PREFIX + rel: sizes[STATE_PREFIX + rel]
+                                       for rel in ssts})
 
 
 def _upload_order(rel: str) -> tuple[int, str]:
