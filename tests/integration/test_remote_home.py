@@ -115,7 +115,12 @@ def test_job_with_its_home_on_hdfs_runs_snapshots_continues_takes_a_startpoint_a
     in_hdfs = file_io(home.location).walk_sizes(home.checkpoint_location("v1"))
     assert any(rel.startswith("commits/") for rel in in_hdfs)
     assert any(rel.startswith("state/") for rel in in_hdfs)
-    assert api.snapshot_create(home, "v1", "s1").job == "v1"
+    snapshot = api.snapshot_create(home, "v1", "s1")
+    assert snapshot.job == "v1"
+    # Only the state version the snapshot holds came down to the working copy.
+    zips_there = {rel.rsplit("/", 1)[1] for rel in in_hdfs if rel.endswith(".zip")}
+    zips_here = {path.name for path in (home.checkpoint_dir("v1") / "state").rglob("*.zip")}
+    assert zips_here == {f"{snapshot.batch_id + 1}.zip"} and len(zips_there) > 1
 
     events += write_clicks(inp, range(3, 6))
     run("v2", "out2", from_snapshot="s1")
@@ -186,3 +191,8 @@ def test_start_from_a_snapshot_cut_off_after_its_upload_is_rolled_back_and_rebui
     assert [view.record.name for view in api.jobs_list(other)] == ["v1", "v2"]
     combined = output_rows(spark, tmp_path / "out1") + output_rows(spark, tmp_path / "out2")  # type: ignore[arg-type]
     assert combined == expected_hourly_counts(events)
+
+    deleted = api.jobs_delete(other, "v2")
+    assert deleted["deleted"] and deleted["checkpoint_bytes"] > 0
+    assert not file_io(home.location).walk_sizes(other.job_url("v2"))
+    assert [view.record.name for view in api.jobs_list(home)] == ["v1"]
