@@ -85,6 +85,8 @@ from sparkpoint.spark.version import installed_pyspark_version, require_supporte
 from sparkpoint.startpoints.resolve import Resolved
 from sparkpoint.startpoints.resolve import resolve as resolve_startpoints
 from sparkpoint.startpoints.store import WHOLE_SOURCE, PositionKind, Startpoint, StartpointStore
+from sparkpoint.storage import remote_home
+from sparkpoint.storage.fileio import file_io
 from sparkpoint.storage.home import Home, validate_name
 from sparkpoint.storage.local import tree_bytes
 from sparkpoint.upgrade.adopt import adopt
@@ -163,6 +165,7 @@ def run(
                          "with --from-snapshot or --resume-point")
     registry = JobRegistry(home)
     registry.remove_deleted_leftovers()
+    remote_home.pull_job(home, job, with_state=False)
     params, conf = dict(params or {}), dict(conf or {})
     check_output: Callable[[PlannedJob], Lineage | None] | None = None
     if from_snapshot is None and resume_point is None and registry.exists(job):
@@ -196,6 +199,8 @@ def run(
 
         def prepare(planned: PlannedJob) -> Lineage:
             crash_point("restore.job_locked")
+            # A checkpoint left by a cut-off start goes whole, in the home too.
+            remote_home.pull_job(home, job)
             roll_back(target, registry.exists(job), lambda line: echo(f"job '{job}': {line}"))
             resolution = resolve(store, planned, point, from_snapshot, choice)
             for warning in resolution.plan.warnings:
@@ -393,6 +398,7 @@ def snapshot_create(
         raise UsageError(f"--batch: expected a batch id >= 0, found {batch}")
     moment = parse_time(at) if isinstance(at, str) else at
     registry = JobRegistry(home)
+    remote_home.pull_job(home, job, with_state=False)
     record = registry.get(job)
     store = open_snapshot_store(home)
     if store.exists(snapshot):
@@ -612,9 +618,12 @@ def _unread_files(checkpoint: Checkpoint, source: str, path: str) -> int:
     return sum(1 for f in input_files(directory) if f.uri not in read)
 
 
-def job_view(home: Home, job: str, details: bool = True) -> JobView:
-    """What 'jobs show' reports; ``details``: also the batches that can be snapshotted."""
+def job_view(home: Home, job: str, details: bool = True, fetch: bool = True) -> JobView:
+    """What 'jobs show' reports; ``details``: also the batches that can be snapshotted;
+    ``fetch``: bring a remote home's job files up to date first."""
     registry = JobRegistry(home)
+    if fetch:
+        remote_home.pull_job(home, job, with_state=False)
     record = registry.get(job)
     checkpoint = Checkpoint(home.checkpoint_dir(job))
     batch = checkpoint.latest_committed_batch()
@@ -647,12 +656,14 @@ def _snapshottable(checkpoint: Checkpoint) -> list[RetainedBatch]:
 def jobs_list(home: Home) -> list[JobView]:
     registry = JobRegistry(home)
     registry.remove_deleted_leftovers()
-    return [job_view(home, name, details=False) for name in registry.names()]
+    remote_home.pull_jobs(home)
+    return [job_view(home, name, details=False, fetch=False) for name in registry.names()]
 
 
 def jobs_stop(home: Home, job: str, wait: bool = False, echo: Echo = _quiet) -> dict[str, Any]:
     """Ask a running job to stop after its last committed batch; with ``wait``, until it has."""
     registry = JobRegistry(home)
+    remote_home.pull_job(home, job, with_state=False)
     record = registry.get(job)
     status = record.effective_status()
     if status != "running":
@@ -672,13 +683,15 @@ def jobs_delete(home: Home, job: str) -> dict[str, Any]:
     Snapshots of it are kept."""
     registry = JobRegistry(home)
     registry.remove_deleted_leftovers()
+    remote_home.pull_job(home, job, with_state=False)
     record = registry.get(job)
     holder = lock_holder(home, job)
     if record.effective_status() == "running" or holder is not None:
         raise JobRunningError(
             f"job '{job}' is running (pid {record.pid or holder}); stop it first with "
             f"'sparkpoint jobs stop {job} --wait'")
-    checkpoint_bytes = tree_bytes(home.checkpoint_dir(job))
+    checkpoint_bytes = tree_bytes(home.checkpoint_dir(job)) if home.url is None else sum(
+        file_io(home.url).walk_sizes(home.checkpoint_location(job)).values())
     with job_lock(home, job):  # no run can start while the job goes
         registry.delete(job)
     return {"job": job, "deleted": True, "checkpoint_bytes": checkpoint_bytes}
@@ -702,6 +715,7 @@ def drain(
     """
     _needs_spark(spark)
     registry = JobRegistry(home)
+    remote_home.pull_job(home, job, with_state=False)
     record = registry.get(job)
     if snapshot is not None:
         validate_name(snapshot, "snapshot")
@@ -835,6 +849,7 @@ def startpoint_set(
     to refuse positions the source cannot take; ``dry_run`` stores nothing."""
     validate_name(source, "source")
     registry = JobRegistry(home)
+    remote_home.pull_job(home, job, with_state=False)
     record = registry.get(job)
     info = _source_description(record, source)
     checkpoint = registry.checkpoint(job)
@@ -851,19 +866,24 @@ def startpoint_set(
     resolved = resolve_startpoints(info, merged, checkpoint, _compact_interval(record))
     if not dry_run:
         store.set(job, new)
+        remote_home.push_job(home, job)
     return StartpointPreview(job, source, merged, resolved, not dry_run,
                              [op.name for op in record.operators])
 
 
 def startpoint_list(home: Home, job: str) -> dict[str, list[Startpoint]]:
+    remote_home.pull_job(home, job, with_state=False)
     JobRegistry(home).get(job)
     return StartpointStore(home).all(job)
 
 
 def startpoint_clear(home: Home, job: str, source: str) -> None:
     validate_name(source, "source")
+    remote_home.pull_job(home, job, with_state=False)
     record = JobRegistry(home).get(job)
-    if not StartpointStore(home).clear(job, source):
+    cleared = StartpointStore(home).clear(job, source)
+    remote_home.push_job(home, job)
+    if not cleared:
         pending = ", ".join(StartpointStore(home).all(job)) or "none"
         _source_description(record, source)  # an unknown source says so first
         raise PreconditionError(

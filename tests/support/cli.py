@@ -38,7 +38,7 @@ def _env(worker_python: bool = True, extra: dict[str, str] | None = None) -> dic
 
 
 def command(home: Home, *args: str) -> list[str]:
-    return [sys.executable, "-m", "sparkpoint.cli.main", "--home", str(home.root), *args]
+    return [sys.executable, "-m", "sparkpoint.cli.main", "--home", home.location, *args]
 
 
 def sparkpoint(home: Home, *args: str, timeout: float = 300, worker_python: bool = True,

@@ -115,8 +115,9 @@ json_option = click.option("--json", "as_json", is_flag=True, callback=_json_fla
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--home", "home", default=None, metavar="DIR",
-              help="sparkpoint home (default: $SPARKPOINT_HOME, else ./.sparkpoint)")
+@click.option("--home", "home", default=None, metavar="DIR|URL",
+              help="sparkpoint home: a directory, s3://bucket/prefix or hdfs://host:port/path "
+                   "(default: $SPARKPOINT_HOME, else ./.sparkpoint)")
 @click.option("--snapshots", "snapshots", default=None, metavar="URL",
               help="Where snapshots live: a path, s3://bucket/prefix or hdfs://host:port/path "
                    "(default: $SPARKPOINT_SNAPSHOTS, else the home's snapshots/).")

@@ -11,12 +11,18 @@ waits until the holding thread lets go.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import json
 import os
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from sparkpoint.errors import JobRunningError
+from sparkpoint.storage import remote_home
+from sparkpoint.storage.fileio import file_io, join
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.processes import pid_alive
 
@@ -37,8 +43,73 @@ def lock_path(home: Home, job: str) -> Path:
     return home.job_dir(job) / LOCK_FILE
 
 
+# A home on S3 or HDFS is shared by machines: its lock file names host and pid, and one
+# taken on another machine counts as held until it is this old (the rule the snapshot
+# store's leases follow; on this machine a dead pid frees it at once).
+REMOTE_LOCK_EXPIRY = dt.timedelta(hours=12)
+
+
+def _remote_lock_url(home: Home, job: str) -> str:
+    return join(home.job_url(job), LOCK_FILE)
+
+
+def _remote_lock_record() -> bytes:
+    return json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                       "started_at": dt.datetime.now(dt.UTC).isoformat()}).encode("utf-8")
+
+
+def _remote_holder(record: dict[str, Any]) -> int | None:
+    """The pid of a live holder of a remote lock (-1 when alive on another host)."""
+    try:
+        started = dt.datetime.fromisoformat(str(record["started_at"]))
+    except (KeyError, ValueError):
+        return None
+    if dt.datetime.now(dt.UTC) - started > REMOTE_LOCK_EXPIRY:
+        return None
+    pid = record.get("pid")
+    if record.get("host") == socket.gethostname():
+        return pid if isinstance(pid, int) and pid_alive(pid) else None
+    return pid if isinstance(pid, int) else -1
+
+
+def _read_remote_lock(home: Home, job: str) -> tuple[dict[str, Any] | None, bool]:
+    """The remote lock's record and whether one exists (a record that cannot be read is
+    an interrupted write: no holder)."""
+    try:
+        data = file_io(home.location).read_bytes(_remote_lock_url(home, job))
+    except FileNotFoundError:
+        return None, False
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return None, True
+    return (record if isinstance(record, dict) else None), True
+
+
+def _acquire_remote(home: Home, job: str, echo: Callable[[str], None]) -> None:
+    """Take the lock file in the home by an atomic create-if-absent."""
+    io = file_io(home.location)
+    url = _remote_lock_url(home, job)
+    for _attempt in range(2):
+        if io.create_exclusive(url, _remote_lock_record()):
+            return
+        record, _found = _read_remote_lock(home, job)
+        holder = _remote_holder(record) if record is not None else None
+        if holder is not None and holder != os.getpid():
+            where = f"pid {holder} on {record.get('host')}" if record else "another process"
+            raise JobRunningError(
+                f"job '{job}' is already running ({where}, lock {url}); stop it first, or "
+                "snapshot it with 'sparkpoint snapshot create'")
+        echo(f"job '{job}': took over the lock left by an interrupted run at {url}")
+        io.delete(url)
+    raise JobRunningError(f"job '{job}': another process took its lock at {url} meanwhile")
+
+
 def lock_holder(home: Home, job: str) -> int | None:
     """The live process holding the job's lock, if any."""
+    if home.remote:
+        record, _found = _read_remote_lock(home, job)
+        return _remote_holder(record) if record is not None else None
     path = lock_path(home, job)
     try:
         text = path.read_text().strip()
@@ -72,7 +143,7 @@ def _acquire(path: Path, job: str, echo: Callable[[str], None]) -> None:
     raise JobRunningError(f"job '{job}': another process took its lock at {path} meanwhile")
 
 
-def _enter(path: Path, job: str, echo: Callable[[str], None]) -> bool:
+def _enter(home: Home, path: Path, job: str, echo: Callable[[str], None]) -> bool:
     """Take the lock for this thread, or count one more hold; True when already held."""
     me = threading.get_ident()
     with _released:
@@ -86,6 +157,15 @@ def _enter(path: Path, job: str, echo: Callable[[str], None]) -> bool:
             _held[path] = (owner, count + 1)
             return True
         _acquire(path, job, echo)
+        if home.remote:
+            try:
+                _acquire_remote(home, job, echo)
+                # What other machines changed since: the holder works on the home's copy.
+                # State stays in the home: a step that reads it fetches what it needs.
+                remote_home.pull_job(home, job, with_state=False)
+            except BaseException:
+                path.unlink(missing_ok=True)
+                raise
         _held[path] = (me, 1)
         return False
 
@@ -94,7 +174,7 @@ def _enter(path: Path, job: str, echo: Callable[[str], None]) -> bool:
 def job_lock(home: Home, job: str, echo: Callable[[str], None] = _quiet) -> Iterator[None]:
     """Hold the job's lock for the block (re-entrant in this thread)."""
     path = lock_path(home, job)
-    if _enter(path, job, echo):
+    if _enter(home, path, job, echo):
         try:
             yield
         finally:
@@ -107,6 +187,11 @@ def job_lock(home: Home, job: str, echo: Callable[[str], None] = _quiet) -> Iter
     finally:
         with _released:
             del _held[path]
+            if home.remote:
+                try:
+                    remote_home.push_job(home, job)
+                finally:
+                    file_io(home.location).delete(_remote_lock_url(home, job))
             path.unlink(missing_ok=True)
             # A first run refused before anything was recorded leaves no trace.
             with contextlib.suppress(OSError):

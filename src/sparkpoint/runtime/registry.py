@@ -20,6 +20,8 @@ from pydantic import ValidationError as PydanticValidationError
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import CorruptRecordError, UnknownJobError
+from sparkpoint.storage import remote_home
+from sparkpoint.storage.fileio import join
 from sparkpoint.storage.home import Home, name_problem
 from sparkpoint.storage.local import write_atomic
 from sparkpoint.storage.processes import pid_alive
@@ -171,7 +173,7 @@ class JobRegistry:
         if not path.is_file():
             known = ", ".join(self.names()) or "none"
             raise UnknownJobError(
-                f"job '{job}' not found in {self.home.jobs_dir} (jobs: {known}); "
+                f"job '{job}' not found in {join(self.home.location, 'jobs')} (jobs: {known}); "
                 "start it with 'sparkpoint run JOB.py --job NAME'"
             )
         try:
@@ -198,6 +200,7 @@ class JobRegistry:
     def save(self, record: JobRecord) -> None:
         text = json.dumps(record.model_dump(mode="json"), indent=2) + "\n"
         write_atomic(self.record_path(record.name), text.encode("utf-8"))
+        remote_home.write_through(self.home, record.name, self.record_path(record.name))
 
     def checkpoint(self, job: str) -> Checkpoint:
         return Checkpoint(self.home.checkpoint_dir(job))
@@ -207,12 +210,16 @@ class JobRegistry:
 
     def request_stop(self, job: str) -> None:
         write_atomic(self.control_dir(job) / STOP_REQUEST, now_iso().encode())
+        remote_home.write_through(self.home, job, self.control_dir(job) / STOP_REQUEST)
 
     def stop_requested(self, job: str) -> bool:
+        if self.home.remote:  # asked from another process, maybe another machine
+            return remote_home.remote_exists(self.home, job, f"control/{STOP_REQUEST}")
         return (self.control_dir(job) / STOP_REQUEST).is_file()
 
     def clear_stop_request(self, job: str) -> None:
         (self.control_dir(job) / STOP_REQUEST).unlink(missing_ok=True)
+        remote_home.remove_through(self.home, job, self.control_dir(job) / STOP_REQUEST)
 
     def delete(self, job: str) -> None:
         """Remove the job's directory (record, checkpoint, control files).
@@ -221,6 +228,7 @@ class JobRegistry:
         crash while its files are removed leaves no half-deleted job; the next command that
         looks removes what is left.
         """
+        remote_home.delete_job(self.home, job)
         doomed = self.home.jobs_dir / f"{DELETED_PREFIX}{job}.{uuid.uuid4().hex[:8]}"
         os.rename(self.home.job_dir(job), doomed)
         crash_point("jobs.delete_renamed")

@@ -29,7 +29,12 @@ from sparkpoint.runtime.jobfile import (
     load_build,
 )
 from sparkpoint.runtime.lock import job_lock
-from sparkpoint.runtime.progress import clear_progress, ran_a_batch, write_progress
+from sparkpoint.runtime.progress import (
+    PROGRESS_FILE,
+    clear_progress,
+    ran_a_batch,
+    write_progress,
+)
 from sparkpoint.runtime.registry import (
     JobRecord,
     JobRegistry,
@@ -43,6 +48,7 @@ from sparkpoint.sources.kafka import KafkaDataSource
 from sparkpoint.spark.errors import failure_details, failure_summary
 from sparkpoint.spark.inspect import PlannedSource, job_sources
 from sparkpoint.spark.plan import PlannedOperator, stateful_operators
+from sparkpoint.spark.s3a import s3a_conf
 from sparkpoint.spark.session import (
     apply_query_conf,
     create_session,
@@ -50,6 +56,7 @@ from sparkpoint.spark.session import (
     session_log_file,
 )
 from sparkpoint.spark.sink import file_sink_path
+from sparkpoint.storage import remote_home
 from sparkpoint.storage.home import Home
 
 if TYPE_CHECKING:
@@ -221,8 +228,9 @@ def _progress_dict(progress: Any) -> dict[str, Any]:
 class _ProgressKeeper:
     """Writes the progress of each batch that ran to the job's directory, once per batch."""
 
-    def __init__(self, job_dir: Path) -> None:
-        self.job_dir = job_dir
+    def __init__(self, home: Home, job: str) -> None:
+        self.home, self.job = home, job
+        self.job_dir = home.job_dir(job)
         self.written: tuple[int, str] | None = None
 
     def keep(self, query: StreamingQuery) -> None:
@@ -234,6 +242,8 @@ class _ProgressKeeper:
             key = (int(data.get("batchId", -1)), str(data.get("timestamp")))
             if key != self.written:
                 write_progress(self.job_dir, data)
+                # Other machines' 'jobs show' read it in the home (one small write a batch).
+                remote_home.write_through(self.home, self.job, self.job_dir / PROGRESS_FILE)
                 self.written = key
             return
 
@@ -309,7 +319,9 @@ def run_job(
                 conf=dict(options.conf), master=options.master,
             )
         registry.clear_stop_request(job)
-        planned = plan_job(job, options.job_file, options.params, options.conf,
+        # A checkpoint on S3 needs Spark's s3a settings and connector (the user's win).
+        session_conf = {**s3a_conf(home.location, options.conf), **options.conf}
+        planned = plan_job(job, options.job_file, options.params, session_conf,
                            options.master, spark, ui=options.ui, echo=echo,
                            log_dir=home.logs_dir, build=options.build)
         log_file = session_log_file() or new_log_file(home.logs_dir, job)
@@ -319,6 +331,8 @@ def run_job(
             if lineage is not None:
                 record.lineage = lineage
             checkpoint = registry.checkpoint(job)
+            # Spark reads the checkpoint in the home: what was built or changed here first.
+            remote_home.push_job(home, job)
             first_batch = checkpoint.latest_committed_batch()
             run = RunRecord(run_id=str(uuid.uuid4()), started_at=now_iso(), status="running",
                             first_batch=first_batch)
@@ -339,15 +353,17 @@ def run_job(
             registry.save(record)
             if on_recorded is not None:
                 on_recorded()
+                remote_home.push_job(home, job)
             echo(f"job '{job}' run {run.run_id} starting at batch "
                  f"{0 if first_batch is None else first_batch + 1}")
-            writer = writer.option("checkpointLocation", str(checkpoint.root)).queryName(job)
+            writer = writer.option("checkpointLocation", home.checkpoint_location(job)) \
+                .queryName(job)
             if options.until_caught_up:
                 writer = writer.trigger(availableNow=True)
             elif options.pending_batch_only:
                 writer = writer.trigger(processingTime=HOLD_TRIGGER_INTERVAL)
             error: SparkpointError | None = None
-            keeper = _ProgressKeeper(home.job_dir(job))
+            keeper = _ProgressKeeper(home, job)
             clear_progress(home.job_dir(job))
             limit_reached, remove_counter = (
                 _batch_counter(session, job, options.max_batches)
@@ -379,6 +395,8 @@ def run_job(
             finally:
                 remove_counter()
                 registry.clear_stop_request(job)
+                # The batches Spark wrote in the home (logs and offsets; state stays there).
+                remote_home.pull_job(home, job, with_state=False)
                 last = checkpoint.latest_committed_batch()
                 run.ended_at, run.last_batch = now_iso(), last
                 run.status = "failed" if error else "stopped"
@@ -402,6 +420,7 @@ def wait_until_stopped(registry: JobRegistry, job: str, timeout_s: float) -> Job
 
     deadline = time.monotonic() + timeout_s
     while True:
+        remote_home.pull_job(registry.home, job, with_state=False)
         record = registry.get(job)
         if record.effective_status() != "running":
             return record

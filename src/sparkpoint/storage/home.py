@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from sparkpoint.errors import InvalidNameError
+from sparkpoint.storage.fileio import file_io, is_local, join, spark_url
 from sparkpoint.storage.local import to_path
 
 DEFAULT_HOME = ".sparkpoint"
 HOME_ENV = "SPARKPOINT_HOME"
 SNAPSHOTS_ENV = "SPARKPOINT_SNAPSHOTS"
+# Where a home on S3 or HDFS keeps its local working copy (default ~/.cache/sparkpoint).
+SCRATCH_ENV = "SPARKPOINT_SCRATCH"
 # Names that become a file or directory name under the home. Spark's source names
 # (DataStreamReader.name: ASCII letters, digits, '_') all fit; the length leaves room for the
 # suffixes sparkpoint adds (".json", staging and temp-file decorations) within 255 bytes.
@@ -58,21 +62,62 @@ def validate_operator_name(name: str) -> str:
     return name
 
 
+def local_copy_dir(url: str) -> Path:
+    """The local working copy of a home on S3 or HDFS: one directory per home URL."""
+    base = os.environ.get(SCRATCH_ENV) or str(Path("~/.cache/sparkpoint").expanduser())
+    digest = hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
+    return to_path(base) / digest
+
+
 @dataclass(frozen=True)
 class Home:
+    # A local home's directory; for a home on S3 or HDFS, its local working copy, where
+    # sparkpoint's path-based code reads and writes what storage/remote_home.py syncs.
     root: Path
     # Where snapshots live when not in the home (--snapshots / $SPARKPOINT_SNAPSHOTS): a
     # path or a URL of any store sparkpoint can use (storage/fileio.py).
     snapshots: str | None = None
+    # The home's URL when it is on S3 or HDFS (s3://bucket/prefix, hdfs://host:port/path).
+    url: str | None = None
 
     @classmethod
     def resolve(cls, home: str | None, snapshots: str | None = None) -> Home:
         chosen = home or os.environ.get(HOME_ENV) or DEFAULT_HOME
-        return cls(to_path(chosen), snapshots or os.environ.get(SNAPSHOTS_ENV) or None)
+        snapshots = snapshots or os.environ.get(SNAPSHOTS_ENV) or None
+        if is_local(chosen):
+            return cls(to_path(chosen), snapshots)
+        file_io(chosen)  # an unknown scheme fails here, naming the schemes that work
+        url = chosen.rstrip("/")
+        return cls(local_copy_dir(url), snapshots, url)
+
+    @property
+    def remote(self) -> bool:
+        return self.url is not None
+
+    @property
+    def location(self) -> str:
+        """The home as the user named it: its URL, or its local directory."""
+        return self.url if self.url is not None else str(self.root)
 
     @property
     def snapshots_location(self) -> str:
-        return self.snapshots if self.snapshots else str(self.snapshots_dir)
+        if self.snapshots:
+            return self.snapshots
+        if self.url is not None:
+            return join(self.url, "snapshots")
+        return str(self.snapshots_dir)
+
+    def job_url(self, job: str) -> str:
+        """The job's directory in the home (a URL for a home on S3 or HDFS)."""
+        if self.url is None:
+            return str(self.job_dir(job))
+        return join(self.url, "jobs", validate_name(job, "job"))
+
+    def checkpoint_location(self, job: str) -> str:
+        """The checkpointLocation Spark is given: in the home itself, s3:// as s3a://."""
+        if self.url is None:
+            return str(self.checkpoint_dir(job))
+        return spark_url(join(self.job_url(job), "checkpoint"))
 
     @property
     def scratch_dir(self) -> Path:

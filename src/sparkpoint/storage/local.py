@@ -1,7 +1,7 @@
 """Filesystem access for sparkpoint's home and Spark checkpoints.
 
-Only local paths (and ``file:`` URIs) are supported in this version; every module goes
-through these helpers so that a Hadoop-compatible implementation can replace them.
+Local paths (and ``file:`` URIs): a local home, or the local working copy of a home on S3
+or HDFS (storage/remote_home.py); remote stores themselves go through storage/fileio.py.
 """
 
 from __future__ import annotations
@@ -28,10 +28,9 @@ def to_path(location: str | os.PathLike[str]) -> Path:
         parsed = urlparse(text)
         if parsed.scheme != "file":
             raise UsageError(
-                f"{text}: expected a local path or file: URI for the home and checkpoints, "
-                f"found scheme '{parsed.scheme}' (not supported for homes yet); keep the home "
-                "on a local directory and put the snapshots on the remote store with "
-                "--snapshots URL"
+                f"{text}: expected a local path or file: URI here, found scheme "
+                f"'{parsed.scheme}'; give a local directory (a home may be s3:// or hdfs://, "
+                "see --home)"
             )
         text = parsed.path
     return Path(text).expanduser().absolute()

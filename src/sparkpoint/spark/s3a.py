@@ -1,0 +1,54 @@
+"""Spark's side of a home on S3: the s3a settings and the connector, from the same standard
+AWS variables sparkpoint's own S3 I/O reads (storage/fileio.py), so one set serves both."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from sparkpoint.storage.fileio import scheme_of
+
+# hadoop-aws matching the Hadoop client inside pyspark 4.3.0 (hadoop-client-api-3.5.0), and
+# the AWS SDK bundle that hadoop-aws 3.5.0 declares.
+S3A_PACKAGES = "org.apache.hadoop:hadoop-aws:3.5.0,software.amazon.awssdk:bundle:2.35.4"
+PACKAGES_CONF = "spark.jars.packages"
+JARS_CONF = "spark.jars"
+_PREFIX = "spark.hadoop.fs.s3a."
+
+
+def _connector_given(conf: Mapping[str, str]) -> bool:
+    """The user loads hadoop-aws already (by packages, or by jars they fetched)."""
+    return "hadoop-aws" in conf.get(PACKAGES_CONF, "") or "hadoop-aws" in conf.get(JARS_CONF, "")
+
+
+def s3a_conf(location: str, conf: Mapping[str, str]) -> dict[str, str]:
+    """Session settings Spark needs to write a checkpoint at ``location``; {} unless it is on
+    S3. Settings in ``conf`` (the user's --conf) are not overridden."""
+    if scheme_of(location) != "s3":
+        return {}
+    settings: dict[str, str] = {}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        settings[_PREFIX + "endpoint"] = endpoint
+        # An S3-compatible server on its own address rarely resolves bucket subdomains.
+        settings[_PREFIX + "path.style.access"] = "true"
+        if endpoint.startswith("http://"):
+            settings[_PREFIX + "connection.ssl.enabled"] = "false"
+    key_id, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+    if key_id and secret:
+        settings[_PREFIX + "access.key"] = key_id
+        settings[_PREFIX + "secret.key"] = secret
+        token = os.environ.get("AWS_SESSION_TOKEN")
+        if token:
+            settings[_PREFIX + "session.token"] = token
+            settings[_PREFIX + "aws.credentials.provider"] = \
+                "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        settings[_PREFIX + "endpoint.region"] = region
+    # RocksDB uploads its checkpoint files from local disk; s3a's optimized copy from local
+    # fails on them (measured with RocksDB state on s3a), the plain upload works.
+    settings[_PREFIX + "optimized.copy.from.local.enabled"] = "false"
+    if not _connector_given(conf):
+        settings[PACKAGES_CONF] = S3A_PACKAGES
+    return {key: value for key, value in settings.items() if key not in conf}

@@ -1,0 +1,198 @@
+"""A home on S3 (moto's server on loopback, Spark through s3a) and on HDFS (a
+MiniDFSCluster): jobs run with their checkpoint in the home, are snapshotted and continued
+from the snapshot with nothing lost; the job's lock is taken in the home itself."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkpoint import api
+from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE
+from sparkpoint.storage.fileio import file_io, join
+from sparkpoint.storage.home import Home
+from sparkpoint.testing import Click, expected_hourly_counts, output_rows, write_clicks
+from tests.conftest import EXAMPLES, SHUFFLE_PARTITIONS
+from tests.support.cli import sparkpoint
+from tests.support.s3 import S3Server
+
+JOB = EXAMPLES / "clicks_job.py"
+S3A_JARS = Path(__file__).resolve().parents[2] / ".cache" / "s3a" / "lib"
+pytestmark = pytest.mark.spark
+
+
+def _s3a_jars() -> str:
+    jars = sorted(str(jar) for jar in S3A_JARS.glob("*.jar"))
+    if not jars:
+        pytest.fail(f"no s3a jars in {S3A_JARS}: run scripts/test-deps.sh")
+    return ",".join(jars)
+
+
+def _run_args(job: str, inp: Path, out: Path) -> list[str]:
+    return ["run", str(JOB), "--job", job, "--param", f"input={inp}", "--param",
+            f"output={out}", "--param", "files_per_batch=1", "--conf",
+            f"spark.sql.shuffle.partitions={SHUFFLE_PARTITIONS}", "--conf",
+            f"spark.jars={_s3a_jars()}", "--until-caught-up"]
+
+
+def _reference(spark: object, tmp_path: Path, inp: Path) -> list[tuple[object, ...]]:
+    """The same input through one uninterrupted run on a local home."""
+    api.run(Home(tmp_path / "reference_home"), JOB, "reference",
+            params={"input": str(inp), "output": str(tmp_path / "ref"), "files_per_batch": "1"},
+            until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+    return output_rows(spark, tmp_path / "ref")  # type: ignore[arg-type]
+
+
+def test_job_with_its_home_on_s3_runs_snapshots_and_continues(
+    spark: object, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bucket = s3_server.new_bucket()
+    monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine_a"))
+    home = Home.resolve(f"s3://{bucket}/home")
+    inp = tmp_path / "in"
+    events = write_clicks(inp, range(0, 3))
+    first = sparkpoint(home, *_run_args("v1", inp, tmp_path / "out1"))
+    assert first.code == 0, first.err
+    # Spark wrote the checkpoint in the bucket (s3a), sparkpoint the job record beside it.
+    keys = s3_server.keys(bucket, "home/jobs/v1/")
+    assert "home/jobs/v1/job.json" in keys
+    assert any(key.startswith("home/jobs/v1/checkpoint/commits/") for key in keys)
+    assert any(key.startswith("home/jobs/v1/checkpoint/state/") for key in keys)
+    assert "home/jobs/v1/run.lock" not in keys, "the lock outlived the run"
+
+    shown = sparkpoint(home, "jobs", "show", "v1", "--json")
+    assert shown.code == 0, shown.err
+    last_batch = shown.json()["batch"]
+    created = sparkpoint(home, "snapshot", "create", "v1", "s1", "--json")
+    assert created.code == 0, created.err
+    assert created.json()["batch_id"] == last_batch
+    assert any(key.startswith("home/snapshots/") for key in s3_server.keys(bucket, "home/"))
+
+    # Continued from another machine: a fresh local working copy of the same home.
+    events += write_clicks(inp, range(3, 6))
+    second = sparkpoint(home, *_run_args("v2", inp, tmp_path / "out2"), "--from-snapshot", "s1",
+                        env={"SPARKPOINT_SCRATCH": str(tmp_path / "machine_b")})
+    assert second.code == 0, second.err
+    listed = sparkpoint(home, "jobs", "list", "--json")
+    assert listed.code == 0, listed.err
+    batches = {row["name"]: row["batch"] for row in listed.json()}
+    assert batches["v1"] == last_batch and batches["v2"] > last_batch
+    assert set(batches) == {"v1", "v2"}
+
+    reference = _reference(spark, tmp_path, inp)
+    combined = output_rows(spark, tmp_path / "out1") + output_rows(spark, tmp_path / "out2")  # type: ignore[arg-type]
+    assert reference, "the reference run emitted nothing: the test input is too small"
+    assert sorted(combined) == sorted(reference) == sorted(expected_hourly_counts(events))
+
+
+def _all_windows(clicks: list[Click]) -> Counter[tuple[object, ...]]:
+    """Every hourly window of the input, closed or not: what a drained job has emitted."""
+    return expected_hourly_counts(clicks, delay=-dt.timedelta(days=365))
+
+
+def test_job_with_its_home_on_hdfs_runs_snapshots_continues_takes_a_startpoint_and_drains(
+    spark: object, hdfs_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "scratch"))
+    home = Home.resolve(join(hdfs_server.new_dir(), "home"))
+    inp, used = tmp_path / "in", tmp_path / "used"
+
+    def run(job: str, out: str, **options: Any) -> None:
+        api.run(home, JOB, job, params={"input": str(inp), "output": str(tmp_path / out),
+                                        "files_per_batch": "1"},
+                until_caught_up=True, spark=spark, **options)  # type: ignore[arg-type]
+
+    def out_rows() -> Counter[tuple[object, ...]]:
+        return output_rows(spark, tmp_path / "out1") + output_rows(spark, tmp_path / "out2")  # type: ignore[arg-type]
+
+    events = write_clicks(inp, range(0, 3))
+    run("v1", "out1")
+    in_hdfs = file_io(home.location).walk_sizes(home.checkpoint_location("v1"))
+    assert any(rel.startswith("commits/") for rel in in_hdfs)
+    assert any(rel.startswith("state/") for rel in in_hdfs)
+    snapshot = api.snapshot_create(home, "v1", "s1")
+    assert snapshot.job == "v1"
+    # Only the state version the snapshot holds came down to the working copy.
+    zips_there = {rel.rsplit("/", 1)[1] for rel in in_hdfs if rel.endswith(".zip")}
+    zips_here = {path.name for path in (home.checkpoint_dir("v1") / "state").rglob("*.zip")}
+    assert zips_here == {f"{snapshot.batch_id + 1}.zip"} and len(zips_there) > 1
+
+    events += write_clicks(inp, range(3, 6))
+    run("v2", "out2", from_snapshot="s1")
+    assert out_rows() == expected_hourly_counts(events)
+
+    # A backlog the continued job skips with a startpoint (applied at its next start), then
+    # fresh input it reads.
+    write_clicks(inp, range(6, 8))
+    assert api.startpoint_set(home, "v2", "clicks", "latest").stored
+    run("v2", "out2")
+    assert api.startpoint_list(home, "v2") == {}
+    assert out_rows() == expected_hourly_counts(events)
+    events += write_clicks(inp, range(8, 10))
+    run("v2", "out2")
+
+    drained = api.drain(home, "v2", snapshot="d1", spark=spark)  # type: ignore[arg-type]
+    assert drained.residual == []
+    assert {op.name: op.rows for op in drained.operators} == {"hourly_counts": 0,
+                                                              "dedup_clicks": 0}
+    assert api.job_view(home, "v2").status == "drained"
+    assert [m.name for m in api.snapshot_list(home, "v2")] == ["d1"]
+
+    # Reference: the files the jobs read, through one uninterrupted run, drained too.
+    used.mkdir()
+    for index in [*range(0, 6), *range(8, 10)]:
+        name = f"clicks-{index:05d}.json"
+        shutil.copy2(inp / name, used / name)  # with its modification time: same order
+    reference_home = Home(tmp_path / "reference_home")
+    api.run(reference_home, JOB, "ref", params={"input": str(used), "output": str(tmp_path / "ref"),
+                                                "files_per_batch": "1"},
+            until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+    api.drain(reference_home, "ref", spark=spark)  # type: ignore[arg-type]
+    reference = output_rows(spark, tmp_path / "ref")  # type: ignore[arg-type]
+    assert out_rows() == reference == _all_windows(events)
+
+
+def test_start_from_a_snapshot_cut_off_after_its_upload_is_rolled_back_and_rebuilt(
+    spark: object, hdfs_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine_a"))
+    home = Home.resolve(join(hdfs_server.new_dir(), "home"))
+    inp = tmp_path / "in"
+    params = {"input": str(inp), "output": str(tmp_path / "out1"), "files_per_batch": "1"}
+    events = write_clicks(inp, range(0, 3))
+    api.run(home, JOB, "v1", params=params, until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+    api.snapshot_create(home, "v1", "s1")
+    events += write_clicks(inp, range(3, 5))
+
+    point = "remote_home.checkpoint_uploaded"
+    crashed = sparkpoint(home, "run", str(JOB), "--job", "v2", "--from-snapshot", "s1",
+                         "--param", f"input={inp}", "--param", f"output={tmp_path / 'out2'}",
+                         "--param", "files_per_batch=1", "--until-caught-up",
+                         env={CRASH_ENV: point})
+    assert crashed.code == CRASH_EXIT_CODE, crashed.err
+    assert f"crash point {point}" in crashed.err
+    # The checkpoint reached HDFS, the record naming it did not: no job v2 yet.
+    assert file_io(home.location).walk_sizes(home.checkpoint_location("v2"))
+    assert [view.record.name for view in api.jobs_list(home)] == ["v1"]
+
+    # The same start again, from another machine's working copy: rolled back, rebuilt, run.
+    monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine_b"))
+    other = Home.resolve(home.location)
+    echoed: list[str] = []
+    api.run(other, JOB, "v2", params={**params, "output": str(tmp_path / "out2")},
+            from_snapshot="s1", until_caught_up=True, spark=spark,  # type: ignore[arg-type]
+            echo=echoed.append)
+    assert any("took over the lock" in line for line in echoed), echoed
+    assert [view.record.name for view in api.jobs_list(other)] == ["v1", "v2"]
+    combined = output_rows(spark, tmp_path / "out1") + output_rows(spark, tmp_path / "out2")  # type: ignore[arg-type]
+    assert combined == expected_hourly_counts(events)
+
+    deleted = api.jobs_delete(other, "v2")
+    assert deleted["deleted"] and deleted["checkpoint_bytes"] > 0
+    assert not file_io(home.location).walk_sizes(other.job_url("v2"))
+    assert [view.record.name for view in api.jobs_list(home)] == ["v1"]
