@@ -6,4 +6,9 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/test-deps.sh
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# Two test processes (SPARKPOINT_TEST_WORKERS=0 for one); each file stays in one process so
+# that module fixtures and the servers a file starts are made once.
+workers="${SPARKPOINT_TEST_WORKERS:-2}"
+parallel=()
+if [[ "$workers" != 0 ]]; then parallel=(-n "$workers" --dist loadfile); fi
+exec .venv/bin/python -m pytest -q -p no:cacheprovider "${parallel[@]}" "$@"

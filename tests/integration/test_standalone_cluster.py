@@ -1,7 +1,8 @@
 """A job on a real Spark standalone cluster (a master and two workers, each worker its own
-process with its own work directory, started from the pip package with sbin/spark-daemon.sh):
-launched by spark-submit, snapshotted while it runs, continued on the cluster by
-`sparkpoint run --master` from the snapshot."""
+process with its own work directory, started from the pip package with sbin/spark-daemon.sh)
+whose home, and so checkpoint, is on HDFS (the MiniDFSCluster): launched by spark-submit,
+snapshotted while it runs, continued on the cluster by `sparkpoint run --master` from the
+snapshot. The executors write the state to HDFS, not to a disk the driver shares."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from sparkpoint.storage.fileio import file_io, join
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import expected_hourly_counts, output_rows, sink_files_up_to, write_clicks
 from tests.conftest import EXAMPLES
-from tests.support.cli import _env, files_committed, sparkpoint, wait_for
+from tests.support.cli import _env, sparkpoint, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 JOB = EXAMPLES / "clicks_job.py"
@@ -79,10 +82,19 @@ def _executor_workers(logs: Path, app_name: str) -> set[str]:
             re.findall(rf"Launching executor {re.escape(app_id)}/\d+ on worker (\S+)", text)}
 
 
+def _committed_batches(home: Home, job: str) -> int:
+    """Batches the job has committed, read from its checkpoint in the home (HDFS)."""
+    commits = join(home.job_url(job), "checkpoint", "commits")
+    return sum(1 for name in file_io(home.location).list_names(commits) if name.isdigit())
+
+
 def test_spark_submit_job_is_managed_snapshotted_while_running_and_continued(
-    cluster: tuple[str, Path], spark: object, home: Home, tmp_path: Path
+    cluster: tuple[str, Path], spark: object, hdfs_server: Any, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url, logs = cluster
+    monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine"))
+    home = Home.resolve(join(hdfs_server.new_dir(), "home"))
     inp, out = tmp_path / "in", tmp_path / "o1"
     events = write_clicks(inp, range(0, 3))
     entry = sparkpoint(home, "submit-entry").out.strip()
@@ -93,19 +105,20 @@ def test_spark_submit_job_is_managed_snapshotted_while_running_and_continued(
             [str(submit), "--master", url, "--deploy-mode", "client",
              "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.executor.memory=512m",
              "--name", "clicks-submitted",
-             entry, "--home", str(home.root), "run", str(JOB), "--job", "submitted",
+             entry, "--home", home.location, "run", str(JOB), "--job", "submitted",
              "--param", f"input={inp}", "--param", f"output={out}",
              "--param", "files_per_batch=1"],
             stdout=handle, stderr=subprocess.STDOUT, env=_env())
     try:
-        wait_for(lambda: files_committed(home, "submitted", "clicks") == 3, 240, "3 files", log)
+        # One file per batch: three files read once three batches are committed.
+        wait_for(lambda: _committed_batches(home, "submitted") == 3, 240, "3 batches", log)
         shown = sparkpoint(home, "jobs", "show", "submitted", "--json").json()
         assert shown["status"] == "running" and shown["master"] == url
         live = sparkpoint(home, "snapshot", "create", "submitted", "s-live", "--json")
         assert live.code == 0, live.err
         live_batch = live.json()["batch_id"]
         events += write_clicks(inp, range(3, 5))
-        wait_for(lambda: files_committed(home, "submitted", "clicks") == 5, 240, "5 files", log)
+        wait_for(lambda: _committed_batches(home, "submitted") == 5, 240, "5 batches", log)
         stopped = sparkpoint(home, "jobs", "stop", "submitted", "--wait")
         assert stopped.code == 0, stopped.err
         assert proc.wait(timeout=180) == 0, log.read_text()[-3000:]
