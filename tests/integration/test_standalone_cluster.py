@@ -126,6 +126,8 @@ def test_spark_submit_job_is_managed_snapshotted_while_running_and_continued(
         if proc.poll() is None:
             proc.kill()
     assert sparkpoint(home, "jobs", "show", "submitted", "--json").json()["status"] == "stopped"
+    in_hdfs = file_io(home.location).walk_sizes(join(home.job_url("submitted"), "checkpoint"))
+    assert any(rel.startswith("state/") for rel in in_hdfs), "the state is not on HDFS"
     # Executors ran on both workers: the state was written by two separate processes.
     assert len(_executor_workers(logs, "clicks-submitted")) == 2
 
