@@ -11,10 +11,8 @@ waits until the holding thread lets go.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import json
 import os
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,7 +22,7 @@ from sparkpoint.errors import JobRunningError
 from sparkpoint.storage import remote_home
 from sparkpoint.storage.fileio import file_io, join
 from sparkpoint.storage.home import Home
-from sparkpoint.storage.processes import pid_alive
+from sparkpoint.storage.processes import OTHER_HOST_EXPIRY, holder_record, live_holder, pid_alive
 
 LOCK_FILE = "run.lock"
 
@@ -46,7 +44,7 @@ def lock_path(home: Home, job: str) -> Path:
 # A home on S3 or HDFS is shared by machines: its lock file names host and pid, and one
 # taken on another machine counts as held until it is this old (the rule the snapshot
 # store's leases follow; on this machine a dead pid frees it at once).
-REMOTE_LOCK_EXPIRY = dt.timedelta(hours=12)
+REMOTE_LOCK_EXPIRY = OTHER_HOST_EXPIRY
 
 
 def _remote_lock_url(home: Home, job: str) -> str:
@@ -54,22 +52,12 @@ def _remote_lock_url(home: Home, job: str) -> str:
 
 
 def _remote_lock_record() -> bytes:
-    return json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
-                       "started_at": dt.datetime.now(dt.UTC).isoformat()}).encode("utf-8")
+    return json.dumps(holder_record()).encode("utf-8")
 
 
 def _remote_holder(record: dict[str, Any]) -> int | None:
     """The pid of a live holder of a remote lock (-1 when alive on another host)."""
-    try:
-        started = dt.datetime.fromisoformat(str(record["started_at"]))
-    except (KeyError, ValueError):
-        return None
-    if dt.datetime.now(dt.UTC) - started > REMOTE_LOCK_EXPIRY:
-        return None
-    pid = record.get("pid")
-    if record.get("host") == socket.gethostname():
-        return pid if isinstance(pid, int) and pid_alive(pid) else None
-    return pid if isinstance(pid, int) else -1
+    return live_holder(record, REMOTE_LOCK_EXPIRY)
 
 
 def _read_remote_lock(home: Home, job: str) -> tuple[dict[str, Any] | None, bool]:

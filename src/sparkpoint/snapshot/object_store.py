@@ -16,10 +16,8 @@ delete collects what a cut-off one left.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
-import socket
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -34,13 +32,13 @@ from sparkpoint.snapshot.store import Problem, SnapshotStore
 from sparkpoint.storage.fileio import FileIO, join, progress_bars
 from sparkpoint.storage.home import Home, name_problem, validate_name
 from sparkpoint.storage.local import checksum_of, write_atomic
-from sparkpoint.storage.processes import pid_alive
+from sparkpoint.storage.processes import OTHER_HOST_EXPIRY, holder_record, live_holder
 
 FILES_DIR = ".files"
 LEASES_DIR = ".leases"
 # A lease older than this is a create that died on another machine (on this machine a dead
 # pid says so at once); its files are collected like any other unreferenced file.
-LEASE_EXPIRY = dt.timedelta(hours=12)
+LEASE_EXPIRY = OTHER_HOST_EXPIRY
 _FETCHED_MARK = ".complete"
 
 
@@ -215,26 +213,12 @@ class ObjectSnapshotStore(SnapshotStore):
 
 
 def _lease_record(files: Iterable[FileEntry]) -> bytes:
-    record: dict[str, Any] = {
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "started_at": dt.datetime.now(dt.UTC).isoformat(),
-        "blobs": sorted({blob_name(entry) for entry in files}),
-    }
+    record = {**holder_record(), "blobs": sorted({blob_name(entry) for entry in files})}
     return json.dumps(record).encode("utf-8")
 
 
 def _lease_alive(record: dict[str, Any]) -> bool:
-    try:
-        started = dt.datetime.fromisoformat(str(record["started_at"]))
-    except (KeyError, ValueError):
-        return False
-    if dt.datetime.now(dt.UTC) - started > LEASE_EXPIRY:
-        return False
-    if record.get("host") == socket.gethostname():
-        pid = record.get("pid")
-        return isinstance(pid, int) and pid_alive(pid)
-    return True
+    return live_holder(record, LEASE_EXPIRY) is not None
 
 
 def _check_fetched(path: Path, entry: FileEntry, url: str) -> None:
