@@ -43,8 +43,8 @@ from sparkpoint.errors import (
     UsageError,
     ValidationError,
 )
-from sparkpoint.rehearse.run import Rehearsal
-from sparkpoint.rehearse.run import rehearse as rehearse_job
+from sparkpoint.rehearse.run import Rehearsal as Rehearsal
+from sparkpoint.rehearse.run import rehearse as rehearse
 from sparkpoint.runtime.intents import DrainIntent
 from sparkpoint.runtime.intents import load as load_intent
 from sparkpoint.runtime.intents import remove as remove_intent
@@ -788,26 +788,6 @@ def _drain_locked(home: Home, job: str, snapshot: str | None, spark: SparkSessio
         raise SparkQueryError(f"job '{job}': the drain batch did not complete; nothing changed")
     crash_point("drain.batch_committed")
     return finish_drain(home, job, intent, echo)
-
-
-def rehearse(
-    home: Home,
-    job_file: Path,
-    against: str,
-    from_snapshot: str | None = None,
-    resume_point: Path | None = None,
-    params: Mapping[str, str] | None = None,
-    conf: Mapping[str, str] | None = None,
-    master: str | None = None,
-    keep: bool = False,
-    spark: SparkSession | None = None,
-    echo: Echo = _quiet,
-) -> Rehearsal:
-    """Run a new version from a snapshot over exactly the input job ``against`` read after
-    it, in scratch space, and compare its output with the job's (``rehearse/run.py``)."""
-    return rehearse_job(home, job_file, against, from_snapshot=from_snapshot,
-                        resume_point=resume_point, params=params, conf=conf, master=master,
-                        keep=keep, spark=spark, echo=echo)
 
 
 SOURCE_COMPACT_CONF = "spark.sql.streaming.fileSource.log.compactInterval"
