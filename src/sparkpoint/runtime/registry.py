@@ -10,6 +10,7 @@ import datetime as dt
 import json
 import os
 import shutil
+import socket
 import uuid
 from pathlib import Path
 from typing import Any, Literal
@@ -127,6 +128,9 @@ class JobRecord(BaseModel):
     master: str | None = None
     status: Status = "new"
     pid: int | None = None
+    # The machine the running process is on: a home on S3 or HDFS is shared by machines,
+    # and a pid means something only on its own.
+    host: str | None = None
     run_id: str | None = None
     error: str | None = None
     operators: list[OperatorRecord] = Field(default_factory=list)
@@ -138,10 +142,16 @@ class JobRecord(BaseModel):
     created_at: str = Field(default_factory=now_iso)
 
     def effective_status(self) -> Status:
-        """A record left 'running' by a process that died is a failed run."""
-        if self.status == "running" and (self.pid is None or not pid_alive(self.pid)):
+        """A record left 'running' by a process that died is a failed run. A process on
+        another machine cannot be asked: its record stands (its lock in the home, which
+        expires, is what another start is refused by)."""
+        if self.status != "running":
+            return self.status
+        if self.host is not None and self.host != socket.gethostname():
+            return "running"
+        if self.pid is None or not pid_alive(self.pid):
             return "failed"
-        return self.status
+        return "running"
 
     def operator_names(self) -> dict[int, str]:
         return {op.operator_id: op.name for op in self.operators}

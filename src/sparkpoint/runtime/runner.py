@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -337,6 +338,7 @@ def run_job(
             run = RunRecord(run_id=str(uuid.uuid4()), started_at=now_iso(), status="running",
                             first_batch=first_batch)
             record.status, record.pid, record.error = "running", os.getpid(), None
+            record.host = socket.gethostname()
             record.run_id = run.run_id
             record.operators = [
                 OperatorRecord(name=op.name, operator_id=op.operator_id,
