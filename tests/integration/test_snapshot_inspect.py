@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from sparkpoint import api
-from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import write_clicks
 from tests.conftest import EXAMPLES
 from tests.support.cli import sparkpoint
+from tests.support.state_formats import CHANGELOG, every_state_format
 
 pytestmark = pytest.mark.spark
 
@@ -51,13 +51,7 @@ def _reader(spark: Any, checkpoint: Path, operator_id: int) -> list[tuple[int, s
             for row in frame.collect()]
 
 
-CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
-
-
-@pytest.mark.parametrize("provider,changelog", [(ROCKSDB_PROVIDER, "false"),
-                                                (ROCKSDB_PROVIDER, "true"),
-                                                (HDFS_PROVIDER, "false")],
-                         ids=["rocksdb", "rocksdb-changelog", "hdfs"])
+@every_state_format
 def test_inspect_matches_sparks_state_reader_and_flags_unbounded_state(
     spark: Any, home: Home, tmp_path: Path, provider: str, changelog: str
 ) -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from sparkpoint import api
-from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import (
     expected_hourly_counts,
@@ -21,6 +20,7 @@ from sparkpoint.testing import (
 )
 from tests.conftest import EXAMPLES, SHUFFLE_PARTITIONS
 from tests.support.cli import files_committed, sparkpoint, start, wait_for
+from tests.support.state_formats import CHANGELOG, every_state_format
 
 JOB = EXAMPLES / "clicks_job.py"
 pytestmark = pytest.mark.spark
@@ -38,16 +38,13 @@ def _files_read(home: Home, job: str, batch: int) -> int:
     return 0
 
 
-@pytest.mark.parametrize("provider,changelog", [(ROCKSDB_PROVIDER, "false"),
-                                                (ROCKSDB_PROVIDER, "true"),
-                                                (HDFS_PROVIDER, "false")],
-                         ids=["rocksdb", "rocksdb-changelog", "hdfs"])
+@every_state_format
 def test_snapshot_of_an_earlier_batch_continues_from_that_batch(
     spark: object, home: Home, tmp_path: Path, provider: str, changelog: str
 ) -> None:
     conf = {"spark.sql.streaming.stateStore.providerClass": provider,
             # State versions as a zip plus changelogs, or changelogs alone.
-            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": changelog,
+            CHANGELOG: changelog,
             "spark.sql.streaming.minBatchesToRetain": str(RETAIN),
             # The sink log stays uncompacted, so the files of batches 0..K can be told apart.
             "spark.sql.streaming.fileSink.log.compactInterval": "1000"}
