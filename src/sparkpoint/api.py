@@ -73,6 +73,8 @@ from sparkpoint.runtime.runner import (
     run_job,
     wait_until_stopped,
 )
+from sparkpoint.sinks.gaps import fill_gap, find_gap, is_repartition_batch
+from sparkpoint.sinks.ownership import refuse_output_with_history
 from sparkpoint.snapshot.export import JobInfo
 from sparkpoint.snapshot.inspect import InspectReport, inspect_checkpoint, operator_checks
 from sparkpoint.snapshot.manifest import Manifest
@@ -91,7 +93,12 @@ from sparkpoint.storage.home import Home, validate_name
 from sparkpoint.storage.local import tree_bytes
 from sparkpoint.upgrade.adopt import adopt
 from sparkpoint.upgrade.batches import BatchChoice, check_first_batch
-from sparkpoint.upgrade.interrupted import clear_intent, is_own_orphan, roll_back
+from sparkpoint.upgrade.interrupted import (
+    clear_intent,
+    is_own_orphan,
+    record_sink_fill,
+    roll_back,
+)
 from sparkpoint.upgrade.restore import build_new_checkpoint, job_shape, resolve
 from sparkpoint.upgrade.resume_point import flow_mapping, load_resume_point
 from sparkpoint.upgrade.validate import UpgradePlan, default_resume_point
@@ -177,6 +184,8 @@ def run(
         elif master != record.master:
             echo(f"master: {record.master or 'local[2]'} -> {master}")
         check_output = _output_of_existing_job(registry, job, conf, echo)
+    elif from_snapshot is None and resume_point is None:
+        check_output = _output_of_new_job(registry, job)
     options = RunOptions(
         job=job, job_file=job_file.absolute() if build is None else job_file, params=params,
         conf=conf, master=master, until_caught_up=until_caught_up, max_batches=max_batches,
@@ -223,12 +232,7 @@ def run(
                     echo(f"batch ids renumbered: snapshot batch {numbering.snapshot_batch} "
                          f"continues as batch {numbering.checkpoint_batch}")
                 if planned.file_sink is not None:
-                    interval = int(planned.conf.get(COMPACT_INTERVAL_CONF,
-                                                    DEFAULT_COMPACT_INTERVAL))
-                    if seed_empty_history(planned.file_sink, result.batch_id, interval):
-                        echo(f"gave the new output {planned.file_sink} an empty sink history "
-                             f"up to batch {result.batch_id}")
-                        crash_point("restore.sink_seeded")
+                    _close_sink_gap(planned, target, result.batch_id, echo)
             first = resolution.snapshots[used[0]].manifest if used else None
             return Lineage(
                 from_snapshot=from_snapshot or (",".join(used) or None),
@@ -255,6 +259,25 @@ def run(
             _apply_startpoints(home, options, spark, echo)
         return run_job(home, options, spark=spark, prepare=check_output, echo=echo,
                        on_started=on_started)
+
+
+def _close_sink_gap(planned: PlannedJob, target: Path, batch: int, echo: Echo) -> None:
+    """Give the new job's output the sink log entries of every batch up to the new
+    checkpoint's ``batch`` that it lacks (Spark's repartition batch, batch ids skipped by
+    --first-batch, a new output's history), before Spark writes the next one; they are named
+    in the start's intent first, so that a cut-off start takes them back."""
+    assert planned.file_sink is not None
+    interval = int(planned.conf.get(COMPACT_INTERVAL_CONF, DEFAULT_COMPACT_INTERVAL))
+    gap = find_gap(planned.file_sink, batch, interval)
+    if not gap.batches:
+        return
+    record_sink_fill(target, gap)
+    crash_point("sink_gap.recorded")
+    fill_gap(gap, lambda: crash_point("sink_gap.entry_written"))
+    first, last = gap.batches[0], gap.batches[-1]
+    echo(f"gave the output {planned.file_sink} empty sink log entries for batches "
+         f"{first}..{last}, which write nothing to it (so that it has no hole)")
+    crash_point("restore.sink_seeded")
 
 
 # How a job record names a build function given by a Python caller instead of a job file.
@@ -295,6 +318,16 @@ def _output_of_existing_job(
                 echo(f"gave the new output {planned.file_sink} an empty sink history up to "
                      f"batch {last}")
             return
+        # Batches Spark's offline repartition committed write nothing to the sink: their
+        # entries are owed, not another run's.
+        if sink_last < ours and all(is_repartition_batch(registry.checkpoint(job), b)
+                                    for b in range(sink_last + 1, ours + 1)):
+            interval = int(conf.get(COMPACT_INTERVAL_CONF, DEFAULT_COMPACT_INTERVAL))
+            gap = find_gap(planned.file_sink, ours, interval)
+            fill_gap(gap)
+            echo(f"gave the output {planned.file_sink} empty sink log entries for Spark's "
+                 f"repartition batches {gap.batches[0]}..{gap.batches[-1]}")
+            return
         # The sink writes its log entry just before the batch commits: one batch ahead is a
         # run stopped in between.
         if not ours <= sink_last <= ours + 1:
@@ -303,6 +336,17 @@ def _output_of_existing_job(
                 f"another run, but the job's last committed batch is "
                 f"{'none' if last is None else last}; each job needs an output directory of "
                 "its own: pass a new, empty directory (or the job's previous output)")
+
+    return prepare
+
+
+def _output_of_new_job(registry: JobRegistry, job: str) -> Callable[[PlannedJob], None]:
+    """A job new to the home runs batches from 0: an output whose sink log holds batches
+    would skip them all, so it is refused (most often the name is a typo)."""
+
+    def prepare(planned: PlannedJob) -> None:
+        if planned.file_sink is not None:
+            refuse_output_with_history(registry, job, planned.file_sink)
 
     return prepare
 

@@ -38,7 +38,11 @@ CRASH_POINTS: dict[str, str] = {
     "restore.hdfs_partition_moved": "one HDFS state partition rewritten in staging, others not",
     "restore.repartitioned": "state repartitioned in staging, not checked by Spark",
     "restore.published": "new checkpoint renamed into place, job record not written",
-    "restore.sink_seeded": "new output's empty sink history written, job record not written",
+    "restore.sink_seeded": "output's missing sink log entries written, job record not written",
+    # the output's sink log brought up to a new checkpoint's batch (sinks/gaps.py): entries
+    # named in the start's intent, then written in batch order
+    "sink_gap.recorded": "missing sink log entries named in the intent, none written",
+    "sink_gap.entry_written": "one missing sink log entry written, later ones not",
     # drain
     "drain.intent_recorded": "drain intent recorded, drain offsets not written",
     "drain.offsets_written": "drain batch's offsets written, the batch not run",

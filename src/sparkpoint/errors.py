@@ -118,6 +118,13 @@ class SinkAheadError(PreconditionError):
     code = "SINK_AHEAD"
 
 
+class OutputHasHistoryError(PreconditionError):
+    """A new job (no record, not started from a snapshot) was given an output whose file
+    sink log already holds batches: Spark's sink would skip the new job's batches."""
+
+    code = "OUTPUT_HAS_HISTORY"
+
+
 class CheckpointFormatError(SparkpointError):
     """A file of a Spark checkpoint is not in a format this version understands."""
 

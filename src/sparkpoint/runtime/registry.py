@@ -135,6 +135,8 @@ class JobRecord(BaseModel):
     error: str | None = None
     operators: list[OperatorRecord] = Field(default_factory=list)
     sources: list[SourceRecord] = Field(default_factory=list)
+    # A local file sink's output directory: which job wrote an output with history.
+    output: str | None = None
     lineage: Lineage = Field(default_factory=Lineage)
     runs: list[RunRecord] = Field(default_factory=list)
     drain: DrainRecord | None = None

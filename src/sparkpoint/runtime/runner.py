@@ -351,6 +351,7 @@ def run_job(
                              path=s.path, options=s.options)
                 for s in planned.sources
             ]
+            record.output = str(planned.file_sink) if planned.file_sink is not None else None
             record.runs.append(run)
             registry.save(record)
             if on_recorded is not None:

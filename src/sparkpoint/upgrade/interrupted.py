@@ -3,11 +3,13 @@ how the next start rolls it back.
 
 The new checkpoint is assembled in staging directories beside the target (``.checkpoint.*.tmp``)
 and published by one rename; just before the rename an intent file records the new
-checkpoint's query id, and the runner removes it once the job record is written. A process
+checkpoint's query id, and the runner removes it once the job record is written. Sink log
+entries the new job's output gets before it runs are named in the intent first. A process
 killed on the way leaves, at most: staging directories, the intent, and a published
 checkpoint that no job record owns. None of them has run a batch (the job record is written
 before the query starts), and the snapshots they came from never change, so rolling back and
-building again gives the same checkpoint: that is what the next start does. A checkpoint
+building again gives the same checkpoint: that is what the next start does (taking back the
+sink log entries it wrote, newest first). A checkpoint
 without a record is removed only when the intent proves this code built it (same query id);
 any other is left alone and the name stays taken.
 """
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from sparkpoint.checkpoint.logs import QueryMetadata
 from sparkpoint.errors import CheckpointFormatError
+from sparkpoint.sinks.gaps import Gap, remove_filled
 from sparkpoint.storage.local import write_atomic
 
 INTENT_SUFFIX = ".restoring"
@@ -47,6 +50,27 @@ def record_intent(target: Path, staging: Path) -> None:
     """Before publishing ``staging`` at ``target``: remember which checkpoint it is."""
     query_id = _query_id(staging)
     write_atomic(intent_path(target), json.dumps({"query_id": query_id}).encode())
+
+
+def record_sink_fill(target: Path, gap: Gap) -> None:
+    """Before the new job's output gets the sink log entries it lacks: name them in the
+    intent, so that a start cut off before its job record takes them back (a retry numbers
+    its batches from the snapshot again, and would find them in its way)."""
+    path = intent_path(target)
+    intent = json.loads(path.read_text("utf-8"))
+    intent["sink_log"] = {"output": str(gap.output), "entries": gap.names,
+                          "through": gap.through}
+    write_atomic(path, json.dumps(intent).encode())
+
+
+def _take_back_sink_fill(target: Path) -> list[Path]:
+    try:
+        fill = json.loads(intent_path(target).read_text("utf-8")).get("sink_log")
+    except (OSError, ValueError, AttributeError):
+        return []
+    if not isinstance(fill, dict):
+        return []
+    return remove_filled(Path(fill["output"]), list(fill["entries"]), int(fill["through"]))
 
 
 def clear_intent(target: Path) -> None:
@@ -92,6 +116,7 @@ def roll_back(target: Path, has_record: bool, echo: Callable[[str], None]) -> li
         removed.append(target)
     intent = intent_path(target)
     if intent.exists() and not has_record:
+        removed += _take_back_sink_fill(target)
         intent.unlink()
         removed.append(intent)
     if removed:
