@@ -175,3 +175,25 @@ def test_new_job_name_into_an_output_with_history_is_refused(
     brand_new = api.run(home, JOB, "fresh", params={**params, "output": str(tmp_path / "new")},
                         until_caught_up=True, spark=spark)
     assert brand_new.last_batch is not None
+
+
+def test_existing_job_after_sparks_own_offline_repartition(
+    spark: Any, home: Home, tmp_path: Path
+) -> None:
+    """A job's checkpoint repartitioned by Spark's own API (StreamingCheckpointManager) ends
+    in a batch its output never saw: the next run gives it its entry instead of refusing the
+    output as another run's."""
+    from sparkpoint.spark.inspect import repartition
+
+    inp, out = tmp_path / "in", tmp_path / "out"
+    params = {"input": str(inp), "output": str(out)}
+    events = write_clicks(inp, range(0, 2))
+    first = api.run(home, JOB, "v1", params=params, until_caught_up=True, spark=spark,
+                    conf={**COMPACT, "spark.sql.shuffle.partitions": "4"})
+    assert first.last_batch is not None
+    repartition(spark, home.checkpoint_dir("v1"), 3)
+    events += write_clicks(inp, range(2, 4))
+    again = api.run(home, JOB, "v1", params=params, until_caught_up=True, spark=spark)
+    assert again.first_batch == first.last_batch + 1  # Spark's repartition batch
+    assert_no_hole(out)
+    assert output_rows(spark, out) == expected_windows(events)
