@@ -46,6 +46,24 @@ def expected_windows(clicks: Iterable[Click], flush_all: bool = False) -> Counte
                    if flush_all or start.replace(tzinfo=dt.UTC) + width <= watermark)
 
 
+def expected_sessions(clicks: Iterable[Click]) -> Counter[Any]:
+    """Rows (start, end, user, count) of windowed_counts.py with session=yes: per user, events
+    less than 10 minutes apart form one session [first, last + 10 minutes), emitted once the
+    final watermark (latest event - 10 minutes) passes its end."""
+    events = sorted(clicks, key=lambda c: (c.user, c.ts))
+    gap = dt.timedelta(minutes=10)
+    watermark = max(c.ts for c in events) - gap
+    sessions: list[list[Any]] = []  # [user, start, end, count]
+    for click in events:
+        last = sessions[-1] if sessions else None
+        if last is not None and last[0] == click.user and click.ts < last[2]:
+            last[2], last[3] = max(last[2], click.ts + gap), last[3] + 1
+        else:
+            sessions.append([click.user, click.ts, click.ts + gap, 1])
+    return Counter((start.replace(tzinfo=None), end.replace(tzinfo=None), user, n)
+                   for user, start, end, n in sessions if end <= watermark)
+
+
 def log_ids(out: Path) -> list[int]:
     return sorted(int(p.name.removesuffix(".compact")) for p in (out / "_spark_metadata").iterdir()
                   if p.name.removesuffix(".compact").isdigit())
@@ -56,13 +74,15 @@ def assert_no_hole(out: Path) -> None:
     assert ids == list(range(ids[0], ids[-1] + 1)), ids
 
 
+@pytest.mark.parametrize("session", [False, True], ids=["window", "session"])
 def test_upgrade_with_partition_change_into_same_output_keeps_the_table_readable(
-    spark: Any, home: Home, tmp_path: Path
+    spark: Any, home: Home, tmp_path: Path, session: bool
 ) -> None:
     """RocksDB (sparkpoint's default) 4 -> 3 partitions: Spark's repartition batch writes
     nothing to the sink; its entry is there before the next batch runs."""
     inp, out = tmp_path / "in", tmp_path / "out"
-    params = {"input": str(inp), "output": str(out)}
+    params = {"input": str(inp), "output": str(out), "session": "yes" if session else "no"}
+    expected = expected_sessions if session else expected_windows
     events = write_clicks(inp, range(0, 2))
     api.run(home, JOB, "v1", params=params, until_caught_up=True, spark=spark,
             conf={**COMPACT, "spark.sql.shuffle.partitions": "4"})
@@ -76,14 +96,14 @@ def test_upgrade_with_partition_change_into_same_output_keeps_the_table_readable
     assert started.first_batch == repartition_batch  # Spark's own batch, then the job's
     assert repartition_batch in log_ids(out)
     assert_no_hole(out)
-    assert output_rows(spark, out) == expected_windows(events)
+    assert output_rows(spark, out) == expected(events)
 
     events += write_clicks(inp, range(4, 6))
     api.run(home, JOB, "v2", params=params, until_caught_up=True, spark=spark)
     assert any(b > repartition_batch for b in log_ids(out)
                if (out / "_spark_metadata" / f"{b}.compact").exists())
     assert_no_hole(out)
-    assert output_rows(spark, out) == expected_windows(events)
+    assert output_rows(spark, out) == expected(events)
 
 
 def test_drained_job_continued_past_the_sink_with_first_batch(
@@ -167,6 +187,7 @@ def test_new_job_name_into_an_output_with_history_is_refused(
         assert named in line, named
     assert {p: p.stat().st_mtime_ns for p in [*out.rglob("*"), *inp.rglob("*")]} == state_of
     assert "wc22" not in [view.record.name for view in api.jobs_list(home)]
+    assert not home.job_dir("wc22").exists()  # no record, checkpoint or job directory
 
     # The job under its own name, and an upgrade from a snapshot of it, still write there.
     api.run(home, JOB, "wc3", params=params, from_snapshot="s", until_caught_up=True,
