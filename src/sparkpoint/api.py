@@ -93,7 +93,7 @@ from sparkpoint.upgrade.adopt import adopt
 from sparkpoint.upgrade.batches import BatchChoice, check_first_batch
 from sparkpoint.upgrade.interrupted import clear_intent, is_own_orphan, roll_back
 from sparkpoint.upgrade.restore import build_new_checkpoint, job_shape, resolve
-from sparkpoint.upgrade.resume_point import flow_mapping, load_resume_point
+from sparkpoint.upgrade.resume_point import flow_mapping, load_resume_point, read_resume_point
 from sparkpoint.upgrade.validate import UpgradePlan, default_resume_point
 
 if TYPE_CHECKING:
@@ -327,7 +327,10 @@ def plan(
         raise UsageError("give exactly one of --from-snapshot SNAP or --resume-point FILE")
     choice = BatchChoice(renumber_batches, first_batch)
     _needs_spark(spark)
-    point = load_resume_point(resume_point) if resume_point is not None else None
+    # Entries that do not parse are problems of the plan, not a reason to stop: the rest of
+    # the file is still checked against the job and the snapshots in this run.
+    read = read_resume_point(resume_point) if resume_point is not None else None
+    point = read.point if read is not None else None
     store = open_snapshot_store(home)
     if from_snapshot is not None:
         check_first_batch(first_batch, store.get(from_snapshot).batch_id)
@@ -335,7 +338,7 @@ def plan(
     planned = plan_job("plan", job_file.absolute(), dict(params or {}), dict(conf or {}),
                        master, spark, log_dir=home.logs_dir)
     try:
-        resolution = resolve(store, planned, point, from_snapshot, choice)
+        resolution = resolve(store, planned, point, from_snapshot, choice, read)
         if resolution.plan.ok:
             scratch = Path(tempfile.mkdtemp(prefix="sparkpoint-plan-")) / "checkpoint"
             try:
