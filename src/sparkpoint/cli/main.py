@@ -459,15 +459,19 @@ def snapshot_show(ctx: click.Context, name: str, as_json: bool) -> None:
 @click.option("--operator", default=None, metavar="NAME", help="Only this stateful operator.")
 @click.option("--rows", type=click.IntRange(min=0), default=0, metavar="N",
               help="Also show N decoded keys and values per operator.")
+@click.option("--all-partitions", is_flag=True,
+              help="List every partition (by default, more than 10 are summarised: the "
+                   "largest 5 and a total; --json always lists all).")
 @json_option
 @click.pass_context
 @handle_errors
 def snapshot_inspect(ctx: click.Context, name: str, operator: str | None, rows: int,
-                     as_json: bool) -> None:
+                     all_partitions: bool, as_json: bool) -> None:
     """What snapshot NAME's state holds: rows, bytes and key skew per operator and partition,
     the event-time range of the keys, and state that no watermark, timeout or TTL bounds."""
     report = api.snapshot_inspect(_home(ctx), name, operator=operator, rows=rows)
-    click.echo(render.as_json(report.to_dict()) if as_json else render.inspect_text(report))
+    click.echo(render.as_json(report.to_dict()) if as_json
+               else render.inspect_text(report, all_partitions))
 
 
 @snapshot.command("verify")

@@ -65,6 +65,8 @@ class OperatorReport:
     boundedness: Boundedness
     partitions: list[PartitionStats]
     sample: list[SampleRow] | None = None
+    # One line per store whose rows were asked for (--rows) but cannot be decoded here.
+    undecoded: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -211,6 +213,16 @@ def _scan_partition(pdir: Path, version: int, rocksdb: bool, store: StoreLayout,
     return rows
 
 
+def not_decoded(operator: str, kind: str, store: str) -> str:
+    """Why the rows of a store without a schema v2 file are counted but not shown."""
+    return (f"[STATE_NOT_DECODED] operator '{operator}' store '{store}' ({kind}): its rows "
+            "are counted (RocksDB keys of all its column families: state variables and "
+            "timers), not decoded: transformWithState keeps each state variable in its own "
+            "column family with its own schema (state schema v3), which this reader does not "
+            "decode; read them with spark.read.format('statestore').option('stateVarName', "
+            "NAME)")
+
+
 def _needs_rows(operator: OperatorDir, kind: str, sample_rows: int) -> bool:
     if sample_rows > 0 or kind == "flat_map_groups_with_state":
         return True
@@ -226,6 +238,9 @@ def inspect_operator(operator: OperatorDir, name: str, version: int, rocksdb: bo
     decode = _needs_rows(operator, kind, sample_rows)
     scan = _Scan()
     stats = []
+    undecoded = [] if sample_rows == 0 else [
+        not_decoded(name, kind, store.name) for store in operator.stores()
+        if operator.schema(store) is None]
     for partition in range(operator.metadata.num_partitions):
         rows = size = 0
         for store in operator.stores():
@@ -257,7 +272,8 @@ def inspect_operator(operator: OperatorDir, name: str, version: int, rocksdb: bo
         name=name, operator_id=operator.operator_id, kind=kind, rows=total,
         bytes=sum(p.bytes for p in stats), skew=skew, event_time=event_time,
         boundedness=check(operator, kind, scan.timeouts_set),
-        partitions=stats, sample=scan.sample if sample_rows > 0 else None)
+        partitions=stats, sample=scan.sample if sample_rows > 0 else None,
+        undecoded=undecoded)
 
 
 def inspect_checkpoint(checkpoint: Checkpoint, batch: int, names: Mapping[int, str],
