@@ -30,6 +30,7 @@ from sparkpoint.drain.synthetic import (
     write_drain_offsets,
 )
 from sparkpoint.errors import (
+    JobFileError,
     JobRunningError,
     NameTakenError,
     NoCommittedBatchError,
@@ -335,8 +336,16 @@ def plan(
     if from_snapshot is not None:
         check_first_batch(first_batch, store.get(from_snapshot).batch_id)
     _check_snapshots_intact(store, point.snapshots() if point else [from_snapshot or ""])
-    planned = plan_job("plan", job_file.absolute(), dict(params or {}), dict(conf or {}),
-                       master, spark, log_dir=home.logs_dir)
+    try:
+        planned = plan_job("plan", job_file.absolute(), dict(params or {}), dict(conf or {}),
+                           master, spark, log_dir=home.logs_dir, command="plan")
+    except JobFileError as exc:
+        if read is None or not read.problems:
+            raise
+        # The job cannot be checked against: still report the file's own problems with it.
+        problems = [*read.problems, str(exc)]
+        raise ValidationError(f"{len(problems)} problems:\n  " + "\n  ".join(problems),
+                              problems=problems) from exc
     try:
         resolution = resolve(store, planned, point, from_snapshot, choice, read)
         if resolution.plan.ok:
@@ -367,7 +376,8 @@ def resume_point_build(
     store = open_snapshot_store(home)
     manifest = store.get(snapshot)
     planned = plan_job("resume-point", job_file.absolute(), dict(params or {}),
-                       dict(conf or {}), master, spark, log_dir=home.logs_dir)
+                       dict(conf or {}), master, spark, log_dir=home.logs_dir,
+                       command="resume-point build")
     try:
         shape, _layouts = job_shape(planned)
     finally:
@@ -476,7 +486,8 @@ def snapshot_import(
     checkpoint.require_latest_committed_batch()
     _needs_spark(spark)
     planned = plan_job("import", job_file.absolute(), dict(params or {}), dict(conf or {}),
-                       master, spark, log_dir=home.logs_dir)
+                       master, spark, log_dir=home.logs_dir,
+                       command="snapshot import")
     try:
         shape, _layouts = job_shape(planned)
     finally:
