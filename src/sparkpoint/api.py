@@ -82,6 +82,7 @@ from sparkpoint.snapshot.prune import PruneResult, check_prunable, prune_snapsho
 from sparkpoint.snapshot.store import Problem, Sharing, SnapshotStore, open_snapshot_store
 from sparkpoint.sources.file_input import input_files, local_directory
 from sparkpoint.sources.positions import SourceDescription
+from sparkpoint.spark.session import DEFAULT_MASTER
 from sparkpoint.spark.version import installed_pyspark_version, require_supported_pyspark
 from sparkpoint.startpoints.resolve import Resolved
 from sparkpoint.startpoints.resolve import resolve as resolve_startpoints
@@ -175,8 +176,10 @@ def run(
         conf = _merged(record.conf, conf, "conf", echo)
         if master is None:
             master = record.master
-        elif master != record.master:
-            echo(f"master: {record.master or 'local[2]'} -> {master}")
+        elif master != (record.master or DEFAULT_MASTER):
+            # A record without a master ran on the default one: the same master given
+            # explicitly (spark-submit always gives one) is no change.
+            echo(f"master: {record.master or DEFAULT_MASTER} -> {master}")
         check_output = _output_of_existing_job(registry, job, conf, echo)
     options = RunOptions(
         job=job, job_file=job_file.absolute() if build is None else job_file, params=params,
@@ -642,11 +645,28 @@ def job_view(home: Home, job: str, details: bool = True, fetch: bool = True) -> 
     checkpoint = Checkpoint(home.checkpoint_dir(job))
     batch = checkpoint.latest_committed_batch()
     progress = read_progress(home.job_dir(job))
-    return JobView(record, record.effective_status(), batch,
-                   None if progress is None else ProgressSummary.of(progress),
+    summary = None if progress is None else ProgressSummary.of(progress)
+    if summary is not None and record.effective_status() == "drained":
+        summary = _watermark_now(summary, checkpoint, batch)
+    return JobView(record, record.effective_status(), batch, summary,
                    _files_behind(home, record),
                    _snapshottable(checkpoint) if details else None,
                    _state_checks(checkpoint, record) if details else None)
+
+
+def _watermark_now(summary: ProgressSummary, checkpoint: Checkpoint,
+                   batch: int | None) -> ProgressSummary:
+    """A drained job's last progress is the drain batch's, whose watermark was the maximal
+    one; the drain then put the job's own watermark back into that batch's commit entry,
+    which is where the next run takes its watermark from: show that one."""
+    if summary.watermark is None or batch is None:
+        return summary
+    try:
+        ms = checkpoint.commit(batch).next_batch_watermark_ms
+    except (SparkpointError, OSError):
+        return summary  # a reading command reports what it can
+    moment = dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
+    return replace(summary, watermark=iso_utc(moment))
 
 
 def _state_checks(checkpoint: Checkpoint, record: JobRecord) -> list[dict[str, Any]]:

@@ -172,7 +172,11 @@ def test_inspect_decodes_session_windows_and_join_stores_on_rocksdb(
     api.run(home, DRAIN_KINDS, kind, until_caught_up=True, spark=spark,
             params={"input": str(inp), "views_input": str(views), "kind": kind,
                     "output": str(tmp_path / "out")})
-    api.snapshot_create(home, kind, "s")
+    created = sparkpoint(home, "snapshot", "create", kind, "s")
+    assert created.code == 0, created.err
+    # stdout holds the result alone; stderr no step-by-step lines of the export.
+    assert len(created.out.splitlines()) == 1 and created.out.startswith("snapshot 's'")
+    assert "operator 0" not in created.err and "copying" not in created.err, created.err
 
     report = sparkpoint(home, "snapshot", "inspect", "s", "--rows", "1000", "--json")
     assert report.code == 0, report.err

@@ -289,7 +289,6 @@ def _export_batch(
 
     operator_entries = []
     for operator in checkpoint.operators():
-        say(f"operator {operator.operator_id} ({operator.operator_name})")
         rows, state_bytes = _export_operator(operator, batch + 1, rocksdb, out, plan)
         stores = []
         for store in operator.stores():
@@ -317,7 +316,6 @@ def _export_batch(
             )
         )
 
-    say(f"copying {len(plan.copies)} files")
     for source, rel in plan.copies:
         # Spark writes every checkpoint file once (a new name, or a rename over the old
         # one) and never in place, so a link is as good as a copy and costs no I/O.
