@@ -227,6 +227,15 @@ def test_drain_fires_transform_with_state_timers(
     assert output_rows(spark, tmp_path / "out") == Counter()  # type: ignore[arg-type]
     api.snapshot_create(home, "j", "before")
     assert _snapshot_rows(home, "before")["counts"] > 0
+    # inspect counts transformWithState's rows but says in one typed line why it does not
+    # decode them (column families), naming the operator and its store.
+    inspected = sparkpoint(home, "snapshot", "inspect", "before", "--rows", "5", "--json")
+    assert inspected.code == 0, inspected.err
+    (counts,) = inspected.json()["operators"]
+    assert counts["sample"] == []
+    (note,) = counts["undecoded"]
+    assert note.startswith("[STATE_NOT_DECODED] operator 'counts' store 'default' "
+                           "(transform_with_state)") and "column famil" in note
     drained = sparkpoint(home, "drain", "j", "--snapshot", "after", "--json")
     assert drained.code == 0, drained.err
     assert drained.json()["residual"] == []
