@@ -13,7 +13,7 @@ import click
 
 from sparkpoint import api
 from sparkpoint.cli import render
-from sparkpoint.crash_points import CRASH_POINTS
+from sparkpoint.crash_points import CRASH_POINTS, STEPS_LOGGER
 from sparkpoint.errors import (
     EXIT_PRECONDITION,
     EXIT_UNEXPECTED,
@@ -99,6 +99,16 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
     return result
 
 
+def show_steps() -> None:
+    """Step lines (``STEPS_LOGGER``) on stderr as they are, beside the command's output."""
+    steps = logging.getLogger(STEPS_LOGGER)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    steps.addHandler(handler)
+    steps.setLevel(logging.INFO)
+    steps.propagate = False
+
+
 def _home(ctx: click.Context) -> Home:
     home: Home = ctx.obj["home"]
     return home
@@ -121,10 +131,15 @@ json_option = click.option("--json", "as_json", is_flag=True, callback=_json_fla
 @click.option("--snapshots", "snapshots", default=None, metavar="URL",
               help="Where snapshots live: a path, s3://bucket/prefix or hdfs://host:port/path "
                    "(default: $SPARKPOINT_SNAPSHOTS, else the home's snapshots/).")
+@click.option("--verbose", is_flag=True,
+              help="Also print each internal step of a command on stderr (what snapshot "
+                   "create reads and copies).")
 @click.pass_context
-def cli(ctx: click.Context, home: str | None, snapshots: str | None) -> None:
+def cli(ctx: click.Context, home: str | None, snapshots: str | None, verbose: bool) -> None:
     """Savepoints for Spark Structured Streaming jobs."""
     logging.basicConfig(level=logging.WARNING, format="warning: %(message)s")
+    if verbose:
+        show_steps()
     ctx.ensure_object(dict)
     ctx.obj["home"] = Home.resolve(home, snapshots)
     ctx.obj.setdefault("spark", None)
