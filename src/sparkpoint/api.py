@@ -30,6 +30,7 @@ from sparkpoint.drain.synthetic import (
     write_drain_offsets,
 )
 from sparkpoint.errors import (
+    JobFileError,
     JobRunningError,
     NameTakenError,
     NoCommittedBatchError,
@@ -83,6 +84,7 @@ from sparkpoint.snapshot.prune import PruneResult, check_prunable, prune_snapsho
 from sparkpoint.snapshot.store import Problem, Sharing, SnapshotStore, open_snapshot_store
 from sparkpoint.sources.file_input import input_files, local_directory
 from sparkpoint.sources.positions import SourceDescription
+from sparkpoint.spark.session import DEFAULT_MASTER
 from sparkpoint.spark.version import installed_pyspark_version, require_supported_pyspark
 from sparkpoint.startpoints.resolve import Resolved
 from sparkpoint.startpoints.resolve import resolve as resolve_startpoints
@@ -100,7 +102,7 @@ from sparkpoint.upgrade.interrupted import (
     roll_back,
 )
 from sparkpoint.upgrade.restore import build_new_checkpoint, job_shape, resolve
-from sparkpoint.upgrade.resume_point import flow_mapping, load_resume_point
+from sparkpoint.upgrade.resume_point import flow_mapping, load_resume_point, read_resume_point
 from sparkpoint.upgrade.validate import UpgradePlan, default_resume_point
 
 if TYPE_CHECKING:
@@ -181,8 +183,10 @@ def run(
         conf = _merged(record.conf, conf, "conf", echo)
         if master is None:
             master = record.master
-        elif master != record.master:
-            echo(f"master: {record.master or 'local[2]'} -> {master}")
+        elif master != (record.master or DEFAULT_MASTER):
+            # A record without a master ran on the default one: the same master given
+            # explicitly (spark-submit always gives one) is no change.
+            echo(f"master: {record.master or DEFAULT_MASTER} -> {master}")
         check_output = _output_of_existing_job(registry, job, conf, echo)
     elif from_snapshot is None and resume_point is None:
         check_output = _output_of_new_job(registry, job)
@@ -371,15 +375,26 @@ def plan(
         raise UsageError("give exactly one of --from-snapshot SNAP or --resume-point FILE")
     choice = BatchChoice(renumber_batches, first_batch)
     _needs_spark(spark)
-    point = load_resume_point(resume_point) if resume_point is not None else None
+    # Entries that do not parse are problems of the plan, not a reason to stop: the rest of
+    # the file is still checked against the job and the snapshots in this run.
+    read = read_resume_point(resume_point) if resume_point is not None else None
+    point = read.point if read is not None else None
     store = open_snapshot_store(home)
     if from_snapshot is not None:
         check_first_batch(first_batch, store.get(from_snapshot).batch_id)
     _check_snapshots_intact(store, point.snapshots() if point else [from_snapshot or ""])
-    planned = plan_job("plan", job_file.absolute(), dict(params or {}), dict(conf or {}),
-                       master, spark, log_dir=home.logs_dir)
     try:
-        resolution = resolve(store, planned, point, from_snapshot, choice)
+        planned = plan_job("plan", job_file.absolute(), dict(params or {}), dict(conf or {}),
+                           master, spark, log_dir=home.logs_dir, command="plan")
+    except JobFileError as exc:
+        if read is None or not read.problems:
+            raise
+        # The job cannot be checked against: still report the file's own problems with it.
+        problems = [*read.problems, str(exc)]
+        raise ValidationError(f"{len(problems)} problems:\n  " + "\n  ".join(problems),
+                              problems=problems) from exc
+    try:
+        resolution = resolve(store, planned, point, from_snapshot, choice, read)
         if resolution.plan.ok:
             scratch = Path(tempfile.mkdtemp(prefix="sparkpoint-plan-")) / "checkpoint"
             try:
@@ -408,7 +423,8 @@ def resume_point_build(
     store = open_snapshot_store(home)
     manifest = store.get(snapshot)
     planned = plan_job("resume-point", job_file.absolute(), dict(params or {}),
-                       dict(conf or {}), master, spark, log_dir=home.logs_dir)
+                       dict(conf or {}), master, spark, log_dir=home.logs_dir,
+                       command="resume-point build")
     try:
         shape, _layouts = job_shape(planned)
     finally:
@@ -517,7 +533,8 @@ def snapshot_import(
     checkpoint.require_latest_committed_batch()
     _needs_spark(spark)
     planned = plan_job("import", job_file.absolute(), dict(params or {}), dict(conf or {}),
-                       master, spark, log_dir=home.logs_dir)
+                       master, spark, log_dir=home.logs_dir,
+                       command="snapshot import")
     try:
         shape, _layouts = job_shape(planned)
     finally:
@@ -672,11 +689,28 @@ def job_view(home: Home, job: str, details: bool = True, fetch: bool = True) -> 
     checkpoint = Checkpoint(home.checkpoint_dir(job))
     batch = checkpoint.latest_committed_batch()
     progress = read_progress(home.job_dir(job))
-    return JobView(record, record.effective_status(), batch,
-                   None if progress is None else ProgressSummary.of(progress),
+    summary = None if progress is None else ProgressSummary.of(progress)
+    if summary is not None and record.effective_status() == "drained":
+        summary = _watermark_now(summary, checkpoint, batch)
+    return JobView(record, record.effective_status(), batch, summary,
                    _files_behind(home, record),
                    _snapshottable(checkpoint) if details else None,
                    _state_checks(checkpoint, record) if details else None)
+
+
+def _watermark_now(summary: ProgressSummary, checkpoint: Checkpoint,
+                   batch: int | None) -> ProgressSummary:
+    """A drained job's last progress is the drain batch's, whose watermark was the maximal
+    one; the drain then put the job's own watermark back into that batch's commit entry,
+    which is where the next run takes its watermark from: show that one."""
+    if summary.watermark is None or batch is None:
+        return summary
+    try:
+        ms = checkpoint.commit(batch).next_batch_watermark_ms
+    except (SparkpointError, OSError):
+        return summary  # a reading command reports what it can
+    moment = dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
+    return replace(summary, watermark=iso_utc(moment))
 
 
 def _state_checks(checkpoint: Checkpoint, record: JobRecord) -> list[dict[str, Any]]:

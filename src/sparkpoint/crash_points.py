@@ -11,10 +11,15 @@ them and a misspelt name in the code fails at once instead of never firing.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
 CRASH_ENV = "SPARKPOINT_CRASH_AT"
+# Internal steps of multi-step commands, for who watches one closely (``sparkpoint --verbose``,
+# the kill tests): not a command's output, silent by default.
+STEPS_LOGGER = "sparkpoint.steps"
+steps = logging.getLogger(STEPS_LOGGER)
 CRASH_EXIT_CODE = 137
 
 # name -> where it is (the step just done, the next not started)

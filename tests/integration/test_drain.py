@@ -138,6 +138,12 @@ def test_drained_job_and_jobs_from_its_snapshot_use_a_normal_watermark(
     clicks = write_clicks(tmp_path / "in", range(0, 3))
     _run(spark, home, "j", _params(tmp_path, "tumbling"))
     api.drain(home, "j", snapshot="d1", spark=spark)  # type: ignore[arg-type]
+    # jobs show gives the watermark the next run starts with (the one before the drain:
+    # newest event time - 10 minutes), not the drain batch's maximal one.
+    shown = sparkpoint(home, "jobs", "show", "j", "--json").json()
+    newest = max(c.ts for c in clicks) - dt.timedelta(minutes=10)
+    assert shown["progress"]["watermark"] == \
+        newest.isoformat(timespec="milliseconds").replace("+00:00", "Z")
     drained = output_rows(spark, tmp_path / "out")  # type: ignore[arg-type]
     later = write_clicks(tmp_path / "in", range(3, 9))
     # Closed by the new watermark (max event time - 10 min): hour 1 only; hour 2 stays open.
@@ -147,7 +153,11 @@ def test_drained_job_and_jobs_from_its_snapshot_use_a_normal_watermark(
     _run(spark, home, "from_drained", _params(tmp_path, "tumbling", "out2"),
          from_snapshot="d1")
     assert output_rows(spark, tmp_path / "out2") == expected_later  # type: ignore[arg-type]
-    _run(spark, home, "j", _params(tmp_path, "tumbling"))
+    # As spark-submit does, the master is given explicitly: the default one the job ran on
+    # (its record has none) is no change to report.
+    said: list[str] = []
+    _run(spark, home, "j", _params(tmp_path, "tumbling"), master="local[2]", echo=said.append)
+    assert not [line for line in said if line.startswith("master")], said
     assert sparkpoint(home, "jobs", "show", "j", "--json").json()["status"] == "stopped"
     assert output_rows(spark, tmp_path / "out") == drained + expected_later  # type: ignore[arg-type]
     assert drained == expected_all_windows("tumbling", clicks, [])
@@ -217,6 +227,15 @@ def test_drain_fires_transform_with_state_timers(
     assert output_rows(spark, tmp_path / "out") == Counter()  # type: ignore[arg-type]
     api.snapshot_create(home, "j", "before")
     assert _snapshot_rows(home, "before")["counts"] > 0
+    # inspect counts transformWithState's rows but says in one typed line why it does not
+    # decode them (column families), naming the operator and its store.
+    inspected = sparkpoint(home, "snapshot", "inspect", "before", "--rows", "5", "--json")
+    assert inspected.code == 0, inspected.err
+    (counts,) = inspected.json()["operators"]
+    assert counts["sample"] == []
+    (note,) = counts["undecoded"]
+    assert note.startswith("[STATE_NOT_DECODED] operator 'counts' store 'default' "
+                           "(transform_with_state)") and "column famil" in note
     drained = sparkpoint(home, "drain", "j", "--snapshot", "after", "--json")
     assert drained.code == 0, drained.err
     assert drained.json()["residual"] == []

@@ -414,3 +414,40 @@ def test_same_typed_dedupes_swapping_places_keep_their_own_state(
         assert keys, name
         values = {row[0] for row in keys}
         assert all(v.startswith("/p/") for v in values) == (field == "url"), (name, values)
+
+
+def test_plan_reports_every_kind_of_mistake_in_one_run(
+    spark: object, home: Home, tmp_path: Path, v1_snapshot: list[Click]
+) -> None:
+    """Mistakes of the file itself (a mode misspelt, a drop without its operator) do not
+    hide those found against the job and the snapshots: one run of plan lists them all."""
+    point = _write_point(tmp_path, {
+        "sources": {"clicks": {"mode": "resume", "snapshot": "s1", "source": "klicks"},
+                    "ghost": {"mode": "initialize"}},
+        "state": {"hourly_counts": {"mode": "resume", "snapshot": "s1",
+                                    "operator": "dedup_clicks"},
+                  "dedup_clicks": {"mode": "resume", "snapshot": "nope"},
+                  "recent_ids": {"mode": "resme"}},
+        "drop": [{"snapshot": "s1", "operator": "legacy"}, {"snapshot": "s1"}]})
+    expected = [
+        "state.recent_ids.mode: 'resme' is not one of resume, initialize",  # model
+        "drop[1].operator: required but missing",  # model
+        "snapshot 'nope' does not exist",  # unknown snapshot
+        "sources.clicks: snapshot 's1' has no source 'klicks'",  # unknown source
+        "sources.ghost: the job has no source 'ghost'",  # unknown source
+        "drop[0]: snapshot 's1' has no operator 'legacy'",  # unknown operator
+        "state.hourly_counts: cannot resume from s1/dedup_clicks: operator kind changed",
+    ]
+    args = ("plan", str(JOB), "--resume-point", str(point),
+            *_cli_params(_params(tmp_path, "out2", "v1")))
+    shown = sparkpoint(home, *args, "--json")
+    assert shown.code == 3, shown.err
+    problems = shown.json()["problems"]
+    for fragment in expected:
+        assert [p for p in problems if fragment in p], (fragment, problems)
+    # Entries that did not parse are not also called missing.
+    assert not [p for p in problems if "no entry" in p or "neither resumed" in p], problems
+    text = sparkpoint(home, *args)
+    assert text.code == 3 and "Traceback" not in text.err
+    for fragment in expected:
+        assert fragment in text.out + text.err, (fragment, text.out, text.err)

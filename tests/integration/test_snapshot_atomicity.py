@@ -43,7 +43,7 @@ def test_kill_9_during_create_leaves_no_partial_snapshot(
             conf=conf, until_caught_up=True, spark=spark)  # type: ignore[arg-type]
 
     started = time.monotonic()
-    timing = subprocess.Popen(command(home, "snapshot", "create", "big", "timing"),
+    timing = subprocess.Popen(command(home, "--verbose", "snapshot", "create", "big", "timing"),
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     _wait_for_progress(timing, "copying ")
     copying = time.monotonic()
@@ -54,7 +54,7 @@ def test_kill_9_during_create_leaves_no_partial_snapshot(
     inside = 0
     for attempt in range(KILLS):
         name = f"k{attempt}"
-        proc = subprocess.Popen(command(home, "snapshot", "create", "big", name),
+        proc = subprocess.Popen(command(home, "--verbose", "snapshot", "create", "big", name),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         # Even attempts are killed as the export reads its first operator (its staging
         # directory exists, nothing is copied yet); odd ones at a random moment of the copy

@@ -17,7 +17,12 @@ from sparkpoint.cli.render import plan_text
 from sparkpoint.errors import ValidationError
 from sparkpoint.snapshot.manifest import OperatorEntry, StoreEntry
 from sparkpoint.spark.errors import failure_summary
-from sparkpoint.upgrade.resume_point import flow_mapping, load_resume_point, parse_resume_point
+from sparkpoint.upgrade.resume_point import (
+    flow_mapping,
+    load_resume_point,
+    parse_resume_point,
+    read_resume_point,
+)
 from sparkpoint.upgrade.validate import (
     JobShape,
     NewOperator,
@@ -225,19 +230,36 @@ def test_json_errors_are_json_objects_with_the_exit_code(
     assert error["code"] == error_code and error["exit_code"] == code and error["message"]
 
 
-def test_json_error_of_a_bad_resume_point_lists_its_problems(tmp_path: Path) -> None:
+def test_bad_resume_point_entries_are_listed_and_the_good_ones_kept(tmp_path: Path) -> None:
     point = tmp_path / "rp.yaml"
-    point.write_text("version: 1\nstate:\n  a: {mode: initialise}\n  b: {mode: resume}\n")
+    point.write_text("version: 1\nstate:\n  a: {mode: initialise}\n  b: {mode: resume}\n"
+                     "  c: {mode: initialize}\n")
+    # plan's reading: the problems, plus what is well-formed, to check against the job.
+    read = read_resume_point(point)
+    assert list(read.problems) == [
+        f"{point}: state.a.mode: 'initialise' is not one of resume, initialize",
+        f"{point}: state.b.snapshot: required but missing"]
+    assert list(read.point.state) == ["c"] and read.broken == {"state.a", "state.b"}
+    # run refuses a malformed resume point before it starts Spark.
     job = tmp_path / "job.py"
     job.write_text("def build(spark, ctx):\n    raise AssertionError('never built')\n")
-    done = _cli(tmp_path / "home", "plan", str(job), "--resume-point", str(point), "--json")
-    assert done.returncode == 3, done.stderr
-    error = json.loads(done.stdout)["error"]
-    assert error["code"] == "VALIDATION_FAILED"
-    assert error["problems"] == ["state.a.mode: 'initialise' is not one of resume, initialize",
-                                 "state.b.snapshot: required but missing"]
-    text = _cli(tmp_path / "home", "plan", str(job), "--resume-point", str(point))
+    text = _cli(tmp_path / "home", "run", str(job), "--job", "j", "--resume-point", str(point))
     assert text.returncode == 3 and text.stdout == ""
     assert text.stderr.splitlines()[1:] == [
         "  state.a.mode: 'initialise' is not one of resume, initialize",
         "  state.b.snapshot: required but missing"]
+
+
+def test_a_missing_param_of_plan_names_the_job_file_not_a_job(tmp_path: Path) -> None:
+    """plan reads a job file without any job being involved: the message must not call the
+    command a job ("job 'plan' needs ...")."""
+    point = tmp_path / "rp.yaml"
+    point.write_text("version: 1\n")
+    job = tmp_path / "clicks.py"
+    job.write_text("def build(spark, ctx):\n    return ctx.require_param('input')\n")
+    done = _cli(tmp_path / "home", "plan", str(job), "--resume-point", str(point))
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.strip() == (
+        "error: [JOB_FILE] clicks.py (read by 'plan'; no job is involved) needs --param "
+        "input=... (clicks.py calls ctx.require_param); pass it on the command line")
+    assert "job 'plan'" not in done.stderr

@@ -6,8 +6,9 @@ directory, each SST is linked in under the local name RocksDB's MANIFEST knows i
 the database is opened read-only with rocksdict (RocksDB's own code: it reads the SSTs
 Spark 4.3's rocksdbjni 9.8 writes). Nothing in the partition directory is written.
 
-Spark prefixes every key and value of a store without column families with one encoding
-version byte (0) before the ``UnsafeRow`` bytes; it is checked and removed here.
+Keys are decoded as ``checkpoint/rocksdb_keys.py`` describes (a version byte, or a
+prefix-scan layout for session windows); values carry one encoding version byte (0) before
+the ``UnsafeRow`` bytes, checked and removed here.
 """
 
 from __future__ import annotations
@@ -19,23 +20,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from sparkpoint.checkpoint import hdfs_state
+from sparkpoint.checkpoint.rocksdb_keys import KeyEncoding, strip_version
 from sparkpoint.checkpoint.rocksdb_state import locate_version, read_zip_metadata
 from sparkpoint.errors import CheckpointFormatError
 
-ENCODING_VERSION = 0
+
+def read_pairs(partition_dir: Path, version: int,
+               keys: KeyEncoding | None = None) -> Iterator[tuple[bytes, bytes]]:
+    """Every (key, value) of the store at ``version``, as ``UnsafeRow`` bytes, the keys
+    decoded by ``keys`` (default: no prefix encoding)."""
+    encoding = keys or KeyEncoding()
+    for raw_key, raw_value in read_raw_pairs(partition_dir, version):
+        yield (encoding.decode(raw_key, partition_dir),
+               strip_version(raw_value, "value", partition_dir))
 
 
-def _strip_version(data: bytes, what: str, where: Path) -> bytes:
-    if not data or data[0] != ENCODING_VERSION:
-        raise CheckpointFormatError(
-            f"{where}: expected a {what} starting with state encoding version byte 0, found "
-            f"{data[:1].hex() or 'nothing'}; the store uses an encoding this version does not "
-            "decode (column families or Avro encoding)")
-    return data[1:]
-
-
-def read_pairs(partition_dir: Path, version: int) -> Iterator[tuple[bytes, bytes]]:
-    """Every (key, value) of the store at ``version``, as ``UnsafeRow`` bytes.
+def read_raw_pairs(partition_dir: Path, version: int) -> Iterator[tuple[bytes, bytes]]:
+    """Every (key, value) of the store at ``version`` as RocksDB holds them (encoded).
 
     A version written with changelog checkpointing is its base zip plus the changelogs
     after it, replayed in order (their records are the puts and deletes of each batch, in
@@ -52,11 +53,10 @@ def read_pairs(partition_dir: Path, version: int) -> Iterator[tuple[bytes, bytes
     for name in located.changelogs:
         path = partition_dir / name
         for key, value in hdfs_state.read_records(path.read_bytes(), str(path)):
-            key = _strip_version(key, "key", path)
             if value is None:
                 state.pop(key, None)
             else:
-                state[key] = _strip_version(value, "value", path)
+                state[key] = value
     yield from state.items()
 
 
@@ -91,7 +91,6 @@ def _zip_pairs(partition_dir: Path, zip_name: str) -> Iterator[tuple[bytes, byte
             for key, value in db.items():
                 if not isinstance(key, bytes) or not isinstance(value, bytes):
                     raise CheckpointFormatError(f"{zip_path}: expected raw bytes from RocksDB")
-                yield (_strip_version(key, "key", zip_path),
-                       _strip_version(value, "value", zip_path))
+                yield key, value
         finally:
             db.close()

@@ -6,13 +6,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from sparkpoint.checkpoint import hdfs_state, rocksdb_reader
+from sparkpoint.checkpoint.rocksdb_keys import KeyEncoding
 from sparkpoint.checkpoint.rocksdb_state import locate_version
 
 
-def read_pairs(partition_dir: Path, version: int, rocksdb: bool) -> Iterator[tuple[bytes, bytes]]:
-    """Every (key, value) of the store at ``version`` as ``UnsafeRow`` bytes."""
+def read_pairs(partition_dir: Path, version: int, rocksdb: bool,
+               keys: KeyEncoding | None = None) -> Iterator[tuple[bytes, bytes]]:
+    """Every (key, value) of the store at ``version`` as ``UnsafeRow`` bytes. ``keys``: how
+    the RocksDB provider encoded the keys (the HDFS provider stores plain rows)."""
     if rocksdb:
-        yield from rocksdb_reader.read_pairs(partition_dir, version)
+        yield from rocksdb_reader.read_pairs(partition_dir, version, keys)
         return
     if not partition_dir.is_dir() and version == 0:
         return
@@ -26,6 +29,6 @@ def count_rows(partition_dir: Path, version: int, rocksdb: bool) -> int:
         located = locate_version(partition_dir, version)
         if located.num_keys is not None:
             return located.num_keys
-        return sum(1 for _pair in rocksdb_reader.read_pairs(partition_dir, version))
+        return sum(1 for _pair in rocksdb_reader.read_raw_pairs(partition_dir, version))
     return hdfs_state.count_rows(partition_dir, hdfs_state.files_for_version(partition_dir,
                                                                              version))

@@ -64,3 +64,41 @@ def _value(row: bytes, bitset: int, index: int, spark_type: Any, where: str,
         return f"<{kind}>"
     raise CheckpointFormatError(
         f"{where}: reading state key fields of type {kind!r} is not supported")
+
+
+def _is_fixed(spark_type: Any) -> bool:
+    kind = spark_type if isinstance(spark_type, str) else spark_type.get("type")
+    return kind in _FIXED
+
+
+def join_rows(parts: list[tuple[bytes, list[dict[str, Any]]]], where: str = "row") -> bytes:
+    """One ``UnsafeRow`` holding the fields of ``parts`` (rows with their fields) in order,
+    as Spark's ``JoinedRow`` projected back into an ``UnsafeRow`` holds them: fixed-width
+    slots copied, variable-length data moved after the new slots (8-byte aligned)."""
+    count = sum(len(fields) for _row, fields in parts)
+    bitset_len = ((count + 63) // 64) * 8
+    nulls = 0
+    slots = bytearray(8 * count)
+    tail = bytearray()
+    index = 0
+    for row, fields in parts:
+        bitset = _check_size(row, len(fields), where)
+        for own, spark_field in enumerate(fields):
+            word = int.from_bytes(row[(own // 64) * 8:(own // 64) * 8 + 8], "little")
+            slot = row[bitset + 8 * own:bitset + 8 * own + 8]
+            if word >> (own % 64) & 1:
+                nulls |= 1 << index
+            elif _is_fixed(spark_field["type"]):
+                slots[8 * index:8 * index + 8] = slot
+            else:
+                pointer = int.from_bytes(slot, "little")
+                offset, size = pointer >> 32, pointer & 0xFFFFFFFF
+                if offset + size > len(row):
+                    raise CheckpointFormatError(
+                        f"{where}: expected field {spark_field['name']!r} within the row's "
+                        f"{len(row)} bytes, found offset {offset} size {size}")
+                start = bitset_len + 8 * count + len(tail)
+                slots[8 * index:8 * index + 8] = (start << 32 | size).to_bytes(8, "little")
+                tail += row[offset:offset + size] + bytes(-size % 8)
+            index += 1
+    return nulls.to_bytes(bitset_len, "little") + bytes(slots) + bytes(tail)

@@ -13,7 +13,7 @@ import click
 
 from sparkpoint import api
 from sparkpoint.cli import render
-from sparkpoint.crash_points import CRASH_POINTS
+from sparkpoint.crash_points import CRASH_POINTS, STEPS_LOGGER
 from sparkpoint.errors import (
     EXIT_PRECONDITION,
     EXIT_UNEXPECTED,
@@ -99,6 +99,16 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
     return result
 
 
+def show_steps() -> None:
+    """Step lines (``STEPS_LOGGER``) on stderr as they are, beside the command's output."""
+    steps = logging.getLogger(STEPS_LOGGER)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    steps.addHandler(handler)
+    steps.setLevel(logging.INFO)
+    steps.propagate = False
+
+
 def _home(ctx: click.Context) -> Home:
     home: Home = ctx.obj["home"]
     return home
@@ -121,10 +131,15 @@ json_option = click.option("--json", "as_json", is_flag=True, callback=_json_fla
 @click.option("--snapshots", "snapshots", default=None, metavar="URL",
               help="Where snapshots live: a path, s3://bucket/prefix or hdfs://host:port/path "
                    "(default: $SPARKPOINT_SNAPSHOTS, else the home's snapshots/).")
+@click.option("--verbose", is_flag=True,
+              help="Also print each internal step of a command on stderr (what snapshot "
+                   "create reads and copies).")
 @click.pass_context
-def cli(ctx: click.Context, home: str | None, snapshots: str | None) -> None:
+def cli(ctx: click.Context, home: str | None, snapshots: str | None, verbose: bool) -> None:
     """Savepoints for Spark Structured Streaming jobs."""
     logging.basicConfig(level=logging.WARNING, format="warning: %(message)s")
+    if verbose:
+        show_steps()
     ctx.ensure_object(dict)
     ctx.obj["home"] = Home.resolve(home, snapshots)
     ctx.obj.setdefault("spark", None)
@@ -459,15 +474,19 @@ def snapshot_show(ctx: click.Context, name: str, as_json: bool) -> None:
 @click.option("--operator", default=None, metavar="NAME", help="Only this stateful operator.")
 @click.option("--rows", type=click.IntRange(min=0), default=0, metavar="N",
               help="Also show N decoded keys and values per operator.")
+@click.option("--all-partitions", is_flag=True,
+              help="List every partition (by default, more than 10 are summarised: the "
+                   "largest 5 and a total; --json always lists all).")
 @json_option
 @click.pass_context
 @handle_errors
 def snapshot_inspect(ctx: click.Context, name: str, operator: str | None, rows: int,
-                     as_json: bool) -> None:
+                     all_partitions: bool, as_json: bool) -> None:
     """What snapshot NAME's state holds: rows, bytes and key skew per operator and partition,
     the event-time range of the keys, and state that no watermark, timeout or TTL bounds."""
     report = api.snapshot_inspect(_home(ctx), name, operator=operator, rows=rows)
-    click.echo(render.as_json(report.to_dict()) if as_json else render.inspect_text(report))
+    click.echo(render.as_json(report.to_dict()) if as_json
+               else render.inspect_text(report, all_partitions))
 
 
 @snapshot.command("verify")

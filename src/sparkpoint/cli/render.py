@@ -176,7 +176,32 @@ def progress_lines(view: JobView) -> list[str]:
     return out
 
 
-def _operator_inspect_lines(op: OperatorReport) -> list[str]:
+# A longer per-partition listing shows its largest partitions and a total (Spark's default of
+# 200 partitions would otherwise bury a few rows under 200 lines).
+PARTITIONS_LISTED = 10
+LARGEST_PARTITIONS = 5
+
+
+def _partition_lines(op: OperatorReport, all_partitions: bool) -> list[str]:
+    parts = op.partitions
+    if all_partitions or len(parts) <= PARTITIONS_LISTED:
+        shown = parts
+    else:
+        shown = sorted(parts, key=lambda p: (-p.rows, -p.bytes, p.partition))[
+            :LARGEST_PARTITIONS]
+    rows = [[str(p.partition), str(p.rows), human_bytes(p.bytes)] for p in shown]
+    out = ["  " + line for line in table(["PARTITION", "ROWS", "SIZE"], rows).split("\n")]
+    if len(shown) < len(parts):
+        rest = [p for p in parts if p not in shown]
+        empty = sum(1 for p in rest if p.rows == 0)
+        out.append(f"  ... {len(rest)} more partitions ({empty} empty): "
+                   f"{sum(p.rows for p in rest)} rows, {human_bytes(sum(p.bytes for p in rest))}")
+        out.append(f"  total {len(parts)} partitions: {op.rows} rows, {human_bytes(op.bytes)} "
+                   "(the largest listed; all with --all-partitions)")
+    return out
+
+
+def _operator_inspect_lines(op: OperatorReport, all_partitions: bool = False) -> list[str]:
     skew = "-" if op.skew is None else f"{op.skew:.2f}"
     out = [f"{op.name}  (id {op.operator_id}, {op.kind}): {op.rows} rows, "
            f"{human_bytes(op.bytes)}, key skew {skew} (largest partition / mean)"]
@@ -188,22 +213,23 @@ def _operator_inspect_lines(op: OperatorReport) -> list[str]:
                f"{check.reason}")
     if check.fix:
         out.append(f"  fix: {check.fix}")
-    rows = [[str(p.partition), str(p.rows), human_bytes(p.bytes)] for p in op.partitions]
-    out.extend("  " + line for line in table(["PARTITION", "ROWS", "SIZE"], rows).split("\n"))
+    out.extend(_partition_lines(op, all_partitions))
+    for note in op.undecoded:
+        out.append(f"  not decoded: {note}")
     for sample in op.sample or []:
         out.append(f"  p{sample.partition} {json.dumps(sample.key)} -> "
                    f"{json.dumps(sample.value)}")
     return out
 
 
-def inspect_text(report: InspectReport) -> str:
+def inspect_text(report: InspectReport, all_partitions: bool = False) -> str:
     out = [f"snapshot '{report.snapshot}' of job '{report.job}' at batch {report.batch_id} "
            f"({report.state_store_provider.rsplit('.', 1)[-1]})"]
     if not report.operators:
         out.append("no stateful operators")
     for op in report.operators:
         out.append("")
-        out.extend(_operator_inspect_lines(op))
+        out.extend(_operator_inspect_lines(op, all_partitions))
     return "\n".join(out)
 
 

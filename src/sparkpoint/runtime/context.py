@@ -26,6 +26,14 @@ class JobContext:
     job: str
     params: Mapping[str, str] = field(default_factory=dict)
     declarations: list[StatefulDeclaration] = field(default_factory=list)
+    # How messages name what is being built: the job, or for a command that only reads the
+    # job file (plan, resume-point build, snapshot import) that command, since no job with
+    # the name in ``job`` exists.
+    described: str | None = None
+
+    @property
+    def who(self) -> str:
+        return self.described or f"job '{self.job}'"
 
     def param(self, key: str, default: str | None = None) -> str | None:
         """The value of ``--param key=value``, else ``default``."""
@@ -40,7 +48,7 @@ class JobContext:
         value = self.params.get(key)
         if value is None:
             raise JobFileError(
-                f"job '{self.job}' needs --param {key}=...; pass it on the command line"
+                f"{self.who} needs --param {key}=...; pass it on the command line"
             )
         return value
 
@@ -48,10 +56,10 @@ class JobContext:
         """Name the outermost stateful operator of ``frame``; its state follows this name."""
         problem = operator_name_problem(name)
         if problem is not None:
-            raise JobFileError(f"job '{self.job}': {problem}")
+            raise JobFileError(f"{self.who}: {problem}")
         if any(existing.name == name for existing in self.declarations):
             raise JobFileError(
-                f"job '{self.job}': the stateful name '{name}' is used twice; each stateful "
+                f"{self.who}: the stateful name '{name}' is used twice; each stateful "
                 "operator needs its own name"
             )
         self.declarations.append(StatefulDeclaration(name, frame))

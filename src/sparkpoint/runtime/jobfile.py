@@ -112,13 +112,19 @@ def check_job_file(job_file: Path) -> JobFileShape:
     return JobFileShape(job_file, tuple(_unconditional_required_params(build)))
 
 
-def check_required_params(shape: JobFileShape, job: str, params: Mapping[str, str]) -> None:
+def described_by_command(job_file: Path, command: str) -> str:
+    """How messages name a job file that a command reads without any job being involved."""
+    return f"{job_file.name} (read by '{command}'; no job is involved)"
+
+
+def check_required_params(shape: JobFileShape, job: str, params: Mapping[str, str],
+                          described: str | None = None) -> None:
     missing = [name for name in shape.required_params if name not in params]
     if missing:
         flags = " ".join(f"--param {name}=..." for name in missing)
         raise JobFileError(
-            f"job '{job}' needs {flags} ({shape.path.name} calls ctx.require_param); pass "
-            "it on the command line"
+            f"{described or f'job {job!r}'} needs {flags} ({shape.path.name} calls "
+            "ctx.require_param); pass it on the command line"
         )
 
 

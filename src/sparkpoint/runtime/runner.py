@@ -27,6 +27,7 @@ from sparkpoint.runtime.jobfile import (
     build_writer,
     check_job_file,
     check_required_params,
+    described_by_command,
     load_build,
 )
 from sparkpoint.runtime.lock import job_lock
@@ -115,15 +116,19 @@ def plan_job(
     echo: Callable[[str], None] = print,
     log_dir: Path | None = None,
     build: Callable[..., Any] | None = None,
+    command: str | None = None,
 ) -> PlannedJob:
     """Load the job file (or take ``build``, a function given by a Python caller), build
-    its writer in a session and learn its stateful operators.
+    its writer in a session and learn its stateful operators. ``command``: the command that
+    reads the job file without running a job (``job`` then only labels the session and its
+    log); messages name the file and that command instead of a job.
 
     With ``log_dir``, a JVM started here logs to a new file there, and a failing ``build``
     leaves its stack traces in that file, which the error names."""
     # A broken job file or a missing required param fails before a JVM starts.
+    described = described_by_command(job_file, command) if command is not None else None
     if build is None:
-        check_required_params(check_job_file(job_file), job, params)
+        check_required_params(check_job_file(job_file), job, params, described)
     log_file = new_log_file(log_dir, job) if log_dir is not None else None
     session = spark or create_session(master, conf, f"sparkpoint:{job}", ui=ui,
                                       log_file=log_file)
@@ -135,7 +140,7 @@ def plan_job(
     replaced = apply_query_conf(session, conf)
     lent = replaced if spark is not None else {}
     try:
-        ctx = JobContext(job=job, params=dict(params))
+        ctx = JobContext(job=job, params=dict(params), described=described)
         try:
             writer = build_writer(build, job_file, session, ctx)
         except JobFileError as exc:

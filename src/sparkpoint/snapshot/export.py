@@ -28,7 +28,7 @@ from sparkpoint.checkpoint.logs import OffsetLogEntry, SourceOffset, compact_jso
 from sparkpoint.checkpoint.retained import describe_range, snapshottable_batches
 from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER, locate_version
 from sparkpoint.checkpoint.source_log import file_source_log_offset
-from sparkpoint.crash_points import crash_point
+from sparkpoint.crash_points import crash_point, steps
 from sparkpoint.errors import BatchNotHeldError, CheckpointFormatError, StateRetentionError
 from sparkpoint.snapshot.manifest import (
     CHECKPOINT_SUBDIR,
@@ -289,7 +289,7 @@ def _export_batch(
 
     operator_entries = []
     for operator in checkpoint.operators():
-        say(f"operator {operator.operator_id} ({operator.operator_name})")
+        steps.info("operator %s (%s)", operator.operator_id, operator.operator_name)
         rows, state_bytes = _export_operator(operator, batch + 1, rocksdb, out, plan)
         stores = []
         for store in operator.stores():
@@ -317,7 +317,7 @@ def _export_batch(
             )
         )
 
-    say(f"copying {len(plan.copies)} files")
+    steps.info("copying %s files", len(plan.copies))
     for source, rel in plan.copies:
         # Spark writes every checkpoint file once (a new name, or a rename over the old
         # one) and never in place, so a link is as good as a copy and costs no I/O.

@@ -21,6 +21,7 @@ from sparkpoint.checkpoint.boundedness import (
     watermarked_fields,
 )
 from sparkpoint.checkpoint.layout import Checkpoint, OperatorDir, StoreLayout
+from sparkpoint.checkpoint.rocksdb_keys import KeyEncoding
 from sparkpoint.checkpoint.rocksdb_state import locate_version
 from sparkpoint.checkpoint.unsafe_row import read_field, read_fields
 from sparkpoint.snapshot.manifest import operator_kind
@@ -64,6 +65,8 @@ class OperatorReport:
     boundedness: Boundedness
     partitions: list[PartitionStats]
     sample: list[SampleRow] | None = None
+    # One line per store whose rows were asked for (--rows) but cannot be decoded here.
+    undecoded: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -169,9 +172,19 @@ class _Scan:
     sample: list[SampleRow] = field(default_factory=list)
 
 
+def key_encoding(operator: OperatorDir, store: StoreLayout,
+                 key_schema: dict[str, Any] | None) -> KeyEncoding:
+    """How the RocksDB provider encoded the store's keys: a session window's store scans by
+    its grouping columns (``numColsPrefixKey`` in the operator metadata)."""
+    prefix = next((info.num_cols_prefix_key for info in operator.metadata.stores
+                   if info.name == store.name), 0)
+    return KeyEncoding(prefix, tuple((key_schema or {}).get("fields", [])))
+
+
 def _scan_partition(pdir: Path, version: int, rocksdb: bool, store: StoreLayout,
                     key_schema: dict[str, Any] | None, value_schema: dict[str, Any] | None,
-                    partition: int, sample_rows: int, scan: _Scan) -> int:
+                    partition: int, sample_rows: int, scan: _Scan,
+                    keys: KeyEncoding) -> int:
     """Decode the keys (and the values the checks need); returns the partition's rows."""
     column = event_time_column(key_schema)
     value_fields = (value_schema or {}).get("fields", [])
@@ -179,7 +192,7 @@ def _scan_partition(pdir: Path, version: int, rocksdb: bool, store: StoreLayout,
                           if f["name"] == TIMEOUT_FIELD and _kind_of(f["type"]) == "long"), None)
     where = str(pdir)
     rows = 0
-    for key, value in state_reader.read_pairs(pdir, version, rocksdb):
+    for key, value in state_reader.read_pairs(pdir, version, rocksdb, keys):
         rows += 1
         if column is not None and key_schema is not None:
             index, _name, window = column
@@ -200,6 +213,16 @@ def _scan_partition(pdir: Path, version: int, rocksdb: bool, store: StoreLayout,
     return rows
 
 
+def not_decoded(operator: str, kind: str, store: str) -> str:
+    """Why the rows of a store without a schema v2 file are counted but not shown."""
+    return (f"[STATE_NOT_DECODED] operator '{operator}' store '{store}' ({kind}): its rows "
+            "are counted (RocksDB keys of all its column families: state variables and "
+            "timers), not decoded: transformWithState keeps each state variable in its own "
+            "column family with its own schema (state schema v3), which this reader does not "
+            "decode; read them with spark.read.format('statestore').option('stateVarName', "
+            "NAME)")
+
+
 def _needs_rows(operator: OperatorDir, kind: str, sample_rows: int) -> bool:
     if sample_rows > 0 or kind == "flat_map_groups_with_state":
         return True
@@ -215,6 +238,9 @@ def inspect_operator(operator: OperatorDir, name: str, version: int, rocksdb: bo
     decode = _needs_rows(operator, kind, sample_rows)
     scan = _Scan()
     stats = []
+    undecoded = [] if sample_rows == 0 else [
+        not_decoded(name, kind, store.name) for store in operator.stores()
+        if operator.schema(store) is None]
     for partition in range(operator.metadata.num_partitions):
         rows = size = 0
         for store in operator.stores():
@@ -224,8 +250,9 @@ def inspect_operator(operator: OperatorDir, name: str, version: int, rocksdb: bo
             # A store without a schema v2 file (transformWithState) is counted, not decoded.
             if decode and schema is not None:
                 rows += _scan_partition(
-                    pdir, version, rocksdb, store, schema.key_schema if schema else None,
-                    schema.value_schema if schema else None, partition, sample_rows, scan)
+                    pdir, version, rocksdb, store, schema.key_schema, schema.value_schema,
+                    partition, sample_rows, scan,
+                    key_encoding(operator, store, schema.key_schema))
             else:
                 rows += state_reader.count_rows(pdir, version, rocksdb)
         stats.append(PartitionStats(partition, rows, size))
@@ -245,7 +272,8 @@ def inspect_operator(operator: OperatorDir, name: str, version: int, rocksdb: bo
         name=name, operator_id=operator.operator_id, kind=kind, rows=total,
         bytes=sum(p.bytes for p in stats), skew=skew, event_time=event_time,
         boundedness=check(operator, kind, scan.timeouts_set),
-        partitions=stats, sample=scan.sample if sample_rows > 0 else None)
+        partitions=stats, sample=scan.sample if sample_rows > 0 else None,
+        undecoded=undecoded)
 
 
 def inspect_checkpoint(checkpoint: Checkpoint, batch: int, names: Mapping[int, str],

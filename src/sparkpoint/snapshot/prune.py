@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from sparkpoint.checkpoint import hdfs_state
 from sparkpoint.checkpoint.layout import Checkpoint, OperatorDir
 from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER, locate_version
-from sparkpoint.crash_points import crash_point
+from sparkpoint.crash_points import crash_point, steps
 from sparkpoint.errors import (
     CheckpointFormatError,
     NameTakenError,
@@ -199,8 +199,9 @@ def prune_snapshot(
             removed += gone
             crash_point("prune.partition_rewritten")
         crash_point("prune.state_rewritten")
-        say(f"removed {removed} of {matched.total_rows} key(s); writing snapshot "
-            f"'{new_snapshot}'")
+        # The command's result line says it again: a step, not output.
+        steps.info("removed %s of %s key(s); writing snapshot '%s'", removed,
+                   matched.total_rows, new_snapshot)
         info = JobInfo(
             job=manifest.job,
             operator_names={entry.operator_id: entry.name for entry in manifest.operators},

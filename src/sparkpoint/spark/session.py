@@ -45,6 +45,9 @@ UI_CONF = "spark.ui.enabled"
 WORKER_PYTHON_ENV = "PYSPARK_PYTHON"
 
 
+# The master of a job run without --master (and outside spark-submit).
+DEFAULT_MASTER = "local[2]"
+
 def use_own_python_for_workers() -> None:
     """Python workers run the interpreter that runs sparkpoint, which has pandas, pyarrow and
     sparkpoint itself; a bare ``python3`` on the PATH usually has none of them. A
@@ -104,7 +107,7 @@ def create_session(
     starts_jvm = SparkContext._active_spark_context is None
     if not starts_jvm:
         log_file = None  # the running JVM keeps the log configuration it started with
-    builder = SparkSession.builder.appName(app_name).master(master or "local[2]")
+    builder = SparkSession.builder.appName(app_name).master(master or DEFAULT_MASTER)
     defaults = {**SESSION_DEFAULTS, "spark.driver.extraJavaOptions": _log_config_option(log_file)}
     if ui:
         defaults[UI_CONF] = "true"

@@ -56,7 +56,7 @@ from sparkpoint.upgrade.assemble import (
 from sparkpoint.upgrade.batches import BatchChoice, SinkInfo, number_batches
 from sparkpoint.upgrade.hdfs_repartition import repartition_hdfs_state
 from sparkpoint.upgrade.interrupted import record_intent, staging_prefix
-from sparkpoint.upgrade.resume_point import ResumePoint
+from sparkpoint.upgrade.resume_point import ReadResumePoint, ResumePoint
 from sparkpoint.upgrade.validate import (
     JobShape,
     NewOperator,
@@ -139,7 +139,10 @@ def job_shape(planned: PlannedJob) -> tuple[JobShape, dict[str, NewOperatorLayou
 def resolve(
     store: SnapshotStore, planned: PlannedJob, resume_point: ResumePoint | None,
     from_snapshot: str | None, choice: BatchChoice | None = None,
+    read: ReadResumePoint | None = None,
 ) -> Resolution:
+    """``read``: the resume point as ``plan`` reads it, its entries that did not parse
+    reported among the plan's problems (then ``resume_point`` is ``read.point``)."""
     shape, layouts = job_shape(planned)
     manifests: dict[str, Manifest | None] = {}
     if resume_point is None:
@@ -147,7 +150,9 @@ def resolve(
         resume_point = default_resume_point(shape, from_snapshot, store.get(from_snapshot))
     for name in resume_point.snapshots():
         manifests[name] = store.get(name) if store.exists(name) else None
-    plan = validate(shape, resume_point, manifests)
+    plan = validate(shape, resume_point, manifests, read.broken if read else frozenset())
+    if read is not None:
+        plan.problems[:0] = read.problems
     _check_snapshot_formats(store, plan, manifests)
     used = used_snapshots(plan) if plan.ok else []
     resolution = Resolution(shape, plan, layouts=layouts)

@@ -13,13 +13,16 @@ drop:
 ```
 
 Parsing reports every problem at once, each naming its entry; nothing else is checked here
-(what exists in the job and in the snapshots is the validator's business).
+(what exists in the job and in the snapshots is the validator's business). ``plan`` reads a
+resume point with ``read_resume_point``, which keeps the well-formed entries beside the
+problems of the others, so that one run reports the file's mistakes and the validator's.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -264,7 +267,63 @@ def _problems(errors: list[Any]) -> list[str]:
     return list(dict.fromkeys(expanded))
 
 
-def parse_resume_point(data: Any, origin: str) -> ResumePoint:
+@dataclass(frozen=True)
+class ReadResumePoint:
+    """A resume point as far as it is well-formed: ``point`` holds the entries that parsed,
+    ``problems`` one line per entry that did not, ``broken`` those entries' paths
+    (``sources.NAME``, ``state.NAME``): the validator must not call them missing too."""
+
+    point: ResumePoint
+    problems: tuple[str, ...] = ()
+    broken: frozenset[str] = frozenset()
+
+
+def _salvaged(data: dict[str, Any], errors: list[Any]) -> tuple[dict[str, Any], set[str]]:
+    """``data`` without the entries (or sections) that pydantic's ``errors`` point into."""
+    kept = {key: value for key, value in data.items()}
+    broken: set[str] = set()
+    bad_drops: set[int] = set()
+    for error in errors:
+        location = tuple(error["loc"])
+        section = location[0] if location else None
+        if section in ("sources", "state") and len(location) >= 2 and \
+                isinstance(kept.get(section), dict):
+            name = location[1]
+            if name in kept[section]:
+                kept[section] = {k: v for k, v in kept[section].items() if k != name}
+            broken.add(f"{section}.{name}")
+        elif section == "drop" and len(location) >= 2 and isinstance(location[1], int):
+            bad_drops.add(location[1])
+            broken.add("drop")
+        elif isinstance(section, str):
+            kept.pop(section, None)
+            if section in ("sources", "state", "drop"):
+                broken.add(section)
+    if bad_drops and isinstance(kept.get("drop"), list):
+        kept["drop"] = [d for i, d in enumerate(kept["drop"]) if i not in bad_drops]
+    return kept, broken
+
+
+def read_resume_point(path: Path) -> ReadResumePoint:
+    """Load a resume point, keeping every well-formed entry; a file that cannot be read at all
+    (syntax, version) still raises, as there is nothing to check the job against."""
+    data = _load_data(path)
+    origin = str(path)
+    _check_top_level(data, origin)
+    try:
+        return ReadResumePoint(_ADAPTER.validate_python(data))
+    except PydanticValidationError as exc:
+        problems = tuple(f"{origin}: {problem}" for problem in _problems(exc.errors()))
+        kept, broken = _salvaged(data, exc.errors())
+    try:
+        point = _ADAPTER.validate_python(kept)
+    except PydanticValidationError:
+        # What is left still fails (a shape not foreseen above): check nothing more.
+        point, broken = ResumePoint(), broken | {"sources", "state", "drop"}
+    return ReadResumePoint(point, problems, frozenset(broken))
+
+
+def _check_top_level(data: Any, origin: str) -> None:
     if not isinstance(data, dict):
         raise ValidationError(
             f"{origin}: expected a mapping with 'version', 'sources', 'state', 'drop', found "
@@ -276,6 +335,10 @@ def parse_resume_point(data: Any, origin: str) -> ResumePoint:
             f"{origin}: expected 'version: {FORMAT_VERSION}', found {version!r}; this sparkpoint "
             "reads resume point format version 1"
         )
+
+
+def parse_resume_point(data: Any, origin: str) -> ResumePoint:
+    _check_top_level(data, origin)
     try:
         return _ADAPTER.validate_python(data)
     except PydanticValidationError as exc:
@@ -348,6 +411,10 @@ def _syntax_error(path: Path, exc: json.JSONDecodeError | yaml.YAMLError) -> Val
 
 
 def load_resume_point(path: Path) -> ResumePoint:
+    return parse_resume_point(_load_data(path), str(path))
+
+
+def _load_data(path: Path) -> Any:
     try:
         text = path.read_text("utf-8")
     except FileNotFoundError as exc:
@@ -371,4 +438,4 @@ def load_resume_point(path: Path) -> ResumePoint:
         raise ValidationError(
             f"{path}: expected YAML or JSON, found content it cannot read: {first}"
         ) from exc
-    return parse_resume_point(data, str(path))
+    return data

@@ -182,11 +182,18 @@ def _window_unchecked(old: OperatorEntry, new: NewOperator, snapshot: str) -> st
 
 
 def validate(
-    job: JobShape, resume_point: ResumePoint, manifests: Mapping[str, Manifest | None]
+    job: JobShape, resume_point: ResumePoint, manifests: Mapping[str, Manifest | None],
+    broken: frozenset[str] = frozenset(),
 ) -> UpgradePlan:
-    """``manifests`` maps every snapshot the resume point names to its manifest (None: absent)."""
+    """``manifests`` maps every snapshot the resume point names to its manifest (None: absent).
+    ``broken``: entries (``sources.NAME``, ``state.NAME``, whole sections) that the file has
+    but could not be read; their problem is reported already, so they are not called missing,
+    and old operators they might have resumed are not called left behind."""
     plan = UpgradePlan()
     problems = plan.problems
+
+    def has_broken(section: str, name: str) -> bool:
+        return section in broken or f"{section}.{name}" in broken
     for name in resume_point.snapshots():
         if manifests.get(name) is None:
             problems.append(f"snapshot '{name}' does not exist (see 'sparkpoint snapshot list')")
@@ -199,6 +206,8 @@ def validate(
                 f"source '{source.name}' has no name; name it with spark.readStream.name(...) so "
                 "that its offsets follow it across changes")
         entry = resume_point.sources.get(source.name)
+        if entry is None and has_broken("sources", source.name):
+            continue
         if entry is None:
             problems.append(f"sources.{source.name}: the job reads source '{source.name}' but the "
                             "resume point has no entry for it (add mode: resume or initialize)")
@@ -237,6 +246,8 @@ def validate(
                 f"stateful operator '{op.name}' (Spark operator {op.operator_id}) has a derived "
                 "name; name it with ctx.stateful(name, df) so that its state survives changes")
         state_entry = resume_point.state.get(op.name)
+        if state_entry is None and has_broken("state", op.name):
+            continue
         if state_entry is None:
             problems.append(f"state.{op.name}: the job has stateful operator '{op.name}' "
                             f"({op.kind}) but the resume point has no entry for it (add mode: "
@@ -323,9 +334,11 @@ def validate(
                                           "operator": drop.operator}, True,
                                           "state deliberately left behind", None,
                                           gone.kind if gone is not None else None))
+    unread_state = "drop" in broken or any(b == "state" or b.startswith("state.")
+                                           for b in broken)
     for snap in resume_point.snapshots():
         manifest = manifests.get(snap)
-        if manifest is None:
+        if manifest is None or unread_state:
             continue
         for left in manifest.operators:
             if (snap, left.name) not in resumed_by and (snap, left.name) not in dropped:
