@@ -39,6 +39,14 @@ CRASH_POINTS: dict[str, str] = {
     "restore.repartitioned": "state repartitioned in staging, not checked by Spark",
     "restore.published": "new checkpoint renamed into place, job record not written",
     "restore.sink_seeded": "new output's empty sink history written, job record not written",
+    # run --from-snapshot --rewind-output: after the new checkpoint is published, the
+    # output's abandoned batches are moved aside under an intent in the output; the next run
+    # into that output finishes the renames
+    "rewind.intent_recorded": "rewind intent written under the output, nothing moved",
+    "rewind.log_entry_moved": "newest abandoned sink log entry moved aside, older ones not",
+    "rewind.log_rewound": "every abandoned sink log entry moved aside, no data file moved",
+    "rewind.file_moved": "one abandoned data file moved aside, the others not",
+    "rewind.files_moved": "every abandoned data file moved aside, intent not closed",
     # drain
     "drain.intent_recorded": "drain intent recorded, drain offsets not written",
     "drain.offsets_written": "drain batch's offsets written, the batch not run",

@@ -118,6 +118,13 @@ class SinkAheadError(PreconditionError):
     code = "SINK_AHEAD"
 
 
+class SinkRewindError(PreconditionError):
+    """A file sink's output cannot be taken back to the batch asked for (its log no longer
+    tells which files that batch ended with, or names files outside the output)."""
+
+    code = "SINK_REWIND"
+
+
 class CheckpointFormatError(SparkpointError):
     """A file of a Spark checkpoint is not in a format this version understands."""
 

@@ -135,6 +135,9 @@ class JobRecord(BaseModel):
     error: str | None = None
     operators: list[OperatorRecord] = Field(default_factory=list)
     sources: list[SourceRecord] = Field(default_factory=list)
+    # The local file sink's output directory of the latest run, if it writes one: a rewind
+    # of that output refuses while this job runs.
+    output: str | None = None
     lineage: Lineage = Field(default_factory=Lineage)
     runs: list[RunRecord] = Field(default_factory=list)
     drain: DrainRecord | None = None

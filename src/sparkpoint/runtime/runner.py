@@ -346,6 +346,7 @@ def run_job(
                                named_by_user=op.named_by_user, window=op.window)
                 for op in operators
             ]
+            record.output = str(planned.file_sink) if planned.file_sink is not None else None
             record.sources = [
                 SourceRecord(name=s.name, kind=s.kind, named_by_user=s.named_by_user,
                              path=s.path, options=s.options)

@@ -1,0 +1,1 @@
+"""File sinks: their logs, history, ownership and rewind."""
