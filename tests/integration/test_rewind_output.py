@@ -206,6 +206,6 @@ def test_crashed_rewind_is_finished_by_the_next_run(
 
 
 def test_every_rewind_step_has_a_crash_point() -> None:
-    assert REWIND_POINTS == sorted(["rewind.intent_recorded", "rewind.log_entry_moved",
-                                    "rewind.log_rewound", "rewind.file_moved",
-                                    "rewind.files_moved"])
+    assert set(REWIND_POINTS) == {"rewind.intent_recorded", "rewind.log_entry_moved",
+                                  "rewind.log_rewound", "rewind.file_moved",
+                                  "rewind.files_moved"}
