@@ -23,7 +23,14 @@ from sparkpoint.checkpoint.sink_log import latest_batch
 from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE, CRASH_POINTS
 from sparkpoint.sinks.rewind import INTENT_FILE, RECORD_FILE, REWOUND_DIR
 from sparkpoint.storage.home import Home
-from sparkpoint.testing import Click, clicks_for_slice, output_rows, write_clicks
+from sparkpoint.testing import (
+    Click,
+    clicks_for_slice,
+    expected_hourly_counts,
+    output_rows,
+    write_clicks,
+)
+from tests.conftest import EXAMPLES
 from tests.support.cli import sparkpoint, start, wait_for
 
 JOB = Path(__file__).resolve().parent.parent / "data" / "jobs" / "filtered_clicks.py"
@@ -89,7 +96,11 @@ def _rewound_dirs(out: Path) -> list[Path]:
 
 
 def _check_moved_aside(spark: Any, out: Path) -> None:
-    """One rewind record; every file it moved is there, and they hold v1's later rows."""
+    """One rewind record; every file it moved is there, and they hold v1's later rows.
+
+    Spark's readers skip the directory they are in: a log-based read lists logged files only
+    (FileStreamSinkLog.allFiles), a listing drops names starting with '_' and without '='
+    (HadoopFSUtils.shouldFilterOutPathName); read by itself it is a table of its own."""
     [moved] = _rewound_dirs(out)
     assert not (moved / INTENT_FILE).exists()
     record = json.loads((moved / RECORD_FILE).read_text())
@@ -203,6 +214,31 @@ def test_crashed_rewind_is_finished_by_the_next_run(
     assert output_rows(spark, out) == _expected_after_rewind()  # nothing lost, nothing twice
     _check_moved_aside(spark, out)
     assert api.job_view(home, "v2").record.lineage.from_snapshot == "old"
+
+
+def test_stateful_rollback_into_its_own_output_equals_one_uninterrupted_run(
+    spark: Any, home: Home, tmp_path: Path
+) -> None:
+    """The example job (dedupe, then hourly counts) rolled back to its batch 2 and run again
+    into the same output: the windows in state at batch 2 are emitted once, by the new run,
+    and none of the old run's later windows stays beside them."""
+    job = EXAMPLES / "clicks_job.py"
+    inp, out = tmp_path / "in", tmp_path / "out"
+    events = write_clicks(inp, range(6))
+    params = {"input": str(inp), "output": str(out), "files_per_batch": "1"}
+    first = api.run(home, job, "v1", params=params, until_caught_up=True, spark=spark)
+    assert first.last_batch is not None and first.last_batch > 2
+    api.snapshot_create(home, "v1", "at2", batch=2)
+    assert output_rows(spark, out) == expected_hourly_counts(events)
+    lines: list[str] = []
+    api.run(home, job, "v1-again", params=params, from_snapshot="at2", until_caught_up=True,
+            spark=spark, echo=lines.append, rewind_output=True)
+    assert any("rewound the output" in line for line in lines), lines
+    assert output_rows(spark, out) == expected_hourly_counts(events)
+    # The old run's windows after batch 2 left the table and the new run wrote them again.
+    [moved] = _rewound_dirs(out)
+    abandoned = Counter(tuple(row) for row in spark.read.parquet(str(moved)).collect())
+    assert abandoned and abandoned <= expected_hourly_counts(events)
 
 
 def test_every_rewind_step_has_a_crash_point() -> None:
