@@ -183,3 +183,13 @@ def test_rewind_needs_a_local_file_sink_and_excludes_the_other_choices() -> None
         BatchChoice(renumber=True, rewind=True)
     with pytest.raises(UsageError, match="--first-batch, --rewind-output"):
         BatchChoice(first_batch=7, rewind=True)
+
+
+def test_plan_text_shows_the_rewind() -> None:
+    from sparkpoint.cli.render import plan_text
+    from sparkpoint.upgrade.batches import BatchNumbering
+    from sparkpoint.upgrade.validate import UpgradePlan
+
+    text = plan_text(UpgradePlan(batches=BatchNumbering(1, 2, False, 5, rewind_to_batch=1)))
+    assert "batches: snapshot batch 1, first new batch 2; the output is rewound to batch 1 " \
+           "first (its batches 2..5 move aside)" in text
