@@ -114,7 +114,8 @@ def _relative_to_output(output: Path, location: str) -> str:
             "file sink's output can be rewound; nothing was changed")
     path = Path(unquote(parsed.path))
     try:
-        relative = path.relative_to(output)
+        # Spark qualifies the path it was given; a symlink in it must not make it "outside".
+        relative = path.resolve().relative_to(output.resolve())
     except ValueError:
         raise SinkRewindError(
             f"{output / SINK_LOG_DIR}: names {path}, outside the output {output} (was the "
@@ -142,9 +143,10 @@ def plan_rewind(output: Path, to_batch: int, reason: str) -> RewindPlan | None:
     if kept is None:
         raise SinkRewindError(
             f"{output / SINK_LOG_DIR}: the sink log no longer holds the entries that tell "
-            f"which files batch {to_batch} ended with (Spark removes entries before an older "
-            "compaction once spark.sql.streaming.minBatchesToRetain batches have passed "
-            "and spark.sql.streaming.fileSink.log.cleanupDelay has elapsed); the output "
+            f"which files batch {to_batch} ended with (an entry is missing: Spark removes "
+            "entries before an older compaction once spark.sql.streaming.minBatchesToRetain "
+            "batches have passed and spark.sql.streaming.fileSink.log.cleanupDelay has "
+            "elapsed, and a batch that wrote no entry leaves a hole); the output "
             f"cannot be taken back to batch {to_batch}; write the new job to a new output "
             "directory instead; nothing was changed")
     log_dir = output / SINK_LOG_DIR
