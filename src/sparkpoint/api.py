@@ -3,6 +3,7 @@ jobs."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import shutil
 import tempfile
@@ -76,6 +77,10 @@ from sparkpoint.runtime.runner import (
 )
 from sparkpoint.sinks.gaps import fill_gap, find_gap, is_repartition_batch
 from sparkpoint.sinks.ownership import refuse_output_with_history
+from sparkpoint.sinks.rewind import finish_pending as finish_rewinds
+from sparkpoint.sinks.rewind import pending as pending_rewinds
+from sparkpoint.sinks.rewind import plan_rewind
+from sparkpoint.sinks.rewind import rewind as rewind_output_to
 from sparkpoint.snapshot.export import JobInfo
 from sparkpoint.snapshot.inspect import InspectReport, inspect_checkpoint, operator_checks
 from sparkpoint.snapshot.manifest import Manifest
@@ -156,11 +161,14 @@ def run(
     first_batch: int | None = None,
     build: Callable[..., Any] | None = None,
     on_started: Callable[[StreamingQuery], None] | None = None,
+    rewind_output: bool = False,
 ) -> RunResult:
     """Run a job. With ``from_snapshot`` or ``resume_point`` it starts as a new job whose
     checkpoint is built from snapshots; validation failures change nothing (exit 3), nor
-    does an output whose sink log is ahead of the snapshot (exit 4). A job that exists runs
-    again with its stored params, conf and master, updated by those given.
+    does an output whose sink log is ahead of the snapshot (exit 4) unless ``rewind_output``
+    takes that output back to the snapshot's batch first (its later batches moved aside,
+    ``sinks/rewind.py``). A job that exists runs again with its stored params, conf and
+    master, updated by those given.
 
     ``build`` (with ``job_file`` naming it, e.g. ``python:module.function``) replaces the job
     file for Python callers; ``on_started`` receives the query once it runs."""
@@ -168,10 +176,10 @@ def run(
     _needs_spark(spark)
     if from_snapshot is not None and resume_point is not None:
         raise UsageError("use either --from-snapshot or --resume-point, not both")
-    choice = BatchChoice(renumber_batches, first_batch)
+    choice = BatchChoice(renumber_batches, first_batch, rewind_output)
     if choice.asked and from_snapshot is None and resume_point is None:
-        raise UsageError("--renumber-batches and --first-batch apply to a new job started "
-                         "with --from-snapshot or --resume-point")
+        raise UsageError("--renumber-batches, --first-batch and --rewind-output apply to a "
+                         "new job started with --from-snapshot or --resume-point")
     registry = JobRegistry(home)
     registry.remove_deleted_leftovers()
     remote_home.pull_job(home, job, with_state=False)
@@ -214,6 +222,8 @@ def run(
             crash_point("restore.job_locked")
             # A checkpoint left by a cut-off start goes whole, in the home too.
             remote_home.pull_job(home, job)
+            if planned.file_sink is not None:
+                finish_rewinds(planned.file_sink, lambda line: echo(f"job '{job}': {line}"))
             roll_back(target, registry.exists(job), lambda line: echo(f"job '{job}': {line}"))
             resolution = resolve(store, planned, point, from_snapshot, choice)
             for warning in resolution.plan.warnings:
@@ -226,12 +236,26 @@ def run(
                 raise ValidationError(
                     f"the job cannot resume ({len(resolution.plan.problems)} problem(s)); "
                     "nothing was created:\n  " + "\n  ".join(resolution.plan.problems))
-            result = build_new_checkpoint(planned, resolution, target, echo)
+            numbering = resolution.plan.batches
+            rewind_to = numbering.rewind_to_batch if numbering is not None else None
+            with contextlib.ExitStack() as writers:
+                rewind_plan = None
+                if rewind_to is not None and planned.file_sink is not None:
+                    # Nobody may write the output from here until its files are moved.
+                    snapshot_jobs = {s.manifest.job for s in resolution.snapshots.values()}
+                    _lock_writers(writers, home, planned.file_sink, snapshot_jobs, echo)
+                    rewind_plan = plan_rewind(
+                        planned.file_sink, rewind_to,
+                        f"job '{job}' started from {from_snapshot or resume_point} "
+                        "with --rewind-output")
+                result = build_new_checkpoint(planned, resolution, target, echo)
+                if rewind_plan is not None and result.batch_id is not None:
+                    rewind_output_to(rewind_plan)
+                    echo(f"job '{job}': {rewind_plan.summary()}")
             used = sorted(resolution.snapshots)
             if result.batch_id is not None:
                 echo(f"built checkpoint for job '{job}' from {', '.join(used)} "
                      f"(batch {result.batch_id})")
-                numbering = resolution.plan.batches
                 if numbering is not None and numbering.renumbered:
                     echo(f"batch ids renumbered: snapshot batch {numbering.snapshot_batch} "
                          f"continues as batch {numbering.checkpoint_batch}")
@@ -297,6 +321,28 @@ def _merged(stored: Mapping[str, str], given: Mapping[str, str], what: str,
     return {**stored, **given}
 
 
+def _lock_writers(stack: contextlib.ExitStack[Any], home: Home, output: Path,
+                  snapshot_jobs: set[str], echo: Echo) -> None:
+    """Hold, on ``stack``, the lock of every job of the home that may write ``output``: the
+    snapshots' jobs and every job whose latest run wrote it. A running one refuses the rewind
+    (its query would go on writing files and log entries beside the moved ones)."""
+    registry = JobRegistry(home)
+    writers = set()
+    for name in registry.names():
+        with contextlib.suppress(SparkpointError):
+            if name in snapshot_jobs or registry.get(name).output == str(output):
+                writers.add(name)
+    for writer in sorted(writers):
+        holder = lock_holder(home, writer)
+        if holder is not None:
+            raise JobRunningError(
+                f"job '{writer}' writes the output {output} and is running (pid {holder}); "
+                f"its files cannot be moved aside under it: stop it first ('sparkpoint jobs "
+                f"stop {writer} --wait'), then start again with --rewind-output; nothing was "
+                "changed")
+        stack.enter_context(job_lock(home, writer, echo))
+
+
 def _output_of_existing_job(
     registry: JobRegistry, job: str, conf: Mapping[str, str], echo: Echo
 ) -> Callable[[PlannedJob], None]:
@@ -313,6 +359,7 @@ def _output_of_existing_job(
     def prepare(planned: PlannedJob) -> None:
         if planned.file_sink is None:
             return
+        finish_rewinds(planned.file_sink, lambda line: echo(f"job '{job}': {line}"))
         last = registry.checkpoint(job).latest_committed_batch()
         ours = -1 if last is None else last
         sink_last = latest_batch(planned.file_sink)
@@ -367,13 +414,14 @@ def plan(
     echo: Echo = _quiet,
     renumber_batches: bool = False,
     first_batch: int | None = None,
+    rewind_output: bool = False,
 ) -> UpgradePlan:
     """Dry run: what would resume, initialize or be dropped, the batch ids the job would
     continue with, and every problem. Starts no query and writes only scratch files,
     including Spark's own restart check."""
     if (from_snapshot is None) == (resume_point is None):
         raise UsageError("give exactly one of --from-snapshot SNAP or --resume-point FILE")
-    choice = BatchChoice(renumber_batches, first_batch)
+    choice = BatchChoice(renumber_batches, first_batch, rewind_output)
     _needs_spark(spark)
     # Entries that do not parse are problems of the plan, not a reason to stop: the rest of
     # the file is still checked against the job and the snapshots in this run.
@@ -395,6 +443,11 @@ def plan(
                               problems=problems) from exc
     try:
         resolution = resolve(store, planned, point, from_snapshot, choice, read)
+        for unfinished in pending_rewinds(planned.file_sink) if planned.file_sink else []:
+            resolution.plan.warnings.append(
+                f"the output {unfinished.output} has an interrupted rewind to batch "
+                f"{unfinished.to_batch}; the next run into it finishes it (the sink checks "
+                "here read its log as it is now)")
         if resolution.plan.ok:
             scratch = Path(tempfile.mkdtemp(prefix="sparkpoint-plan-")) / "checkpoint"
             try:

@@ -48,6 +48,14 @@ CRASH_POINTS: dict[str, str] = {
     # named in the start's intent, then written in batch order
     "sink_gap.recorded": "missing sink log entries named in the intent, none written",
     "sink_gap.entry_written": "one missing sink log entry written, later ones not",
+    # run --from-snapshot --rewind-output: after the new checkpoint is published, the
+    # output's abandoned batches are moved aside under an intent in the output; the next run
+    # into that output finishes the renames
+    "rewind.intent_recorded": "rewind intent written under the output, nothing moved",
+    "rewind.log_entry_moved": "newest abandoned sink log entry moved aside, older ones not",
+    "rewind.log_rewound": "every abandoned sink log entry moved aside, no data file moved",
+    "rewind.file_moved": "one abandoned data file moved aside, the others not",
+    "rewind.files_moved": "every abandoned data file moved aside, intent not closed",
     # drain
     "drain.intent_recorded": "drain intent recorded, drain offsets not written",
     "drain.offsets_written": "drain batch's offsets written, the batch not run",

@@ -78,10 +78,13 @@ def start(
     snapshots: str | None = None,
     echo: Callable[[str], None] = print,
     until_caught_up: bool = False,
+    rewind_output: bool = False,
 ) -> StreamingQuery:
     """Start job ``job`` in ``spark`` (``build(spark, ctx)`` returns its unstarted writer, or a
     job file path) and return its running query (``until_caught_up``: it processes the input
-    available at its start, then stops, as a scheduled batch-like run). Refusals (bad names,
+    available at its start, then stops, as a scheduled batch-like run; ``rewind_output``: a
+    start from a snapshot first takes the file sink's output back to the snapshot's batch,
+    as ``run --rewind-output`` does). Refusals (bad names,
     a job running elsewhere, a resume point that does not validate) are raised here, before
     any query."""
     job_file, function = _job_source(build)
@@ -99,7 +102,7 @@ def start(
                 from_snapshot=from_snapshot,
                 resume_point=Path(resume_point) if resume_point is not None else None,
                 spark=spark, echo=echo, build=function, on_started=on_started,
-                until_caught_up=until_caught_up))
+                until_caught_up=until_caught_up, rewind_output=rewind_output))
         except BaseException as exc:  # handed to the caller, or kept for await_job
             outcome.error.append(exc)
         finally:

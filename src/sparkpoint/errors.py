@@ -125,6 +125,13 @@ class OutputHasHistoryError(PreconditionError):
     code = "OUTPUT_HAS_HISTORY"
 
 
+class SinkRewindError(PreconditionError):
+    """A file sink's output cannot be taken back to the batch asked for (its log no longer
+    tells which files that batch ended with, or names files outside the output)."""
+
+    code = "SINK_REWIND"
+
+
 class CheckpointFormatError(SparkpointError):
     """A file of a Spark checkpoint is not in a format this version understands."""
 

@@ -67,7 +67,7 @@ def test_output_ahead_of_snapshot_is_refused_then_renumbered(
     assert doc["ok"] is False
     assert any(str(out) in p and "--renumber-batches" in p for p in doc["problems"])
     assert doc["batches"] == {"snapshot_batch": n, "first_batch": n + 1, "renumbered": False,
-                              "sink_latest_batch": latest}
+                              "sink_latest_batch": latest, "rewind_to_batch": None}
 
     renumbered_plan = api.plan(home, JOB, params={"input": str(inp), "output": str(out),
                                                   "files_per_batch": "1"},
@@ -76,7 +76,7 @@ def test_output_ahead_of_snapshot_is_refused_then_renumbered(
     assert renumbered_plan.batches is not None
     assert renumbered_plan.batches.to_dict() == {
         "snapshot_batch": n, "first_batch": latest + 1, "renumbered": True,
-        "sink_latest_batch": latest}
+        "sink_latest_batch": latest, "rewind_to_batch": None}
 
     ran = sparkpoint(home, "run", *args[:1], "--job", "v2", *args[1:], "--until-caught-up",
                      "--renumber-batches")
@@ -130,7 +130,7 @@ def test_sink_it_cannot_read_warns_and_first_batch_sets_the_ids(
     assert not any("foreachBatch" in w for w in chosen.warnings)
     assert chosen.batches is not None and chosen.batches.to_dict() == {
         "snapshot_batch": n, "first_batch": first, "renumbered": True,
-        "sink_latest_batch": None}
+        "sink_latest_batch": None, "rewind_to_batch": None}
 
     # The old job's batches n+1..latest are in the output; the new job's run from `first`.
     old_rows = _foreach_rows(spark, out)

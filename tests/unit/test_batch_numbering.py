@@ -39,7 +39,8 @@ def test_file_sink_ahead_is_a_problem_unless_renumbered(tmp_path: Path) -> None:
     renumbered = number_batches(5, sink, BatchChoice(renumber=True))
     assert renumbered.problem is None
     assert renumbered.numbering.to_dict() == {"snapshot_batch": 5, "first_batch": 10,
-                                              "renumbered": True, "sink_latest_batch": 9}
+                                              "renumbered": True, "sink_latest_batch": 9,
+                                              "rewind_to_batch": None}
     # A first batch past the sink's latest is fine; one inside it is still a problem.
     assert number_batches(5, sink, BatchChoice(first_batch=10)).problem is None
     assert number_batches(5, sink, BatchChoice(first_batch=8)).problem is not None
@@ -99,7 +100,8 @@ def test_plan_text_shows_the_renumbering() -> None:
     assert "batches: snapshot batch 3, first new batch 8 (renumbered: batch ids shifted by 4, " \
            "past the output's sink log at batch 7)" in plan_text(plan)
     assert plan.to_dict()["batches"] == {"snapshot_batch": 3, "first_batch": 8,
-                                         "renumbered": True, "sink_latest_batch": 7}
+                                         "renumbered": True, "sink_latest_batch": 7,
+                                         "rewind_to_batch": None}
     assert "batches: snapshot batch 3, first new batch 4\n" in \
         plan_text(UpgradePlan(batches=BatchNumbering(3, 4, False)))
     assert UpgradePlan().to_dict()["batches"] is None

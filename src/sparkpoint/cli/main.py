@@ -153,6 +153,10 @@ def _batch_options(func: F) -> F:
         click.option("--first-batch", type=click.IntRange(min=0), default=None, metavar="K",
                      help="The new job's first batch id, after the snapshot's batch (with "
                           "--from-snapshot/--resume-point)."),
+        click.option("--rewind-output", is_flag=True,
+                     help="Take the file sink's output back to the snapshot's batch: the "
+                          "later batches' files and log entries move aside under "
+                          "OUTPUT/_sparkpoint_rewound (with --from-snapshot/--resume-point)."),
     ]):
         func = option(func)
     return func
@@ -179,7 +183,8 @@ def _batch_options(func: F) -> F:
 def run(ctx: click.Context, job_file: Path, job: str, params: tuple[str, ...],
         confs: tuple[str, ...], master: str | None, from_snapshot: str | None,
         resume_point: Path | None, until_caught_up: bool, max_batches: int | None,
-        renumber_batches: bool, first_batch: int | None, ui: bool) -> None:
+        renumber_batches: bool, first_batch: int | None, rewind_output: bool,
+        ui: bool) -> None:
     """Run JOB_FILE as job JOB until stopped (Ctrl-C stops cleanly).
 
     A job that exists runs again with its stored --param, --conf and --master; the ones
@@ -199,7 +204,7 @@ def run(ctx: click.Context, job_file: Path, job: str, params: tuple[str, ...],
         from_snapshot=from_snapshot,
         resume_point=resume_point, until_caught_up=until_caught_up, max_batches=max_batches,
         ui=ui, echo=_echo, renumber_batches=renumber_batches, first_batch=first_batch,
-        spark=submitted,
+        rewind_output=rewind_output, spark=submitted,
     )
 
 
@@ -226,12 +231,12 @@ def _job_options(func: F) -> F:
 def plan_command(ctx: click.Context, job_file: Path, from_snapshot: str | None,
                  resume_point: Path | None, params: tuple[str, ...], confs: tuple[str, ...],
                  master: str | None, renumber_batches: bool, first_batch: int | None,
-                 as_json: bool) -> None:
+                 rewind_output: bool, as_json: bool) -> None:
     """Dry run: what resumes, initializes, is dropped, and every problem (exit 3 if any)."""
     result = api.plan(_home(ctx), job_file, params=_pairs(params, "--param"),
                       conf=_pairs(confs, "--conf"), master=master, from_snapshot=from_snapshot,
                       resume_point=resume_point, echo=_echo, renumber_batches=renumber_batches,
-                      first_batch=first_batch)
+                      first_batch=first_batch, rewind_output=rewind_output)
     click.echo(render.as_json(result.to_dict()) if as_json else render.plan_text(result))
     if not result.ok:
         sys.exit(EXIT_VALIDATION)

@@ -338,6 +338,10 @@ def batches_text(batches: BatchNumbering) -> str:
         if batches.sink_latest_batch is not None:
             text += f", past the output's sink log at batch {batches.sink_latest_batch}"
         text += ")"
+    if batches.rewind_to_batch is not None:
+        text += (f"; the output is rewound to batch {batches.rewind_to_batch} first (its "
+                 f"batches {batches.rewind_to_batch + 1}..{batches.sink_latest_batch} move "
+                 "aside)")
     return text
 
 

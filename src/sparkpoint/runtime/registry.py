@@ -135,7 +135,8 @@ class JobRecord(BaseModel):
     error: str | None = None
     operators: list[OperatorRecord] = Field(default_factory=list)
     sources: list[SourceRecord] = Field(default_factory=list)
-    # A local file sink's output directory: which job wrote an output with history.
+    # A local file sink's output directory of the latest run: which job wrote an output
+    # with history, and which jobs a rewind of that output must find stopped.
     output: str | None = None
     lineage: Lineage = Field(default_factory=Lineage)
     runs: list[RunRecord] = Field(default_factory=list)

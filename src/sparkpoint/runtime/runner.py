@@ -351,12 +351,12 @@ def run_job(
                                named_by_user=op.named_by_user, window=op.window)
                 for op in operators
             ]
+            record.output = str(planned.file_sink) if planned.file_sink is not None else None
             record.sources = [
                 SourceRecord(name=s.name, kind=s.kind, named_by_user=s.named_by_user,
                              path=s.path, options=s.options)
                 for s in planned.sources
             ]
-            record.output = str(planned.file_sink) if planned.file_sink is not None else None
             record.runs.append(run)
             registry.save(record)
             if on_recorded is not None:

@@ -4,7 +4,9 @@ A job started from a snapshot of batch N runs batch N+1 next. The snapshot's job
 gone on past N into the same output: a sink that is idempotent by batch id then takes the new
 job's batches N+1.. for ones it already has. Spark's file sink skips them (its log holds them),
 so the new version's rows would be lost silently. For a file sink sparkpoint reads the log and
-refuses, or, when asked, numbers the new job's batches past the log's latest. For a sink it
+refuses, or, when asked, takes the output back to the snapshot's batch (``--rewind-output``,
+see ``sinks/rewind.py``) or numbers the new job's batches past the log's latest (the old
+run's rows then stay in the table beside the new ones, and a warning says so). For a sink it
 cannot read it warns, and the user may choose the first batch id.
 """
 
@@ -19,22 +21,29 @@ from sparkpoint.errors import UsageError
 
 RENUMBER_OPTION = "--renumber-batches"
 FIRST_BATCH_OPTION = "--first-batch"
+REWIND_OPTION = "--rewind-output"
 
 
 @dataclass(frozen=True)
 class BatchChoice:
-    """What the user asked for: nothing, renumbering past the sink, or a first batch id."""
+    """What the user asked for: nothing, renumbering past the sink, a first batch id, or
+    taking the sink back to the snapshot's batch."""
 
     renumber: bool = False
     first_batch: int | None = None
+    rewind: bool = False
 
     def __post_init__(self) -> None:
-        if self.renumber and self.first_batch is not None:
-            raise UsageError(f"use either {RENUMBER_OPTION} or {FIRST_BATCH_OPTION}, not both")
+        asked = [name for name, given in ((RENUMBER_OPTION, self.renumber),
+                                          (FIRST_BATCH_OPTION, self.first_batch is not None),
+                                          (REWIND_OPTION, self.rewind)) if given]
+        if len(asked) > 1:
+            raise UsageError(f"use only one of {', '.join(asked)}, not both: each decides "
+                             "the new job's batch ids in its own way")
 
     @property
     def asked(self) -> bool:
-        return self.renumber or self.first_batch is not None
+        return self.renumber or self.first_batch is not None or self.rewind
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,8 @@ class BatchNumbering:
     first_batch: int  # the first batch id the new job runs
     renumbered: bool
     sink_latest_batch: int | None = None
+    # --rewind-output: the output's sink log is taken back to this batch before the start.
+    rewind_to_batch: int | None = None
 
     @property
     def checkpoint_batch(self) -> int:
@@ -59,7 +70,8 @@ class BatchNumbering:
 
     def to_dict(self) -> dict[str, Any]:
         return {"snapshot_batch": self.snapshot_batch, "first_batch": self.first_batch,
-                "renumbered": self.renumbered, "sink_latest_batch": self.sink_latest_batch}
+                "renumbered": self.renumbered, "sink_latest_batch": self.sink_latest_batch,
+                "rewind_to_batch": self.rewind_to_batch}
 
 
 @dataclass(frozen=True)
@@ -84,20 +96,44 @@ def number_batches(snapshot_batch: int, sink: SinkInfo, choice: BatchChoice) -> 
         return _unreadable_sink(snapshot_batch, sink, choice)
     latest = latest_batch(sink.file_path)
     first = choice.first_batch if choice.first_batch is not None else snapshot_batch + 1
+    if choice.rewind:
+        ahead = latest is not None and latest > snapshot_batch
+        return SinkCheck(BatchNumbering(snapshot_batch, first, False, latest,
+                                        rewind_to_batch=snapshot_batch if ahead else None))
     if choice.renumber and latest is not None and latest >= first:
         first = latest + 1
     numbering = BatchNumbering(snapshot_batch, first, first != snapshot_batch + 1, latest)
     if latest is None or latest < first:
-        return SinkCheck(numbering)
+        kept = latest is not None and latest > snapshot_batch
+        return SinkCheck(numbering, warning=_kept_rows_warning(
+            sink.file_path, snapshot_batch, latest) if kept and latest is not None else None)
     return SinkCheck(numbering, problem=(
         f"the output {sink.file_path} already holds batches up to {latest} in its sink log "
         f"(_spark_metadata), after the snapshot's batch {snapshot_batch}: Spark's file sink "
-        f"would skip the new job's batches {first}..{latest} and their rows would be lost; "
-        f"write to a new output directory, or pass {RENUMBER_OPTION} to number the new job's "
-        f"batches from {latest + 1}"))
+        f"would skip the new job's batches {first}..{latest} and their rows would be lost. "
+        "Three ways out: write to a new output directory; or pass "
+        f"{REWIND_OPTION} to take the output back to batch {snapshot_batch} (the old run's "
+        f"batches {snapshot_batch + 1}..{latest} leave the table, moved aside under the "
+        f"output); or pass {RENUMBER_OPTION} to number the new job's batches from "
+        f"{latest + 1}, which keeps the old run's rows of batches "
+        f"{snapshot_batch + 1}..{latest} in the table beside the new job's rows for the same "
+        "input"))
+
+
+def _kept_rows_warning(output: Path, snapshot_batch: int, latest: int) -> str:
+    return (f"the output {output} keeps the old run's batches {snapshot_batch + 1}..{latest} "
+            "(after the snapshot's batch): the table will hold their rows and the new job's "
+            "rows for the same input, both; pass "
+            f"{REWIND_OPTION} instead to move them out of the table")
 
 
 def _unreadable_sink(snapshot_batch: int, sink: SinkInfo, choice: BatchChoice) -> SinkCheck:
+    if choice.rewind:
+        raise UsageError(
+            f"{REWIND_OPTION} takes a local file sink's output back to the snapshot's batch, "
+            f"and this job's sink ({sink.format}) is not one (a file sink on s3a:// or "
+            "hdfs:// is not supported); write to a new output, or choose the first batch id "
+            f"with {FIRST_BATCH_OPTION} K")
     if choice.renumber:
         raise UsageError(
             f"{RENUMBER_OPTION} reads the batches a file sink already holds, and this job's "

@@ -182,9 +182,9 @@ def _number_batches(resolution: Resolution, planned: PlannedJob, choice: BatchCh
     """The new job's first batch id, checked against what its sink already holds."""
     if not resolution.snapshots:
         if choice.asked and resolution.plan.ok:
-            raise UsageError("--renumber-batches and --first-batch apply to a job that resumes "
-                             "state or offsets from a snapshot; this one resumes nothing and "
-                             "starts at batch 0")
+            raise UsageError("--renumber-batches, --first-batch and --rewind-output apply to "
+                             "a job that resumes state or offsets from a snapshot; this one "
+                             "resumes nothing and starts at batch 0")
         return
     snapshot_batch = max(s.manifest.batch_id for s in resolution.snapshots.values())
     sink = SinkInfo(sink_format(planned.writer), file_sink_path(planned.writer))

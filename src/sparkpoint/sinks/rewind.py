@@ -1,0 +1,241 @@
+"""Taking a file sink's output back to an earlier batch, so that a rollback of the state
+takes the table back with it (``run --from-snapshot S --rewind-output``).
+
+Spark reads a file sink's output through its log (``<output>/_spark_metadata``): the table
+is the files the log names up to its newest entry (FileStreamSinkLog.allFiles: the newest
+compaction at or below it plus the plain entries after it), and the sink skips every batch
+id at or below that entry (FileStreamSink.addBatch). Rewinding to batch B therefore means:
+
+- the log ends at B: the entries of batches B+1.. leave ``_spark_metadata`` (the compaction
+  entries among them too; every entry up to B stays as Spark wrote it, so the newest
+  compaction at or below B and the plain entries after it, which the log's next reader and
+  Spark's next compaction need, are untouched). The new job then runs batch B+1 onward and
+  the sink accepts them. With no compaction file left above B, Spark derives the same
+  compact interval as before (CompactibleFileStreamLog.compactInterval).
+- the data files those entries added and the entries up to B do not name leave the table.
+
+Nothing is deleted: entries and files are renamed into
+``<output>/_sparkpoint_rewound/<id>/``, a directory Spark's readers skip (names starting with
+``_`` or ``.`` and without ``=`` are filtered out by HadoopFSUtils.shouldFilterOutPathName,
+and a log-based read lists only logged files). The abandoned files keep their paths relative
+to the output there, and the log entries go to ``_spark_metadata_abandoned/``, so
+``spark.read.parquet(<that directory>)`` reads exactly the abandoned rows.
+
+The steps: an intent (``_intent.json``, every rename to make) is written first; the log
+entries are moved newest first, so at every moment the log is a prefix of batches that a
+reader can read whole; then the data files; then the intent is renamed to ``_rewind.json``,
+the record of what was done. A process cut off on the way leaves the intent: the next
+command that runs a job into this output does the remaining renames (each one already done
+is skipped), so the rewind is completed, never half applied.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+from urllib.parse import unquote, urlparse
+
+from pydantic import BaseModel, ConfigDict
+from pydantic import ValidationError as PydanticValidationError
+
+from sparkpoint.checkpoint.sink_log import SINK_LOG_DIR, files_up_to
+from sparkpoint.crash_points import crash_point
+from sparkpoint.errors import CorruptRecordError, SinkRewindError
+from sparkpoint.storage.local import fsync_dir, write_atomic
+
+REWOUND_DIR = "_sparkpoint_rewound"
+ABANDONED_LOG_DIR = "_spark_metadata_abandoned"
+INTENT_FILE = "_intent.json"
+RECORD_FILE = "_rewind.json"
+
+Echo = Callable[[str], None]
+
+
+class RewindPlan(BaseModel):
+    """Every rename a rewind makes, decided before the first one."""
+
+    model_config = ConfigDict(extra="forbid")
+    format_version: Literal[1] = 1
+    rewind_id: str
+    output: str
+    to_batch: int
+    latest_batch: int
+    # Names in _spark_metadata, newest batch first.
+    log_entries: list[str]
+    # Data files, relative to the output.
+    files: list[str]
+    reason: str
+    recorded_at: str
+
+    @property
+    def directory(self) -> Path:
+        return Path(self.output) / REWOUND_DIR / self.rewind_id
+
+    def summary(self) -> str:
+        return (f"rewound the output {self.output} to batch {self.to_batch}: the sink log "
+                f"entries of batches {self.to_batch + 1}..{self.latest_batch} and their "
+                f"{len(self.files)} data file(s) moved aside to {self.directory}")
+
+
+def _log_entries(output: Path) -> dict[int, str]:
+    log_dir = output / SINK_LOG_DIR
+    if not log_dir.is_dir():
+        return {}
+    entries = {}
+    for path in log_dir.iterdir():
+        stem = path.name.removesuffix(".compact")
+        if stem.isdigit() and not path.name.startswith(".") and path.is_file():
+            entries[int(stem)] = path.name
+    return entries
+
+
+def _added_paths(entry: Path) -> list[str]:
+    """The paths a sink log entry adds (SinkFileStatus lines after the version line)."""
+    lines = entry.read_text("utf-8").split("\n")
+    paths = []
+    for line in lines[1:]:
+        if line.strip():
+            record = json.loads(line)
+            if record.get("action", "add") == "add":
+                paths.append(str(record["path"]))
+    return paths
+
+
+def _relative_to_output(output: Path, location: str) -> str:
+    parsed = urlparse(location)
+    if parsed.scheme not in ("", "file"):
+        raise SinkRewindError(
+            f"{output / SINK_LOG_DIR}: names {location}, not a local file; only a local "
+            "file sink's output can be rewound; nothing was changed")
+    path = Path(unquote(parsed.path))
+    try:
+        # Spark qualifies the path it was given; a symlink in it must not make it "outside".
+        relative = path.resolve().relative_to(output.resolve())
+    except ValueError:
+        raise SinkRewindError(
+            f"{output / SINK_LOG_DIR}: names {path}, outside the output {output} (was the "
+            "output copied from elsewhere?); its files cannot be moved aside under the "
+            "output; write the new job to a new output directory instead; nothing was "
+            "changed") from None
+    if relative.parts[:1] in ((SINK_LOG_DIR,), (REWOUND_DIR,)):
+        raise SinkRewindError(f"{output / SINK_LOG_DIR}: names {path} as a data file; "
+                              "nothing was changed")
+    return relative.as_posix()
+
+
+def latest_logged_batch(output: Path) -> int | None:
+    return max(_log_entries(output), default=None)
+
+
+def plan_rewind(output: Path, to_batch: int, reason: str) -> RewindPlan | None:
+    """What rewinding ``output`` to ``to_batch`` moves; None when its log ends at or before
+    that batch already. Reads only."""
+    entries = _log_entries(output)
+    abandoned = sorted((b for b in entries if b > to_batch), reverse=True)
+    if not abandoned:
+        return None
+    kept = files_up_to(output, to_batch)
+    if kept is None:
+        raise SinkRewindError(
+            f"{output / SINK_LOG_DIR}: the sink log no longer holds the entries that tell "
+            f"which files batch {to_batch} ended with (an entry is missing: Spark removes "
+            "entries before an older compaction once spark.sql.streaming.minBatchesToRetain "
+            "batches have passed and spark.sql.streaming.fileSink.log.cleanupDelay has "
+            "elapsed, and a batch that wrote no entry leaves a hole); the output "
+            f"cannot be taken back to batch {to_batch}; write the new job to a new output "
+            "directory instead; nothing was changed")
+    log_dir = output / SINK_LOG_DIR
+    files: list[str] = []
+    seen: set[str] = set()
+    for batch in abandoned:
+        for location in _added_paths(log_dir / entries[batch]):
+            if location in kept or location in seen:
+                continue
+            seen.add(location)
+            files.append(_relative_to_output(output, location))
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    return RewindPlan(
+        rewind_id=f"{stamp}-to-batch-{to_batch}-{uuid.uuid4().hex[:6]}", output=str(output),
+        to_batch=to_batch, latest_batch=abandoned[0],
+        log_entries=[entries[b] for b in abandoned], files=files, reason=reason,
+        recorded_at=dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"))
+
+
+def _move(src: Path, dst: Path) -> bool:
+    """Rename ``src`` to ``dst`` with Hadoop's ``.<name>.crc`` sibling; False when it was
+    moved already (the step is repeated after a crash)."""
+    crc = src.parent / f".{src.name}.crc"
+    if crc.exists():
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(crc, dst.parent / crc.name)
+    if not src.exists():
+        return False
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(src, dst)
+    return True
+
+
+def _finish(plan: RewindPlan) -> None:
+    """The renames after the intent, each skipped when done: log entries newest first, then
+    data files, then the intent becomes the record."""
+    output = Path(plan.output)
+    log_dir = output / SINK_LOG_DIR
+    abandoned_log = plan.directory / ABANDONED_LOG_DIR
+    for n, name in enumerate(plan.log_entries):
+        _move(log_dir / name, abandoned_log / name)
+        fsync_dir(log_dir)
+        if n == 0:
+            crash_point("rewind.log_entry_moved")
+    crash_point("rewind.log_rewound")
+    for n, relative in enumerate(plan.files):
+        _move(output / relative, plan.directory / relative)
+        if n == 0:
+            crash_point("rewind.file_moved")
+    fsync_dir(output)
+    crash_point("rewind.files_moved")
+    os.replace(plan.directory / INTENT_FILE, plan.directory / RECORD_FILE)
+    fsync_dir(plan.directory)
+
+
+def rewind(plan: RewindPlan) -> None:
+    """Record the intent, then make every rename it lists."""
+    text = json.dumps(plan.model_dump(mode="json"), indent=2) + "\n"
+    write_atomic(plan.directory / INTENT_FILE, text.encode("utf-8"))
+    fsync_dir(plan.directory.parent)
+    crash_point("rewind.intent_recorded")
+    _finish(plan)
+
+
+def pending(output: Path) -> list[RewindPlan]:
+    """Rewinds of ``output`` that a cut-off process left unfinished, oldest first."""
+    root = output / REWOUND_DIR
+    if not root.is_dir():
+        return []
+    plans = []
+    for intent in sorted(root.glob(f"*/{INTENT_FILE}")):
+        try:
+            plan = RewindPlan.model_validate(json.loads(intent.read_text("utf-8")))
+        except (OSError, ValueError, PydanticValidationError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise CorruptRecordError(
+                f"{intent}: expected the record of an interrupted rewind of the output, found "
+                f"unreadable content ({first}); nothing was changed: compare the output's "
+                f"{SINK_LOG_DIR} with the files beside the record, then remove it to go on"
+            ) from exc
+        plans.append(plan)
+    return sorted(plans, key=lambda p: p.recorded_at)
+
+
+def finish_pending(output: Path, echo: Echo) -> list[RewindPlan]:
+    """Complete every rewind of ``output`` a cut-off process left; return them."""
+    done = []
+    for plan in pending(output):
+        _finish(plan)
+        echo(f"finished an interrupted rewind: {plan.summary()}")
+        done.append(plan)
+    return done
