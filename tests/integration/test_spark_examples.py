@@ -169,12 +169,12 @@ def test_faulty_upgrade_rolled_back_with_rewind_output(
     written = list(example.write(tmp_path, range(0, 4)))
     ok(sparkpoint(home, "run", str(example.job), "--job", "wc", *params, "--until-caught-up"))
     ok(sparkpoint(home, "snapshot", "create", "wc", "before-upgrade"))
+    before_upgrade = table(spark, output)
     written += example.write(tmp_path, range(4, 8))
     ok(sparkpoint(home, "run", str(example.job), "--job", "wc-faulty",
                   "--from-snapshot", "before-upgrade", *params, "--param", "skip_word=state",
                   "--until-caught-up"))
-    faulty = table(spark, output)
-    assert faulty != example.expected(written)  # the fault shows in the table
+    assert table(spark, output) - before_upgrade  # the faulty batches are in the table
 
     refused = sparkpoint(home, "run", str(example.job), "--job", "wc-fixed",
                          "--from-snapshot", "before-upgrade", *params, "--until-caught-up")
