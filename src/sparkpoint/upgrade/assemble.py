@@ -27,6 +27,7 @@ from sparkpoint.checkpoint.logs import (
     QueryMetadata,
     SourceOffset,
     compact_json,
+    named_sources_metadata,
 )
 from sparkpoint.checkpoint.operators import OperatorMetadata
 from sparkpoint.errors import ValidationError
@@ -194,7 +195,9 @@ def _write(
                 snapshots[n].checkpoint.offsets(snapshots[n].manifest.batch_id)
                 .batch_watermark_ms for n in used
             )
-        metadata.setdefault("sourceMetadataInfo", {})
+        # Whatever the snapshot's entry says (a plain checkpoint's says "false"), the new
+        # entries key sources by name and Spark must read them so.
+        metadata = named_sources_metadata(metadata)
         lines = []
         for row in plan.sources:
             if row.action != "resume" or row.origin is None:
