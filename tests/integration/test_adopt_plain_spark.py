@@ -236,3 +236,29 @@ def test_adopted_source_continues_where_plain_spark_stopped(
     values = Counter(value for _ts, value in (before + after).elements())
     # The rate sources number their rows 0, 1, 2...: all of them once, none twice.
     assert values == Counter(range(len(values))), sorted(values.items())[:20]
+
+
+def test_import_refuses_a_session_gap_the_state_contradicts(
+    spark: object, home: Home, tmp_path: Path
+) -> None:
+    """Session windows of 10 minutes: a stored session shorter than the job file's gap of an
+    hour refutes it (a session lasts at least its gap); the right gap is recorded."""
+    inp, ckpt = tmp_path / "in", tmp_path / "ckpt"
+    write_lines(inp, 0)
+    write_lines(inp, 1)
+    spark_submit(PLAIN, str(inp), str(tmp_path / "plain-out"), str(ckpt), "session",
+                 "10 minutes", conf=HDFS_4)
+    params = {"input": str(inp), "output": str(tmp_path / "out")}
+    args = [arg for key, value in {**params, "gap": "1 hour"}.items()
+            for arg in ("--param", f"{key}={value}")]
+    wrong = sparkpoint(home, "snapshot", "import", str(ckpt), "adopted", "--job-file",
+                       str(JOB), *args)
+    assert wrong.code == 3, wrong.err
+    assert "shorter than the job's gap of 1 hour" in wrong.err
+    assert "the job file has session windows with a gap of 1 hour" in wrong.err
+    assert api.snapshot_list(home) == []
+    api.snapshot_import(home, ckpt, "adopted", JOB, params={**params, "gap": "10 minutes"},
+                        spark=spark)  # type: ignore[arg-type]
+    [operator] = api.snapshot_show(home, "adopted").operators
+    assert operator.window is not None
+    assert operator.window.describe() == "session windows with a gap of 10 minutes"

@@ -5,12 +5,14 @@ and continued as a managed job: the output equals the uninterrupted plain-Spark 
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from sparkpoint import api
+from sparkpoint.checkpoint.source_log import read_source_log
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import expected_hourly_counts, output_rows, write_clicks
 from tests.conftest import EXAMPLES
@@ -95,6 +97,13 @@ def test_plain_spark_checkpoint_imported_and_continued(
     api.run(home, JOB, "adopted-job", params={"input": str(inp), "output": str(managed_out),
                                               "files_per_batch": str(FILES_PER_BATCH)},
             from_snapshot="adopted", until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+    # The dedupe below drops a re-read file's events as duplicates or late, so the output
+    # alone cannot show a source that started again from its first file: the source log
+    # must list every input file exactly once, and no file is left unread.
+    log = read_source_log(home.checkpoint_dir("adopted-job") / "sources" / "clicks")
+    listed = Counter(str(entry["path"]) for entries in log.values() for entry in entries)
+    assert listed == Counter(p.absolute().as_uri() for p in sorted(inp.glob("*.json")))
+    assert api.job_view(home, "adopted-job").files_behind == {"clicks": 0}
     run_plain_job(spark, inp, tmp_path / "reference-out", tmp_path / "reference-ckpt")
 
     reference = output_rows(spark, tmp_path / "reference-out")  # type: ignore[arg-type]
