@@ -97,9 +97,12 @@ def test_plain_spark_checkpoint_imported_and_continued(
     api.run(home, JOB, "adopted-job", params={"input": str(inp), "output": str(managed_out),
                                               "files_per_batch": str(FILES_PER_BATCH)},
             from_snapshot="adopted", until_caught_up=True, spark=spark)  # type: ignore[arg-type]
-    # The dedupe below drops a re-read file's events as duplicates or late, so the output
-    # alone cannot show a source that started again from its first file: the source log
-    # must list every input file exactly once, and no file is left unread.
+    # The dedupe drops a re-read file's events as duplicates or late, so the output alone
+    # cannot show a source that started again from its first file (and the file source's
+    # log lists each file once even then: a restart without a start offset reads the
+    # listed files again). What shows it: the committed offsets must name the source, so
+    # that 'jobs show' finds it caught up (test_adopt_plain_spark.py shows the doubled
+    # counts of a query without a dedupe).
     log = read_source_log(home.checkpoint_dir("adopted-job") / "sources" / "clicks")
     listed = Counter(str(entry["path"]) for entries in log.values() for entry in entries)
     assert listed == Counter(p.absolute().as_uri() for p in sorted(inp.glob("*.json")))

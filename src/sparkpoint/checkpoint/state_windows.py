@@ -1,7 +1,8 @@
 """What the window bounds stored in a stateful operator's keys tell about its window (no JVM).
 
 A windowed aggregation keys its state by (window, group key), the window a struct of start
-and end; session windows are keyed the same way with the session's bounds. From the keys:
+and end; a session window aggregation keys it by (group key, session start) and keeps the
+session's bounds (the ``session_window`` struct) in the value. From those bounds:
 
 - time windows (window()): the length is exact (end - start, one value for every key); the
   slide is exact once two stored windows overlap (the smallest step between starts is then
@@ -88,24 +89,28 @@ class StoredWindows:
 
 
 def stored_windows(operator: OperatorDir, version: int, rocksdb: bool) -> StoredWindows | None:
-    """The window bounds of the operator's keys at ``version``; None when no store's key
-    holds a window struct."""
+    """The window bounds of the operator's rows at ``version``; None when no store's key
+    or value holds a window struct."""
     rows = 0
     lengths: set[int] = set()
     starts: set[int] = set()
     found = False
     for store in operator.stores():
         schema = operator.schema(store)
-        key_schema = schema.key_schema if schema is not None else None
-        column = window_column(key_schema)
-        if column is None or key_schema is None:
+        if schema is None:
+            continue
+        # The bounds are in the key (window()), else in the value (session_window()).
+        in_value = window_column(schema.key_schema) is None
+        row_schema = schema.value_schema if in_value else schema.key_schema
+        column = window_column(row_schema)
+        if column is None or row_schema is None:
             continue
         found = True
-        fields = key_schema["fields"]
+        fields = row_schema["fields"]
         for partition in range(operator.metadata.num_partitions):
             pdir = store.partition_dir(operator.path, partition)
-            for key, _value in state_reader.read_pairs(pdir, version, rocksdb):
-                bounds = read_field(key, fields, column, str(pdir))
+            for key, value in state_reader.read_pairs(pdir, version, rocksdb):
+                bounds = read_field(value if in_value else key, fields, column, str(pdir))
                 if not bounds or bounds[0] is None or bounds[1] is None:
                     continue
                 rows += 1

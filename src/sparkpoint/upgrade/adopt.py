@@ -143,7 +143,7 @@ def _check_window(checkpoint: Checkpoint, batch: int, operator: OperatorDir,
     if mismatch is not None:
         adoption.problems.append(
             f"operator '{new.name}' (id {new.operator_id}): the state holds {held} (read "
-            f"from the window bounds of its {found.rows} keys), the job file has "
+            f"from the bounds of its {found.rows} stored windows), the job file has "
             f"{job.describe()}; give the job file of the query that wrote the checkpoint")
 
 
