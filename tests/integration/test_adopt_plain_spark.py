@@ -7,6 +7,13 @@ read through the file sink's log, equal the rows computed in plain Python.
 
 No dedupe and no late-data filter stands between a re-read file and the output here, so a
 source that starts again from its first file shows as doubled counts.
+
+Spark fact pinned here: Spark 4.3 records spark.sql.streaming.queryEvolution.
+enableSourceEvolution in every offsets entry (OffsetSeqMetadata.relevantSQLConfs, default
+"false" for an entry without it) and MicroBatchExecution.logicalPlan takes it from the newest
+entry before the session's; under "false" it keys sources by position, so offsets written
+under source names (format v2) find no source and every source restarts from its beginning.
+A plain checkpoint records "false"; the checkpoint sparkpoint builds must say "true".
 """
 
 from __future__ import annotations

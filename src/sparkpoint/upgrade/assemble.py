@@ -4,7 +4,8 @@ The new checkpoint continues at batch N = the newest batch among the snapshots u
 no source goes back in time; each resumed operator's state is copied to the new job's operator
 id (its metadata patched) with its state files renumbered so that version N+1 is the one
 batch N commits (every file of an HDFS-provider chain shifts by the same amount). Resumed
-sources keep their offsets under their new names (offsets v2); sources that initialize at
+sources keep their offsets under their new names (offsets v2, whose recorded conf must say
+``enableSourceEvolution=true``: Spark restores it on restart); sources that initialize at
 ``earliest`` are left out of the offsets log, which Spark treats as a new source starting at
 its own beginning; other starts are written as the source's committed offset (and,
 for a file source, a log entry marking the files before the start as read). New operators get
