@@ -598,9 +598,10 @@ def snapshot_import(
             f"the checkpoint does not match {job_file.name} ({len(adoption.problems)} "
             "problem(s)); nothing was created:\n  " + "\n  ".join(adoption.problems),
             problems=adoption.problems)
-    windows = {op.operator_id: op.window for op in shape.operators}
+    for note in adoption.notes:
+        echo(f"warning: {note}")
     info = JobInfo(job=f"import:{checkpoint.root}", operator_names=adoption.operator_names,
-                   operator_windows=windows, job_file=str(job_file.absolute()),
+                   operator_windows=adoption.operator_windows, job_file=str(job_file.absolute()),
                    params=dict(params or {}), spark_version=installed_pyspark_version(),
                    source_names=adoption.source_names)
     echo(f"importing {checkpoint.root} as snapshot '{snapshot}': sources "

@@ -152,3 +152,21 @@ def test_file_source_log_round_trips_and_lists_input_files(root: Path) -> None:
     assert file_source_log_offset('{"logOffset":7}') == 7
     assert file_source_log_offset('{"topic":{"0":1}}') is None
     assert file_source_log_offset(None) is None
+
+
+def test_named_offsets_tell_spark_to_read_sources_by_name() -> None:
+    """Spark 4.3 restores enableSourceEvolution from the newest offsets entry (absent there:
+    "false") and under "false" keys sources by position: offsets under names would match no
+    source, and every source would start again from its beginning."""
+    from sparkpoint.checkpoint.logs import SOURCE_EVOLUTION_CONF, OffsetLogEntry
+    from sparkpoint.snapshot.export import named_offsets
+
+    plain = OffsetLogEntry.parse(
+        b'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{"'
+        + SOURCE_EVOLUTION_CONF.encode() + b'":"false","spark.sql.shuffle.partitions":"200"}}'
+        b'\n{"logOffset":3}', "offsets/3")
+    named = OffsetLogEntry.parse(named_offsets(plain, {"0": "lines"}).to_bytes(), "named")
+    assert named.version == 2
+    assert named.source_offsets() == {"lines": '{"logOffset":3}'}
+    assert named.conf == {SOURCE_EVOLUTION_CONF: "true", "spark.sql.shuffle.partitions": "200"}
+    assert named.metadata["sourceMetadataInfo"] == {}

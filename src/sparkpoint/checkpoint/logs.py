@@ -105,6 +105,23 @@ class SourceOffset:
         return body if self.name is None else f"{self.name}:{body}"
 
 
+# Spark 4.3 records this conf in every offsets entry (OffsetSeqMetadata.relevantSQLConfs) and,
+# on restart, reads it from the newest entry before the session's (MicroBatchExecution's
+# logicalPlan, through OffsetSeqMetadata.readValueOpt, whose default for an entry without it
+# is "false"). Under "false" Spark keys sources by position ("0", "1", ...): the offsets of a
+# v2 entry, keyed by name, then match no source and every source starts from its beginning.
+SOURCE_EVOLUTION_CONF = "spark.sql.streaming.queryEvolution.enableSourceEvolution"
+
+
+def named_sources_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """``metadata`` of an offsets entry made to go with sources keyed by name (format v2):
+    the metadata field v2 requires, and the conf under which Spark reads offsets by name."""
+    named = dict(metadata)
+    named.setdefault("sourceMetadataInfo", {})
+    named["conf"] = {**named.get("conf", {}), SOURCE_EVOLUTION_CONF: "true"}
+    return named
+
+
 @dataclass(frozen=True)
 class OffsetLogEntry:
     """``offsets/<N>``: the write-ahead record of what batch N reads."""

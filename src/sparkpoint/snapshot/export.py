@@ -24,7 +24,12 @@ from pathlib import Path
 
 from sparkpoint.checkpoint import hdfs_state
 from sparkpoint.checkpoint.layout import SHUFFLE_PARTITIONS_CONF, Checkpoint, OperatorDir
-from sparkpoint.checkpoint.logs import OffsetLogEntry, SourceOffset, compact_json
+from sparkpoint.checkpoint.logs import (
+    OffsetLogEntry,
+    SourceOffset,
+    compact_json,
+    named_sources_metadata,
+)
 from sparkpoint.checkpoint.retained import describe_range, snapshottable_batches
 from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER, locate_version
 from sparkpoint.checkpoint.source_log import file_source_log_offset
@@ -359,13 +364,12 @@ def _export_batch(
 
 def named_offsets(entry: OffsetLogEntry, names: Mapping[str, str]) -> OffsetLogEntry:
     """An offsets entry with its sources under the given names, in format v2 (the format
-    Spark writes for named sources); metadata and offsets unchanged."""
+    Spark writes for named sources) and with the conf that makes Spark read them by name;
+    offsets and the rest of the metadata unchanged."""
     keys = list(entry.source_offsets())
-    metadata = entry.metadata
-    metadata.setdefault("sourceMetadataInfo", {})
     return OffsetLogEntry(
         version=2,
-        metadata_text=compact_json(metadata),
+        metadata_text=compact_json(named_sources_metadata(entry.metadata)),
         sources=tuple(SourceOffset(names.get(key, key), source.offset)
                       for key, source in zip(keys, entry.sources, strict=True)),
     )

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sparkpoint.checkpoint.logs import SOURCE_EVOLUTION_CONF
 from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER
 from sparkpoint.spark.version import require_supported_pyspark
 
@@ -16,7 +17,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
-SOURCE_EVOLUTION_CONF = "spark.sql.streaming.queryEvolution.enableSourceEvolution"
 
 # Session-level settings: loopback only, no UI unless asked for.
 SESSION_DEFAULTS = {

@@ -3,7 +3,10 @@ of the sparkpoint version of the same query, so that a snapshot of it carries th
 
 Spark identifies sources by position (offsets log v1) unless they were named, and stateful
 operators by position (ids assigned top-down from the sink): the match is by position, then
-checked by kind and state schema. Every mismatch is reported; nothing is guessed.
+checked against everything the checkpoint tells: the kind of each source (from the shape of
+its offset), each operator's kind and key and value schemas, and the window its keys hold
+(``checkpoint/state_windows``: length, slide, session gap as far as the state shows them).
+Every mismatch is reported at once; nothing is guessed.
 """
 
 from __future__ import annotations
@@ -11,9 +14,22 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from sparkpoint.checkpoint.layout import Checkpoint
+from sparkpoint.checkpoint.layout import Checkpoint, OperatorDir
+from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER
+from sparkpoint.checkpoint.state_windows import (
+    session_gap_mismatch,
+    stored_windows,
+    time_window_mismatch,
+)
+from sparkpoint.errors import CheckpointFormatError
 from sparkpoint.snapshot.manifest import OperatorEntry, StoreEntry, operator_kind
-from sparkpoint.upgrade.validate import JobShape, NewSource, compatibility
+from sparkpoint.sources.kafka import KAFKA_KINDS
+from sparkpoint.upgrade.validate import JobShape, NewOperator, NewSource, incompatibilities
+from sparkpoint.windows import WindowSpec
+
+# Source kinds whose offsets have a shape of their own (the job's kind names, Kafka's two
+# formats as one).
+KNOWN_SOURCE_KINDS = ("file", "kafka", "rate", "rate-micro-batch")
 
 
 @dataclass
@@ -22,7 +38,10 @@ class Adoption:
 
     source_names: dict[str, str] = field(default_factory=dict)
     operator_names: dict[int, str] = field(default_factory=dict)
+    # The window each operator's keys were checked against (None: could not be read).
+    operator_windows: dict[int, WindowSpec | None] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 def _offset_kind(offset: str | None) -> str | None:
@@ -33,13 +52,21 @@ def _offset_kind(offset: str | None) -> str | None:
         value = json.loads(offset)
     except ValueError:
         return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return "rate"  # the rate source's offset: seconds since its start
     if isinstance(value, dict) and set(value) == {"logOffset"}:
         return "file"
+    if isinstance(value, dict) and set(value) == {"offset", "timestamp"}:
+        return "rate-micro-batch"
     if isinstance(value, dict) and value and all(
             isinstance(parts, dict) and all(str(p).isdigit() for p in parts)
             for parts in value.values()):
         return "kafka"
     return None
+
+
+def _job_source_kind(source: NewSource) -> str:
+    return "kafka" if source.kind in KAFKA_KINDS else source.kind
 
 
 def _match_sources(checkpoint: Checkpoint, batch: int, sources: tuple[NewSource, ...],
@@ -58,10 +85,11 @@ def _match_sources(checkpoint: Checkpoint, batch: int, sources: tuple[NewSource,
         # Sources the plain job named keep their names; positional ones take the job's.
         source = by_name[key] if named else sources[index]
         found = _offset_kind(offsets[key])
-        if found is not None and source.kind in ("file", "kafka") and found != source.kind:
+        kind = _job_source_kind(source)
+        if found is not None and kind in KNOWN_SOURCE_KINDS and found != kind:
             adoption.problems.append(
                 f"source {index} of the checkpoint holds a {found} offset ({offsets[key]}), "
-                f"the job's source {index} '{source.name}' is a {source.kind} source; the "
+                f"the job's source {index} '{source.name}' is a {kind} source; the "
                 "job's sources must be those of the query, in the same order")
             continue
         adoption.source_names[key] = source.name
@@ -85,13 +113,48 @@ def _checkpoint_operator(checkpoint: Checkpoint, operator_id: int) -> OperatorEn
     return None
 
 
+def _check_window(checkpoint: Checkpoint, batch: int, operator: OperatorDir,
+                  new: NewOperator, adoption: Adoption) -> None:
+    """Compare the window the job computes for ``new`` with the bounds its state's keys
+    hold; the window recorded for the snapshot is the job's once the state agrees."""
+    job = new.window
+    adoption.operator_windows[new.operator_id] = job
+    if job is None or job.kind == "none":
+        return
+    rocksdb = checkpoint.provider(batch) == ROCKSDB_PROVIDER
+    try:
+        found = stored_windows(operator, batch + 1, rocksdb)
+    except CheckpointFormatError as exc:
+        adoption.operator_windows[new.operator_id] = None
+        adoption.notes.append(
+            f"operator '{new.name}': its window could not be checked against the state ({exc}); "
+            "the snapshot records it as unknown")
+        return
+    if found is None:
+        return
+    if job.kind == "time" and job.duration_us is not None:
+        mismatch = time_window_mismatch(found, job)
+        held = found.describe()
+    elif job.kind == "session" and job.gap_us is not None:
+        mismatch = session_gap_mismatch(found, job)
+        held = mismatch or ""
+    else:
+        return
+    if mismatch is not None:
+        adoption.problems.append(
+            f"operator '{new.name}' (id {new.operator_id}): the state holds {held} (read "
+            f"from the bounds of its {found.rows} stored windows), the job file has "
+            f"{job.describe()}; give the job file of the query that wrote the checkpoint")
+
+
 def adopt(checkpoint: Checkpoint, shape: JobShape) -> Adoption:
     """Match a plain Spark checkpoint's latest committed batch with a planned job."""
     adoption = Adoption()
     batch = checkpoint.require_latest_committed_batch()
     _match_sources(checkpoint, batch, shape.sources, adoption)
     planned_ids = {op.operator_id for op in shape.operators}
-    for operator in checkpoint.operators():
+    operators = {op.operator_id: op for op in checkpoint.operators()}
+    for operator in operators.values():
         if operator.operator_id not in planned_ids:
             adoption.problems.append(
                 f"operator {operator.operator_id} of the checkpoint "
@@ -104,11 +167,15 @@ def adopt(checkpoint: Checkpoint, shape: JobShape) -> Adoption:
                 f"operator '{new.name}' (id {new.operator_id}, {new.kind}): the checkpoint has "
                 "no state for this id; the job has a stateful operator the query lacked")
             continue
-        reason = compatibility(old, new)
-        if reason is not None:
+        reasons = incompatibilities(old, new)
+        for reason in reasons:
             adoption.problems.append(
                 f"operator '{new.name}' (id {new.operator_id}): {reason}; the job must be the "
                 "same query as the one that wrote the checkpoint")
-            continue
-        adoption.operator_names[new.operator_id] = new.name
+        if old.spark_operator_name == new.spark_operator_name:
+            # The window of the checkpoint's keys is read whatever else differs: every
+            # mismatch is listed in one go.
+            _check_window(checkpoint, batch, operators[new.operator_id], new, adoption)
+        if not reasons:
+            adoption.operator_names[new.operator_id] = new.name
     return adoption

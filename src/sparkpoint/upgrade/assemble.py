@@ -4,7 +4,8 @@ The new checkpoint continues at batch N = the newest batch among the snapshots u
 no source goes back in time; each resumed operator's state is copied to the new job's operator
 id (its metadata patched) with its state files renumbered so that version N+1 is the one
 batch N commits (every file of an HDFS-provider chain shifts by the same amount). Resumed
-sources keep their offsets under their new names (offsets v2); sources that initialize at
+sources keep their offsets under their new names (offsets v2, whose recorded conf must say
+``enableSourceEvolution=true``: Spark restores it on restart); sources that initialize at
 ``earliest`` are left out of the offsets log, which Spark treats as a new source starting at
 its own beginning; other starts are written as the source's committed offset (and,
 for a file source, a log entry marking the files before the start as read). New operators get
@@ -27,6 +28,7 @@ from sparkpoint.checkpoint.logs import (
     QueryMetadata,
     SourceOffset,
     compact_json,
+    named_sources_metadata,
 )
 from sparkpoint.checkpoint.operators import OperatorMetadata
 from sparkpoint.errors import ValidationError
@@ -194,7 +196,9 @@ def _write(
                 snapshots[n].checkpoint.offsets(snapshots[n].manifest.batch_id)
                 .batch_watermark_ms for n in used
             )
-        metadata.setdefault("sourceMetadataInfo", {})
+        # Whatever the snapshot's entry says (a plain checkpoint's says "false"), the new
+        # entries key sources by name and Spark must read them so.
+        metadata = named_sources_metadata(metadata)
         lines = []
         for row in plan.sources:
             if row.action != "resume" or row.origin is None:

@@ -135,9 +135,17 @@ def _describe(schema: dict[str, Any]) -> str:
 
 def compatibility(old: OperatorEntry, new: NewOperator) -> str | None:
     """Why ``new`` cannot take ``old``'s state, or None when it can."""
+    reasons = incompatibilities(old, new)
+    return reasons[0] if reasons else None
+
+
+def incompatibilities(old: OperatorEntry, new: NewOperator) -> list[str]:
+    """Every reason ``new`` cannot take ``old``'s state (a changed kind alone: the schemas
+    of another kind of operator say nothing more)."""
     if old.spark_operator_name != new.spark_operator_name:
-        return (f"operator kind changed: snapshot has {old.kind} ({old.spark_operator_name}), "
-                f"the job has {new.kind} ({new.spark_operator_name})")
+        return [f"operator kind changed: snapshot has {old.kind} ({old.spark_operator_name}), "
+                f"the job has {new.kind} ({new.spark_operator_name})"]
+    reasons = []
     new_stores = {store.name: store for store in new.stores}
     for store in old.stores:
         target = new_stores.get(store.name)
@@ -146,14 +154,16 @@ def compatibility(old: OperatorEntry, new: NewOperator) -> str | None:
         label = "" if store.name == "default" else f" of store {store.name}"
         if store.key_schema is not None and target.key_schema is not None and \
                 _strip(store.key_schema) != _strip(target.key_schema):
-            return (f"key schema{label} changed: snapshot has ({_describe(store.key_schema)}), "
-                    f"the job has ({_describe(target.key_schema)})")
+            reasons.append(
+                f"key schema{label} changed: snapshot has ({_describe(store.key_schema)}), "
+                f"the job has ({_describe(target.key_schema)})")
         if store.value_schema is not None and target.value_schema is not None and \
                 _strip(store.value_schema) != _strip(target.value_schema):
-            return (f"value schema{label} changed (a different aggregate or state type): "
-                    f"snapshot has ({_describe(store.value_schema)}), the job has "
-                    f"({_describe(target.value_schema)})")
-    return None
+            reasons.append(
+                f"value schema{label} changed (a different aggregate or state type): "
+                f"snapshot has ({_describe(store.value_schema)}), the job has "
+                f"({_describe(target.value_schema)})")
+    return reasons
 
 
 def window_change(old: OperatorEntry, new: NewOperator) -> str | None:

@@ -5,6 +5,8 @@ records a run read.
 --param source=kafka  records of --param topic on --param bootstrap: topic, partition,
                       offset, value, timestamp (at most 4 offsets per batch)
 --param source=rate   Spark's rate source, 5 rows per second: timestamp, value
+--param source=rate-micro-batch   Spark's rate-micro-batch source, 5 rows per batch from
+                      timestamp 0: timestamp, value
 """
 
 from pyspark.sql import SparkSession
@@ -24,6 +26,9 @@ def build(spark: SparkSession, ctx: sp.JobContext):  # type: ignore[no-untyped-d
                 .option("maxOffsetsPerTrigger", "4").load()
                 .select("topic", "partition", "offset",
                         F.col("value").cast("string").alias("value"), "timestamp"))
+    elif ctx.param("source") == "rate-micro-batch":
+        rows = (spark.readStream.name("ticks").format("rate-micro-batch")
+                .option("rowsPerBatch", "5").option("startTimestamp", "0").load())
     elif ctx.param("source") == "rate":
         rows = (spark.readStream.name("ticks").format("rate").option("rowsPerSecond", "5")
                 .load())
