@@ -74,7 +74,11 @@ from sparkpoint.runtime.runner import (
     wait_until_stopped,
 )
 from sparkpoint.sinks.gaps import fill_gap, find_gap, is_repartition_batch
-from sparkpoint.sinks.ownership import refuse_output_with_history
+from sparkpoint.sinks.ownership import (
+    refuse_output_with_history,
+    refuse_start_outside_lineage,
+    start_outside_lineage,
+)
 from sparkpoint.snapshot.export import JobInfo
 from sparkpoint.snapshot.inspect import InspectReport, inspect_checkpoint, operator_checks
 from sparkpoint.snapshot.manifest import Manifest
@@ -92,6 +96,7 @@ from sparkpoint.storage.fileio import file_io
 from sparkpoint.storage.home import Home, validate_name
 from sparkpoint.storage.local import tree_bytes
 from sparkpoint.upgrade.adopt import adopt
+from sparkpoint.upgrade.assemble import used_snapshots
 from sparkpoint.upgrade.batches import BatchChoice, check_first_batch
 from sparkpoint.upgrade.interrupted import (
     clear_intent,
@@ -212,6 +217,8 @@ def run(
             remote_home.pull_job(home, job)
             roll_back(target, registry.exists(job), lambda line: echo(f"job '{job}': {line}"))
             resolution = resolve(store, planned, point, from_snapshot, choice)
+            refuse_start_outside_lineage(registry, store, job, planned.file_sink,
+                                         used_snapshots(resolution.plan))
             for warning in resolution.plan.warnings:
                 echo(f"warning: {warning}")
             if resolution.sink_problem is not None and \
@@ -380,6 +387,10 @@ def plan(
                        master, spark, log_dir=home.logs_dir)
     try:
         resolution = resolve(store, planned, point, from_snapshot, choice)
+        outside = start_outside_lineage(JobRegistry(home), store, planned.file_sink,
+                                        used_snapshots(resolution.plan))
+        if outside is not None:
+            resolution.plan.problems.append(outside)
         if resolution.plan.ok:
             scratch = Path(tempfile.mkdtemp(prefix="sparkpoint-plan-")) / "checkpoint"
             try:
