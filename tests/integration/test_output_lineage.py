@@ -103,3 +103,49 @@ def test_start_from_a_snapshot_outside_the_writers_lineage_is_refused(
                           renumber_batches=True, until_caught_up=True, spark=spark)
     assert rolled_back.first_batch == latest  # the checkpoint's batch: it runs latest + 1 on
     assert output_rows(spark, out) == table + (expected_windows(events) - rows_of_v)
+
+
+def run_plain_windowed_counts(spark: Any, inp: Path, out: Path, checkpoint: Path) -> None:
+    """windowed_counts.py as written without sparkpoint."""
+    from pyspark.sql import functions as F
+
+    counts = (spark.readStream.schema("event_id STRING, user STRING, url STRING, ts TIMESTAMP")
+              .json(str(inp)).withWatermark("ts", "10 minutes")
+              .groupBy(F.window("ts", "10 minutes").alias("window"), "user").count())
+    query = (counts.select("window.start", "window.end", "user", "count")
+             .writeStream.format("parquet").option("path", str(out))
+             .option("checkpointLocation", str(checkpoint)).outputMode("append")
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    assert query.exception() is None
+
+
+def test_adopted_plain_query_continues_into_its_own_output(
+    spark: Any, home: Home, tmp_path: Path
+) -> None:
+    """The output of a query run outside sparkpoint has no writer the home knows: only the
+    batch numbering rules apply to it. Once the adopted job wrote it, the imported snapshot
+    is of that job's lineage (a rollback stays possible)."""
+    inp, out = tmp_path / "in", tmp_path / "out"
+    params = {"input": str(inp), "output": str(out)}
+    write_clicks(inp, range(0, 2))
+    run_plain_windowed_counts(spark, inp, out, tmp_path / "plain-ckpt")
+    api.run(home, JOB, "elsewhere", params={**params, "output": str(tmp_path / "other")},
+            until_caught_up=True, spark=spark)  # the home knows writers, none of `out`
+    api.snapshot_import(home, tmp_path / "plain-ckpt", "adopted", JOB, params=params,
+                        spark=spark)
+
+    plain_rows, plain_latest = output_rows(spark, out), latest_batch(out)
+    assert plain_rows and plain_latest is not None
+
+    # The rows the adopted job adds are issue 18's D1 (tests of the import); here: it runs,
+    # its batches follow the plain query's in the same table.
+    write_clicks(inp, range(2, 4))
+    adopted = api.run(home, JOB, "adopted-job", params=params, from_snapshot="adopted",
+                      until_caught_up=True, spark=spark)
+    assert adopted.batches_run > 0 and adopted.last_batch == latest_batch(out)
+    assert adopted.first_batch == plain_latest
+    assert output_rows(spark, out) - plain_rows and not plain_rows - output_rows(spark, out)
+    rollback = api.plan(home, JOB, params=params, from_snapshot="adopted",
+                        renumber_batches=True, spark=spark)
+    assert rollback.ok, rollback.problems
