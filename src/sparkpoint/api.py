@@ -387,10 +387,6 @@ def plan(
                        master, spark, log_dir=home.logs_dir)
     try:
         resolution = resolve(store, planned, point, from_snapshot, choice)
-        outside = start_outside_lineage(JobRegistry(home), store, planned.file_sink,
-                                        used_snapshots(resolution.plan))
-        if outside is not None:
-            resolution.plan.problems.append(outside)
         if resolution.plan.ok:
             scratch = Path(tempfile.mkdtemp(prefix="sparkpoint-plan-")) / "checkpoint"
             try:
@@ -399,6 +395,12 @@ def plan(
                 pass  # the problem is in the plan already
             finally:
                 shutil.rmtree(scratch.parent, ignore_errors=True)
+        # A precondition of the start, not of the checkpoint it builds: listed after the
+        # dry-run build, which it does not change.
+        outside = start_outside_lineage(JobRegistry(home), store, planned.file_sink,
+                                        used_snapshots(resolution.plan))
+        if outside is not None:
+            resolution.plan.problems.append(outside)
         return resolution.plan
     finally:
         planned.release()
