@@ -76,7 +76,11 @@ from sparkpoint.runtime.runner import (
     wait_until_stopped,
 )
 from sparkpoint.sinks.gaps import fill_gap, find_gap, is_repartition_batch
-from sparkpoint.sinks.ownership import refuse_output_with_history
+from sparkpoint.sinks.ownership import (
+    refuse_output_with_history,
+    refuse_start_outside_lineage,
+    start_outside_lineage,
+)
 from sparkpoint.sinks.rewind import finish_pending as finish_rewinds
 from sparkpoint.sinks.rewind import pending as pending_rewinds
 from sparkpoint.sinks.rewind import plan_rewind
@@ -99,6 +103,7 @@ from sparkpoint.storage.fileio import file_io
 from sparkpoint.storage.home import Home, validate_name
 from sparkpoint.storage.local import tree_bytes
 from sparkpoint.upgrade.adopt import adopt
+from sparkpoint.upgrade.assemble import used_snapshots
 from sparkpoint.upgrade.batches import BatchChoice, check_first_batch
 from sparkpoint.upgrade.interrupted import (
     clear_intent,
@@ -226,6 +231,8 @@ def run(
                 finish_rewinds(planned.file_sink, lambda line: echo(f"job '{job}': {line}"))
             roll_back(target, registry.exists(job), lambda line: echo(f"job '{job}': {line}"))
             resolution = resolve(store, planned, point, from_snapshot, choice)
+            refuse_start_outside_lineage(registry, store, job, planned.file_sink,
+                                         used_snapshots(resolution.plan))
             for warning in resolution.plan.warnings:
                 echo(f"warning: {warning}")
             if resolution.sink_problem is not None and \
@@ -456,6 +463,12 @@ def plan(
                 pass  # the problem is in the plan already
             finally:
                 shutil.rmtree(scratch.parent, ignore_errors=True)
+        # A precondition of the start, not of the checkpoint it builds: listed after the
+        # dry-run build, which it does not change.
+        outside = start_outside_lineage(JobRegistry(home), store, planned.file_sink,
+                                        used_snapshots(resolution.plan))
+        if outside is not None:
+            resolution.plan.problems.append(outside)
         return resolution.plan
     finally:
         planned.release()

@@ -120,7 +120,8 @@ class SinkAheadError(PreconditionError):
 
 class OutputHasHistoryError(PreconditionError):
     """A new job (no record, not started from a snapshot) was given an output whose file
-    sink log already holds batches: Spark's sink would skip the new job's batches."""
+    sink log already holds batches: Spark's sink would skip the new job's batches. Or a job
+    started from a snapshot outside the lineage of the job that wrote the output."""
 
     code = "OUTPUT_HAS_HISTORY"
 
