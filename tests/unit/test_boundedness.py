@@ -47,7 +47,8 @@ def _operator(tmp_path: Path, name: str, stores: dict[str, tuple[dict[str, Any],
         (sub / "_metadata").mkdir(parents=True)
         (sub / "_metadata" / "schema").write_bytes(_schema_file(key, value))
     text = json.dumps(meta)
-    return OperatorDir(tmp_path, OperatorMetadata.parse(f"v1\n{text}".encode(), "metadata"))
+    metadata = OperatorMetadata.parse(f"v1\n{text}".encode(), "metadata")
+    return OperatorDir(tmp_path, metadata, metadata.num_partitions)
 
 
 COUNT = _struct(("count", "long", {}))

@@ -32,6 +32,9 @@ class StoreLayout:
 class OperatorDir:
     path: Path
     metadata: OperatorMetadata
+    # The state partitions of the batch the operator was listed for (see
+    # Checkpoint.operators): directories past it are left over from before a repartition.
+    partitions: int
 
     @property
     def operator_id(self) -> int:
@@ -127,7 +130,20 @@ class Checkpoint:
             )
         return CommitLogEntry.parse(path.read_bytes(), str(path))
 
-    def operators(self) -> list[OperatorDir]:
+    def state_partitions(self, batch: int) -> int | None:
+        """The state partitions batch ``batch`` ran with: the shuffle partitions its offsets
+        entry records (None when it records none).
+
+        Spark's offline repartition (a start with another partition count on RocksDB)
+        leaves the operator metadata v1 at the old count and the old partition directories
+        in place: only the offsets log tells which partitions hold a batch's state."""
+        value = self.offsets(batch).conf.get(SHUFFLE_PARTITIONS_CONF)
+        return int(value) if value is not None else None
+
+    def operators(self, batch: int | None = None) -> list[OperatorDir]:
+        """The stateful operators, each with the partitions that hold ``batch``'s state
+        (without a batch: the count in the operator's metadata)."""
+        recorded = self.state_partitions(batch) if batch is not None else None
         state = self.root / "state"
         if not state.is_dir():
             return []
@@ -142,7 +158,8 @@ class Checkpoint:
                     f"{path}: expected operator metadata for state directory {entry.name}, "
                     "found nothing; the checkpoint was written by a Spark older than 3.5"
                 )
-            found.append(OperatorDir(entry, OperatorMetadata.parse(path.read_bytes(), str(path))))
+            metadata = OperatorMetadata.parse(path.read_bytes(), str(path))
+            found.append(OperatorDir(entry, metadata, recorded or metadata.num_partitions))
         return found
 
     def provider(self, batch: int) -> str:

@@ -100,13 +100,19 @@ def snapshottable_batches(checkpoint: Checkpoint) -> list[RetainedBatch]:
         return []
     # The provider is fixed at a query's first batch and recorded in every offsets entry.
     rocksdb = checkpoint.is_rocksdb(candidates[-1])
-    versions = {b + 1 for b in candidates}
-    for operator in checkpoint.operators():
-        for store in operator.stores():
-            for partition in range(operator.metadata.num_partitions):
-                pdir = store.partition_dir(operator.path, partition)
-                versions &= _partition_loadable(pdir, versions, rocksdb)
-    return [RetainedBatch(b, times[b]) for b in candidates if b + 1 in versions]
+    held: list[int] = []
+    # Batches on either side of a repartition keep their state in different partitions.
+    for partitions in sorted({checkpoint.state_partitions(b) for b in candidates},
+                             key=lambda p: p or 0):
+        same = [b for b in candidates if checkpoint.state_partitions(b) == partitions]
+        versions = {b + 1 for b in same}
+        for operator in checkpoint.operators(same[-1]):
+            for store in operator.stores():
+                for partition in range(operator.partitions):
+                    pdir = store.partition_dir(operator.path, partition)
+                    versions &= _partition_loadable(pdir, versions, rocksdb)
+        held.extend(b for b in same if b + 1 in versions)
+    return [RetainedBatch(b, times[b]) for b in sorted(held)]
 
 
 def describe_range(held: list[RetainedBatch]) -> str:

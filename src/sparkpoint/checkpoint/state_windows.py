@@ -107,7 +107,7 @@ def stored_windows(operator: OperatorDir, version: int, rocksdb: bool) -> Stored
             continue
         found = True
         fields = row_schema["fields"]
-        for partition in range(operator.metadata.num_partitions):
+        for partition in range(operator.partitions):
             pdir = store.partition_dir(operator.path, partition)
             for key, value in state_reader.read_pairs(pdir, version, rocksdb):
                 bounds = read_field(value if in_value else key, fields, column, str(pdir))

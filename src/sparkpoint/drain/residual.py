@@ -21,10 +21,10 @@ def state_rows(checkpoint: Checkpoint, batch: int) -> list[OperatorRows]:
     version = batch + 1
     rocksdb = checkpoint.is_rocksdb(batch)
     counted = []
-    for operator in checkpoint.operators():
+    for operator in checkpoint.operators(batch):
         rows: int | None = 0
         for store in operator.stores():
-            for partition in range(operator.metadata.num_partitions):
+            for partition in range(operator.partitions):
                 pdir = store.partition_dir(operator.path, partition)
                 if rocksdb:
                     keys = locate_version(pdir, version).num_keys

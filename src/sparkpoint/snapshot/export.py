@@ -150,7 +150,7 @@ def _export_operator(
     rows: int | None = 0
     state_bytes = 0
     for store in operator.stores():
-        for partition in range(operator.metadata.num_partitions):
+        for partition in range(operator.partitions):
             pdir = store.partition_dir(operator.path, partition)
             prel = store.partition_dir(Path(rel), partition).as_posix()
             schema = pdir / "_metadata" / "schema"
@@ -293,7 +293,7 @@ def _export_batch(
                 plan.copies.append((path, f"sources/{name}/{path.name}"))
 
     operator_entries = []
-    for operator in checkpoint.operators():
+    for operator in checkpoint.operators(batch):
         steps.info("operator %s (%s)", operator.operator_id, operator.operator_name)
         rows, state_bytes = _export_operator(operator, batch + 1, rocksdb, out, plan)
         stores = []
@@ -315,7 +315,7 @@ def _export_batch(
                 kind=operator_kind(operator.operator_name),
                 spark_operator_name=operator.operator_name,
                 stores=stores,
-                partitions=operator.metadata.num_partitions,
+                partitions=operator.partitions,
                 rows=rows,
                 bytes=state_bytes,
                 window=info.operator_windows.get(operator.operator_id),

@@ -241,7 +241,7 @@ def inspect_operator(operator: OperatorDir, name: str, version: int, rocksdb: bo
     undecoded = [] if sample_rows == 0 else [
         not_decoded(name, kind, store.name) for store in operator.stores()
         if operator.schema(store) is None]
-    for partition in range(operator.metadata.num_partitions):
+    for partition in range(operator.partitions):
         rows = size = 0
         for store in operator.stores():
             pdir = store.partition_dir(operator.path, partition)
@@ -281,7 +281,7 @@ def inspect_checkpoint(checkpoint: Checkpoint, batch: int, names: Mapping[int, s
     """Every operator of the checkpoint (or the one named ``only``) at committed ``batch``."""
     rocksdb = checkpoint.is_rocksdb(batch)
     report = InspectReport(batch, checkpoint.provider(batch))
-    for operator in checkpoint.operators():
+    for operator in checkpoint.operators(batch):
         name = names.get(operator.operator_id,
                          f"{operator.operator_name}_{operator.operator_id}")
         if only is not None and name != only:

@@ -240,7 +240,7 @@ def check_prunable(
             f"snapshot '{manifest.name}' has no stateful operator '{operator}' (operators: "
             f"{known}); see 'sparkpoint snapshot show {manifest.name}'")
     operator_dir = next(
-        (d for d in Checkpoint(store.checkpoint_path(manifest.name)).operators()
+        (d for d in Checkpoint(store.checkpoint_path(manifest.name)).operators(manifest.batch_id)
          if d.operator_id == op.operator_id), None)
     if operator_dir is None:
         raise CheckpointFormatError(

@@ -95,8 +95,9 @@ def _match_sources(checkpoint: Checkpoint, batch: int, sources: tuple[NewSource,
         adoption.source_names[key] = source.name
 
 
-def _checkpoint_operator(checkpoint: Checkpoint, operator_id: int) -> OperatorEntry | None:
-    for operator in checkpoint.operators():
+def _checkpoint_operator(checkpoint: Checkpoint, batch: int,
+                         operator_id: int) -> OperatorEntry | None:
+    for operator in checkpoint.operators(batch):
         if operator.operator_id != operator_id:
             continue
         stores = []
@@ -109,7 +110,7 @@ def _checkpoint_operator(checkpoint: Checkpoint, operator_id: int) -> OperatorEn
             name=f"{operator.operator_name}_{operator.operator_id}",
             operator_id=operator.operator_id, kind=operator_kind(operator.operator_name),
             spark_operator_name=operator.operator_name, stores=stores,
-            partitions=operator.metadata.num_partitions, rows=None, bytes=0)
+            partitions=operator.partitions, rows=None, bytes=0)
     return None
 
 
@@ -153,7 +154,7 @@ def adopt(checkpoint: Checkpoint, shape: JobShape) -> Adoption:
     batch = checkpoint.require_latest_committed_batch()
     _match_sources(checkpoint, batch, shape.sources, adoption)
     planned_ids = {op.operator_id for op in shape.operators}
-    operators = {op.operator_id: op for op in checkpoint.operators()}
+    operators = {op.operator_id: op for op in checkpoint.operators(batch)}
     for operator in operators.values():
         if operator.operator_id not in planned_ids:
             adoption.problems.append(
@@ -161,7 +162,7 @@ def adopt(checkpoint: Checkpoint, shape: JobShape) -> Adoption:
                 f"({operator_kind(operator.operator_name)}) has no counterpart in the job: the "
                 "job has fewer stateful operators than the query that wrote the checkpoint")
     for new in shape.operators:
-        old = _checkpoint_operator(checkpoint, new.operator_id)
+        old = _checkpoint_operator(checkpoint, batch, new.operator_id)
         if old is None:
             adoption.problems.append(
                 f"operator '{new.name}' (id {new.operator_id}, {new.kind}): the checkpoint has "
