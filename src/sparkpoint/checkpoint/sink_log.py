@@ -11,6 +11,7 @@ sink existed but received no files.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from sparkpoint.storage.local import write_atomic
@@ -18,6 +19,7 @@ from sparkpoint.storage.local import write_atomic
 SINK_LOG_DIR = "_spark_metadata"
 SINK_LOG_VERSION = "v1"
 DEFAULT_COMPACT_INTERVAL = 10
+COMPACT_SUFFIX = ".compact"
 
 
 def is_compaction_batch(batch: int, interval: int) -> bool:
@@ -53,19 +55,45 @@ def seed_empty_history(output_dir: Path, last_batch: int, interval: int) -> list
     return written
 
 
+def log_entries(output_dir: Path) -> dict[int, Path]:
+    """The entries of the sink log of ``output_dir`` by batch id (``N`` or ``N.compact``;
+    Hadoop's hidden ``.N.crc`` files and temp files are not entries); empty without a log."""
+    log_dir = output_dir / SINK_LOG_DIR
+    if not log_dir.is_dir():
+        return {}
+    entries = {}
+    for path in log_dir.iterdir():
+        stem = path.name.removesuffix(COMPACT_SUFFIX)
+        if stem.isdigit() and not path.name.startswith(".") and path.is_file():
+            entries[int(stem)] = path
+    return entries
+
+
+def entry_lines(entry: Path) -> list[str]:
+    """The SinkFileStatus lines of a sink log entry (after its version line)."""
+    return [line for line in entry.read_text("utf-8").split("\n")[1:] if line.strip()]
+
+
+def entry_files(entry: Path) -> list[tuple[str, str]]:
+    """(action, path) of every file a sink log entry names, in its order."""
+    found = []
+    for line in entry_lines(entry):
+        record = json.loads(line)
+        found.append((str(record.get("action", "add")), str(record["path"])))
+    return found
+
+
+def added_files(entry: Path) -> list[str]:
+    return [path for action, path in entry_files(entry) if action == "add"]
+
+
 def latest_batch(output_dir: Path) -> int | None:
     """The newest batch id the sink log of ``output_dir`` holds, or None without a log.
 
     Spark's file sink skips any batch whose id is at or below this one, so a job must not
     run such batch ids into this output.
     """
-    log_dir = output_dir / SINK_LOG_DIR
-    if not log_dir.is_dir():
-        return None
-    batches = [int(stem) for stem in (p.name.removesuffix(".compact") for p in log_dir.iterdir()
-                                      if p.is_file() and not p.name.startswith("."))
-               if stem.isdigit()]
-    return max(batches, default=None)
+    return max(log_entries(output_dir), default=None)
 
 
 def committed_files(output_dir: Path) -> list[str]:
@@ -73,26 +101,12 @@ def committed_files(output_dir: Path) -> list[str]:
 
     The newest ``.compact`` entry folds in everything before it; later entries add to it.
     """
-    import json
-
-    log_dir = output_dir / SINK_LOG_DIR
-    if not log_dir.is_dir():
-        return []
-    entries: dict[int, Path] = {}
-    for path in log_dir.iterdir():
-        stem = path.name.removesuffix(".compact")
-        if stem.isdigit() and not path.name.startswith("."):
-            entries[int(stem)] = path
-    compacts = [b for b, p in entries.items() if p.name.endswith(".compact")]
+    entries = log_entries(output_dir)
+    compacts = [b for b, p in entries.items() if p.name.endswith(COMPACT_SUFFIX)]
     start = max(compacts, default=0)
     files: list[str] = []
     for batch in sorted(b for b in entries if b >= start):
-        lines = entries[batch].read_text("utf-8").split("\n")[1:]
-        for line in lines:
-            if line.strip():
-                record = json.loads(line)
-                if record.get("action", "add") == "add":
-                    files.append(str(record["path"]))
+        files += added_files(entries[batch])
     return files
 
 
@@ -106,8 +120,6 @@ def files_up_to(output_dir: Path, batch: int) -> set[str] | None:
     below it plus the plain entries after that compaction; those plain entries are deleted
     once a later compaction is old enough (``spark.sql.streaming.fileSink.log.cleanupDelay``).
     """
-    import json
-
     if batch < 0:
         return set()
     log_dir = output_dir / SINK_LOG_DIR
@@ -120,11 +132,9 @@ def files_up_to(output_dir: Path, batch: int) -> set[str] | None:
         path = log_dir / name
         if not path.is_file():
             return None
-        for line in path.read_text("utf-8").split("\n")[1:]:
-            if line.strip():
-                record = json.loads(line)
-                if record.get("action", "add") == "add":
-                    files.add(str(record["path"]))
-                else:
-                    files.discard(str(record["path"]))
+        for action, file in entry_files(path):
+            if action == "add":
+                files.add(file)
+            else:
+                files.discard(file)
     return files

@@ -27,26 +27,16 @@ from pathlib import Path
 
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.sink_log import (
+    COMPACT_SUFFIX,
     SINK_LOG_DIR,
     SINK_LOG_VERSION,
     batches_to_seed,
+    entry_lines,
     is_compaction_batch,
+    log_entries,
 )
 from sparkpoint.errors import CheckpointFormatError
 from sparkpoint.storage.local import write_atomic
-
-COMPACT_SUFFIX = ".compact"
-
-
-def _entry_batches(log_dir: Path) -> dict[int, Path]:
-    if not log_dir.is_dir():
-        return {}
-    entries = {}
-    for path in log_dir.iterdir():
-        stem = path.name.removesuffix(COMPACT_SUFFIX)
-        if path.is_file() and stem.isdigit() and not path.name.startswith("."):
-            entries[int(stem)] = path
-    return entries
 
 
 def derive_compact_interval(default: int, latest_compact: int) -> int:
@@ -64,7 +54,7 @@ def compact_interval(output_dir: Path, default: int) -> int:
     """The interval Spark's sink uses on this log (``CompactibleFileStreamLog.compactInterval``):
     the distance of the two newest ``.compact`` entries, else derived from the one there is,
     else the configured default."""
-    compacts = sorted((b for b, p in _entry_batches(output_dir / SINK_LOG_DIR).items()
+    compacts = sorted((b for b, p in log_entries(output_dir).items()
                        if p.name.endswith(COMPACT_SUFFIX)), reverse=True)
     if len(compacts) >= 2:
         return compacts[0] - compacts[1]
@@ -96,17 +86,12 @@ def find_gap(output_dir: Path, through: int, default_interval: int) -> Gap:
     ``through``: nothing when the log reaches it; from the log's latest on otherwise; for a
     log with no entries, what Spark reads up to ``through`` (from its compaction window)."""
     interval = compact_interval(output_dir, default_interval)
-    entries = _entry_batches(output_dir / SINK_LOG_DIR)
+    entries = log_entries(output_dir)
     if not entries:
         batches = batches_to_seed(through, interval)
     else:
         batches = list(range(max(entries) + 1, through + 1))
     return Gap(output_dir, through, interval, tuple(batches))
-
-
-def _file_lines(path: Path) -> list[str]:
-    lines = path.read_text("utf-8").split("\n")
-    return [line for line in lines[1:] if line.strip()]
 
 
 def _compaction_lines(log_dir: Path, batch: int, interval: int) -> list[str]:
@@ -118,7 +103,7 @@ def _compaction_lines(log_dir: Path, batch: int, interval: int) -> list[str]:
     for earlier in range(max(0, batch - interval), batch):
         path = log_dir / entry_name(earlier, interval)
         if path.is_file():
-            lines += _file_lines(path)
+            lines += entry_lines(path)
     return lines
 
 
@@ -146,7 +131,7 @@ def remove_filled(output_dir: Path, names: list[str], through: int) -> list[Path
     """Take back the entries a fill wrote, newest first, so the log stays without holes at
     every step; nothing is removed once the log has moved past ``through`` (a job ran into
     the output since, and the entries are part of its history)."""
-    entries = _entry_batches(output_dir / SINK_LOG_DIR)
+    entries = log_entries(output_dir)
     if not entries or max(entries) > through:
         return []
     removed = []

@@ -43,7 +43,7 @@ from urllib.parse import unquote, urlparse
 from pydantic import BaseModel, ConfigDict
 from pydantic import ValidationError as PydanticValidationError
 
-from sparkpoint.checkpoint.sink_log import SINK_LOG_DIR, files_up_to
+from sparkpoint.checkpoint.sink_log import SINK_LOG_DIR, added_files, files_up_to, log_entries
 from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import CorruptRecordError, SinkRewindError
 from sparkpoint.storage.local import fsync_dir, write_atomic
@@ -82,30 +82,6 @@ class RewindPlan(BaseModel):
                 f"{len(self.files)} data file(s) moved aside to {self.directory}")
 
 
-def _log_entries(output: Path) -> dict[int, str]:
-    log_dir = output / SINK_LOG_DIR
-    if not log_dir.is_dir():
-        return {}
-    entries = {}
-    for path in log_dir.iterdir():
-        stem = path.name.removesuffix(".compact")
-        if stem.isdigit() and not path.name.startswith(".") and path.is_file():
-            entries[int(stem)] = path.name
-    return entries
-
-
-def _added_paths(entry: Path) -> list[str]:
-    """The paths a sink log entry adds (SinkFileStatus lines after the version line)."""
-    lines = entry.read_text("utf-8").split("\n")
-    paths = []
-    for line in lines[1:]:
-        if line.strip():
-            record = json.loads(line)
-            if record.get("action", "add") == "add":
-                paths.append(str(record["path"]))
-    return paths
-
-
 def _relative_to_output(output: Path, location: str) -> str:
     parsed = urlparse(location)
     if parsed.scheme not in ("", "file"):
@@ -128,14 +104,10 @@ def _relative_to_output(output: Path, location: str) -> str:
     return relative.as_posix()
 
 
-def latest_logged_batch(output: Path) -> int | None:
-    return max(_log_entries(output), default=None)
-
-
 def plan_rewind(output: Path, to_batch: int, reason: str) -> RewindPlan | None:
     """What rewinding ``output`` to ``to_batch`` moves; None when its log ends at or before
     that batch already. Reads only."""
-    entries = _log_entries(output)
+    entries = log_entries(output)
     abandoned = sorted((b for b in entries if b > to_batch), reverse=True)
     if not abandoned:
         return None
@@ -149,11 +121,10 @@ def plan_rewind(output: Path, to_batch: int, reason: str) -> RewindPlan | None:
             "elapsed, and a batch that wrote no entry leaves a hole); the output "
             f"cannot be taken back to batch {to_batch}; write the new job to a new output "
             "directory instead; nothing was changed")
-    log_dir = output / SINK_LOG_DIR
     files: list[str] = []
     seen: set[str] = set()
     for batch in abandoned:
-        for location in _added_paths(log_dir / entries[batch]):
+        for location in added_files(entries[batch]):
             if location in kept or location in seen:
                 continue
             seen.add(location)
@@ -162,7 +133,7 @@ def plan_rewind(output: Path, to_batch: int, reason: str) -> RewindPlan | None:
     return RewindPlan(
         rewind_id=f"{stamp}-to-batch-{to_batch}-{uuid.uuid4().hex[:6]}", output=str(output),
         to_batch=to_batch, latest_batch=abandoned[0],
-        log_entries=[entries[b] for b in abandoned], files=files, reason=reason,
+        log_entries=[entries[b].name for b in abandoned], files=files, reason=reason,
         recorded_at=dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"))
 
 
