@@ -245,16 +245,18 @@ def test_adopted_source_continues_where_plain_spark_stopped(
     assert values == Counter(range(len(values))), sorted(values.items())[:20]
 
 
+@pytest.mark.parametrize("conf", [HDFS_4, ROCKSDB_4], ids=["hdfs", "rocksdb"])
 def test_import_refuses_a_session_gap_the_state_contradicts(
-    spark: object, home: Home, tmp_path: Path
+    spark: object, home: Home, tmp_path: Path, conf: dict[str, str]
 ) -> None:
     """Session windows of 10 minutes: a stored session shorter than the job file's gap of an
-    hour refutes it (a session lasts at least its gap); the right gap is recorded."""
+    hour refutes it (a session lasts at least its gap); the right gap is recorded. On RocksDB
+    the session store's keys are prefix-encoded (its numColsPrefixKey)."""
     inp, ckpt = tmp_path / "in", tmp_path / "ckpt"
     write_lines(inp, 0)
     write_lines(inp, 1)
     spark_submit(PLAIN, str(inp), str(tmp_path / "plain-out"), str(ckpt), "session",
-                 "10 minutes", conf=HDFS_4)
+                 "10 minutes", conf=conf)
     params = {"input": str(inp), "output": str(tmp_path / "out")}
     args = [arg for key, value in {**params, "gap": "1 hour"}.items()
             for arg in ("--param", f"{key}={value}")]

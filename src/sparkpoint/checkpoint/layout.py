@@ -7,6 +7,7 @@ from pathlib import Path
 
 from sparkpoint.checkpoint.logs import CommitLogEntry, OffsetLogEntry, QueryMetadata
 from sparkpoint.checkpoint.operators import OperatorMetadata, StateSchemaFile
+from sparkpoint.checkpoint.rocksdb_keys import KeyEncoding
 from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
 from sparkpoint.errors import CheckpointFormatError, NoCommittedBatchError
 from sparkpoint.storage.local import numbered_files
@@ -56,6 +57,15 @@ class OperatorDir:
         if not path.is_file():
             return None
         return StateSchemaFile.parse(path.read_bytes(), str(path))
+
+    def key_encoding(self, store: StoreLayout) -> KeyEncoding:
+        """How the RocksDB provider encodes the store's keys: a session window's store scans
+        by its grouping columns (``numColsPrefixKey`` in the operator metadata)."""
+        prefix = next((info.num_cols_prefix_key for info in self.metadata.stores
+                       if info.name == store.name), 0)
+        schema = self.schema(store)
+        key_schema = schema.key_schema if schema is not None else None
+        return KeyEncoding(prefix, tuple((key_schema or {}).get("fields", [])))
 
 
 def operator_metadata_path(operator_dir: Path) -> Path | None:

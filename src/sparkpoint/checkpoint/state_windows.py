@@ -109,7 +109,8 @@ def stored_windows(operator: OperatorDir, version: int, rocksdb: bool) -> Stored
         fields = row_schema["fields"]
         for partition in range(operator.partitions):
             pdir = store.partition_dir(operator.path, partition)
-            for key, value in state_reader.read_pairs(pdir, version, rocksdb):
+            for key, value in state_reader.read_pairs(pdir, version, rocksdb,
+                                                       operator.key_encoding(store)):
                 bounds = read_field(value if in_value else key, fields, column, str(pdir))
                 if not bounds or bounds[0] is None or bounds[1] is None:
                     continue

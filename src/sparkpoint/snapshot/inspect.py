@@ -172,15 +172,6 @@ class _Scan:
     sample: list[SampleRow] = field(default_factory=list)
 
 
-def key_encoding(operator: OperatorDir, store: StoreLayout,
-                 key_schema: dict[str, Any] | None) -> KeyEncoding:
-    """How the RocksDB provider encoded the store's keys: a session window's store scans by
-    its grouping columns (``numColsPrefixKey`` in the operator metadata)."""
-    prefix = next((info.num_cols_prefix_key for info in operator.metadata.stores
-                   if info.name == store.name), 0)
-    return KeyEncoding(prefix, tuple((key_schema or {}).get("fields", [])))
-
-
 def _scan_partition(pdir: Path, version: int, rocksdb: bool, store: StoreLayout,
                     key_schema: dict[str, Any] | None, value_schema: dict[str, Any] | None,
                     partition: int, sample_rows: int, scan: _Scan,
@@ -252,7 +243,7 @@ def inspect_operator(operator: OperatorDir, name: str, version: int, rocksdb: bo
                 rows += _scan_partition(
                     pdir, version, rocksdb, store, schema.key_schema, schema.value_schema,
                     partition, sample_rows, scan,
-                    key_encoding(operator, store, schema.key_schema))
+                    operator.key_encoding(store))
             else:
                 rows += state_reader.count_rows(pdir, version, rocksdb)
         stats.append(PartitionStats(partition, rows, size))
