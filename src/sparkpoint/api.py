@@ -387,8 +387,11 @@ def _output_of_existing_job(
                  f"repartition batches {gap.batches[0]}..{gap.batches[-1]}")
             return
         # The sink writes its log entry just before the batch commits: one batch ahead is a
-        # run stopped in between.
-        if not ours <= sink_last <= ours + 1:
+        # run stopped in between, whose offsets entry for that batch is there. Without it the
+        # entry is another job's (a start into this output cut off after filling its log).
+        in_between = sink_last == ours + 1 and \
+            registry.checkpoint(job).uncommitted_batch() == sink_last
+        if not (sink_last == ours or in_between):
             raise PreconditionError(
                 f"job '{job}': output {planned.file_sink} holds batches up to {sink_last} of "
                 f"another run, but the job's last committed batch is "

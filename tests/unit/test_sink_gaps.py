@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from sparkpoint.errors import OutputHasHistoryError
 from sparkpoint.sinks.gaps import (
     compact_interval,
     derive_compact_interval,
@@ -67,6 +70,28 @@ def test_taking_back_a_fill_goes_newest_first_and_not_past_a_later_run(tmp_path:
     fill_gap(gap)
     _entry(out / "_spark_metadata", "4", ["c"])  # a job ran into the output since
     assert remove_filled(out, gap.names, 3) == []
+
+
+def test_taking_back_a_fill_keeps_a_batch_another_job_wrote_in_its_place(
+    tmp_path: Path,
+) -> None:
+    """A start cut off after naming its fill (before writing it); meanwhile the output's own
+    job ran batch 1 with files: the retry's roll-back must not delete that batch."""
+    out = _sink(tmp_path, {"0": ["a"]})
+    gap = find_gap(out, 2, 10)
+    _entry(out / "_spark_metadata", "1", ["b"])
+    removed = remove_filled(out, gap.names, 2)
+    assert removed == []
+    assert (out / "_spark_metadata" / "1").is_file()
+
+
+def test_a_fill_stops_at_a_batch_another_job_wrote_meanwhile(tmp_path: Path) -> None:
+    out = _sink(tmp_path, {"0": ["a"]})
+    gap = find_gap(out, 2, 10)
+    _entry(out / "_spark_metadata", "1", ["b"])
+    with pytest.raises(OutputHasHistoryError, match="another writer"):
+        fill_gap(gap)
+    assert not (out / "_spark_metadata" / "2").exists()
 
 
 def test_nearest_job_name() -> None:

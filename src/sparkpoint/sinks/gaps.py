@@ -30,12 +30,14 @@ from sparkpoint.checkpoint.sink_log import (
     COMPACT_SUFFIX,
     SINK_LOG_DIR,
     SINK_LOG_VERSION,
+    added_files,
     batches_to_seed,
     entry_lines,
+    files_up_to,
     is_compaction_batch,
     log_entries,
 )
-from sparkpoint.errors import CheckpointFormatError
+from sparkpoint.errors import CheckpointFormatError, OutputHasHistoryError
 from sparkpoint.storage.local import write_atomic
 
 
@@ -117,6 +119,11 @@ def fill_gap(gap: Gap, after_each: Callable[[], None] | None = None) -> list[Pat
     written = []
     for batch, name in zip(gap.batches, gap.names, strict=True):
         path = log_dir / name
+        if path.exists() and adds_files(gap.output, batch, path):
+            raise OutputHasHistoryError(
+                f"{path}: a job wrote batch {batch} into the output {gap.output} while its sink "
+                "log was being brought up to the new checkpoint's batch; the output has "
+                "another writer: stop it, or give this job a new, empty output directory")
         if not path.exists():
             lines = (_compaction_lines(log_dir, batch, gap.interval)
                      if is_compaction_batch(batch, gap.interval) else [])
@@ -127,16 +134,32 @@ def fill_gap(gap: Gap, after_each: Callable[[], None] | None = None) -> list[Pat
     return written
 
 
+def adds_files(output_dir: Path, batch: int, entry: Path) -> bool:
+    """The entry of ``batch`` names a file no earlier entry names: a batch that wrote rows,
+    never an entry a fill wrote (empty, or a compaction repeating earlier files only).
+    Unknown earlier files (entries Spark's cleanup removed) count as added."""
+    added = set(added_files(entry))
+    if not added:
+        return False
+    earlier = files_up_to(output_dir, batch - 1)
+    return earlier is None or not added <= earlier
+
+
 def remove_filled(output_dir: Path, names: list[str], through: int) -> list[Path]:
     """Take back the entries a fill wrote, newest first, so the log stays without holes at
     every step; nothing is removed once the log has moved past ``through`` (a job ran into
-    the output since, and the entries are part of its history)."""
+    the output since, and the entries are part of its history), and an entry that names
+    files of its own is a batch another job wrote in its place: it and everything below it
+    stay."""
     entries = log_entries(output_dir)
     if not entries or max(entries) > through:
         return []
     removed = []
     for name in sorted(names, key=lambda n: int(n.removesuffix(COMPACT_SUFFIX)), reverse=True):
         path = output_dir / SINK_LOG_DIR / name
+        if path.is_file() and adds_files(output_dir, int(name.removesuffix(COMPACT_SUFFIX)),
+                                         path):
+            break
         if path.is_file():
             (path.parent / f".{name}.crc").unlink(missing_ok=True)
             path.unlink()
