@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from sparkpoint.errors import OutputHasHistoryError
+from sparkpoint.runtime.registry import JobRecord
 from sparkpoint.sinks.gaps import (
     compact_interval,
     derive_compact_interval,
@@ -15,7 +16,7 @@ from sparkpoint.sinks.gaps import (
     find_gap,
     remove_filled,
 )
-from sparkpoint.sinks.ownership import nearest_name
+from sparkpoint.sinks.ownership import nearest_name, writes_to
 
 
 def _entry(log: Path, name: str, files: list[str]) -> None:
@@ -97,3 +98,16 @@ def test_a_fill_stops_at_a_batch_another_job_wrote_meanwhile(tmp_path: Path) -> 
 def test_nearest_job_name() -> None:
     assert nearest_name("wc22", ["wc2", "clicks", "wc10"]) == "wc2"
     assert nearest_name("zzz", ["wc2"]) is None
+
+
+def test_a_job_recorded_without_a_file_sink_does_not_own_a_directory_it_reads(
+    tmp_path: Path,
+) -> None:
+    """A record names its file sink's output, or None for any other sink; only records
+    written before outputs were recorded are matched by a parameter naming the directory."""
+    out = _sink(tmp_path, {"0": ["a"]})
+    base = {"name": "reader", "job_file": "job.py", "params": {"input": str(out)}}
+    to_kafka = JobRecord.model_validate({**base, "output": None})
+    older = JobRecord.model_validate(base)
+    assert not writes_to(to_kafka, out)
+    assert writes_to(older, out)

@@ -31,11 +31,13 @@ def _same_dir(a: Path, b: Path) -> bool:
     return a.absolute().resolve() == b.absolute().resolve()
 
 
-def _writes_to(record: JobRecord, output: Path) -> bool:
+def writes_to(record: JobRecord, output: Path) -> bool:
     """The record names ``output`` as its sink; records written before sinks were recorded
     are matched by a parameter naming that directory."""
     if record.output is not None:
         return _same_dir(Path(record.output), output)
+    if "output" in record.model_fields_set:
+        return False  # recorded as writing no local file sink (Kafka, foreachBatch...)
     for value in record.params.values():
         if value and ("://" not in value or value.startswith("file:")):
             try:
@@ -54,7 +56,7 @@ def writers_of(registry: JobRegistry, output: Path) -> list[str]:
             record = registry.get(name)
         except Exception:
             continue
-        if _writes_to(record, output):
+        if writes_to(record, output):
             writers.append(name)
     return writers
 
