@@ -81,7 +81,7 @@ from sparkpoint.sinks.ownership import (
     refuse_start_outside_lineage,
     start_outside_lineage,
 )
-from sparkpoint.sinks.rewind import finish_pending as finish_rewinds
+from sparkpoint.sinks.rewind import finished as finished_rewinds
 from sparkpoint.sinks.rewind import pending as pending_rewinds
 from sparkpoint.sinks.rewind import plan_rewind
 from sparkpoint.sinks.rewind import rewind as rewind_output_to
@@ -227,8 +227,6 @@ def run(
             crash_point("restore.job_locked")
             # A checkpoint left by a cut-off start goes whole, in the home too.
             remote_home.pull_job(home, job)
-            if planned.file_sink is not None:
-                finish_rewinds(planned.file_sink, lambda line: echo(f"job '{job}': {line}"))
             roll_back(target, registry.exists(job), lambda line: echo(f"job '{job}': {line}"))
             resolution = resolve(store, planned, point, from_snapshot, choice)
             refuse_start_outside_lineage(registry, store, job, planned.file_sink,
@@ -366,9 +364,9 @@ def _output_of_existing_job(
     def prepare(planned: PlannedJob) -> None:
         if planned.file_sink is None:
             return
-        finish_rewinds(planned.file_sink, lambda line: echo(f"job '{job}': {line}"))
         last = registry.checkpoint(job).latest_committed_batch()
         ours = -1 if last is None else last
+        _refuse_rewound_history(registry.get(job), planned.file_sink, ours)
         sink_last = latest_batch(planned.file_sink)
         if sink_last is None:
             interval = int(conf.get(COMPACT_INTERVAL_CONF, DEFAULT_COMPACT_INTERVAL))
@@ -399,6 +397,21 @@ def _output_of_existing_job(
                 "its own: pass a new, empty directory (or the job's previous output)")
 
     return prepare
+
+
+def _refuse_rewound_history(record: JobRecord, output: Path, ours: int) -> None:
+    """A rewind that moved this job's batches out of the output, after its last run, gave
+    the table to the job that rewound it: this job running on would write into that job's
+    history (and Spark's sink would skip whichever batch ids they share)."""
+    last_run = record.runs[-1].started_at if record.runs else ""
+    for done in finished_rewinds(output):
+        if done.to_batch < ours <= done.latest_batch and done.recorded_at > last_run:
+            raise PreconditionError(
+                f"job '{record.name}': its batches after {done.to_batch} in the output {output} "
+                f"were moved aside to {done.directory} ({done.reason}); the table now "
+                f"continues from batch {done.to_batch} without them: run this job into a new, "
+                "empty output directory (--param of its output), or delete it ('sparkpoint "
+                f"jobs delete {record.name}'); nothing was changed")
 
 
 def _output_of_new_job(registry: JobRegistry, job: str) -> Callable[[PlannedJob], None]:

@@ -21,6 +21,7 @@ import pytest
 from sparkpoint import api
 from sparkpoint.checkpoint.sink_log import latest_batch
 from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE, CRASH_POINTS
+from sparkpoint.errors import PreconditionError
 from sparkpoint.sinks.rewind import INTENT_FILE, RECORD_FILE, REWOUND_DIR
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import (
@@ -147,6 +148,12 @@ def test_rewind_takes_the_table_back_to_the_snapshot_then_continues(
     assert latest_batch(out) == FILES - 1  # the new job's batches 2..5, accepted by the sink
     assert output_rows(spark, out) == _expected_after_rewind()
     _check_moved_aside(spark, out)
+    # v1's batches after the snapshot were moved aside: it may not run on into v2's table,
+    # though the log now ends at its last batch again.
+    with pytest.raises(PreconditionError, match="moved aside"):
+        api.run(home, JOB, "v1", params={"input": str(written.inp), "output": str(out)},
+                conf=dict([COMPACT.split("=", 1)]), until_caught_up=True, spark=spark)
+    assert output_rows(spark, out) == _expected_after_rewind()
 
 
 def test_renumbered_batches_announce_the_rows_they_keep(

@@ -46,6 +46,7 @@ from sparkpoint.runtime.registry import (
     SourceRecord,
     now_iso,
 )
+from sparkpoint.sinks.rewind import finish_pending as finish_rewinds
 from sparkpoint.sources.kafka import KafkaDataSource
 from sparkpoint.spark.errors import failure_details, failure_summary
 from sparkpoint.spark.inspect import PlannedSource, job_sources
@@ -333,6 +334,11 @@ def run_job(
         log_file = session_log_file() or new_log_file(home.logs_dir, job)
         session, writer, operators = planned.spark, planned.writer, planned.operators
         try:
+            if planned.file_sink is not None:
+                # Every run into an output first finishes a rewind of it that was cut off
+                # (drain, batch completion and rehearsal included): nothing may write into
+                # a half-moved table.
+                finish_rewinds(planned.file_sink, lambda line: echo(f"job '{job}': {line}"))
             lineage = prepare(planned) if prepare else None
             if lineage is not None:
                 record.lineage = lineage

@@ -184,11 +184,20 @@ def rewind(plan: RewindPlan) -> None:
 
 def pending(output: Path) -> list[RewindPlan]:
     """Rewinds of ``output`` that a cut-off process left unfinished, oldest first."""
+    return _plans(output, INTENT_FILE)
+
+
+def finished(output: Path) -> list[RewindPlan]:
+    """Rewinds of ``output`` that were completed, oldest first."""
+    return _plans(output, RECORD_FILE)
+
+
+def _plans(output: Path, file_name: str) -> list[RewindPlan]:
     root = output / REWOUND_DIR
     if not root.is_dir():
         return []
     plans = []
-    for intent in sorted(root.glob(f"*/{INTENT_FILE}")):
+    for intent in sorted(root.glob(f"*/{file_name}")):
         try:
             plan = RewindPlan.model_validate(json.loads(intent.read_text("utf-8")))
         except (OSError, ValueError, PydanticValidationError) as exc:
