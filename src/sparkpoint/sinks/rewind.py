@@ -99,8 +99,11 @@ def _relative_to_output(output: Path, location: str) -> str:
             "output; write the new job to a new output directory instead; nothing was "
             "changed") from None
     if relative.parts[:1] in ((SINK_LOG_DIR,), (REWOUND_DIR,)):
-        raise SinkRewindError(f"{output / SINK_LOG_DIR}: names {path} as a data file; "
-                              "nothing was changed")
+        raise SinkRewindError(
+            f"{output / SINK_LOG_DIR}: names {path} as a data file, expected files of the "
+            "table only; the log was not written by Spark's file sink alone, so the output "
+            "cannot be taken back: write the new job to a new output directory instead; "
+            "nothing was changed")
     return relative.as_posix()
 
 

@@ -38,7 +38,8 @@ class BatchChoice:
                                           (FIRST_BATCH_OPTION, self.first_batch is not None),
                                           (REWIND_OPTION, self.rewind)) if given]
         if len(asked) > 1:
-            raise UsageError(f"use only one of {', '.join(asked)}, not both: each decides "
+            together = "not both" if len(asked) == 2 else "not all three"
+            raise UsageError(f"use only one of {', '.join(asked)}, {together}: each decides "
                              "the new job's batch ids in its own way")
 
     @property

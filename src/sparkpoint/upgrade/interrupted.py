@@ -68,9 +68,11 @@ def _take_back_sink_fill(target: Path) -> list[Path]:
         fill = json.loads(intent_path(target).read_text("utf-8")).get("sink_log")
     except (OSError, ValueError, AttributeError):
         return []
-    if not isinstance(fill, dict):
-        return []
-    return remove_filled(Path(fill["output"]), list(fill["entries"]), int(fill["through"]))
+    try:
+        output, entries, through = Path(fill["output"]), list(fill["entries"]), int(fill["through"])
+    except (TypeError, KeyError, ValueError):
+        return []  # not a fill this version wrote: nothing of it is taken back
+    return remove_filled(output, entries, through)
 
 
 def clear_intent(target: Path) -> None:
