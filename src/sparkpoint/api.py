@@ -80,6 +80,7 @@ from sparkpoint.sinks.ownership import (
     refuse_output_with_history,
     refuse_start_outside_lineage,
     start_outside_lineage,
+    writers_of,
 )
 from sparkpoint.sinks.rewind import finished as finished_rewinds
 from sparkpoint.sinks.rewind import pending as pending_rewinds
@@ -332,11 +333,7 @@ def _lock_writers(stack: contextlib.ExitStack[Any], home: Home, output: Path,
     snapshots' jobs and every job whose latest run wrote it. A running one refuses the rewind
     (its query would go on writing files and log entries beside the moved ones)."""
     registry = JobRegistry(home)
-    writers = set()
-    for name in registry.names():
-        with contextlib.suppress(SparkpointError):
-            if name in snapshot_jobs or registry.get(name).output == str(output):
-                writers.add(name)
+    writers = set(writers_of(registry, output)) | (snapshot_jobs & set(registry.names()))
     for writer in sorted(writers):
         holder = lock_holder(home, writer)
         if holder is not None:
