@@ -1,0 +1,49 @@
+"""Spark's own example streaming queries, walked the way a new user walks them first: run
+as plain PySpark by spark-submit with Spark's defaults (200 partitions, HDFS state store,
+unnamed sources), adopted (`snapshot import`), then continued into their own output with 3
+partitions. Every output is read through Spark's sink log (`spark.read.parquet`) and
+compared, as a multiset, with rows computed from the input in plain Python.
+
+The queries: `structured_network_wordcount_windowed.py` and `structured_sessionization.py`
+from Spark's examples, the guide's stream-stream join of impressions and clicks and its
+`dropDuplicatesWithinWatermark`. Socket input is replaced by JSON files, console output by
+parquet in append mode (tests/data/spark_examples/plain.py says how).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkpoint.storage.home import Home
+from tests.support.cli import sparkpoint
+from tests.support.spark_example_runs import AFTER, BEFORE, EXAMPLES, ok, run_plain, table
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_plain_example_adopted_and_continued_into_its_output_with_other_partitions(
+    name: str, spark: Any, home: Home, tmp_path: Path
+) -> None:
+    example = EXAMPLES[name]
+    output, checkpoint = tmp_path / "out", tmp_path / "plain-checkpoint"
+    written = list(example.write(tmp_path, BEFORE))
+    run_plain(example, tmp_path, output, checkpoint)
+    assert (checkpoint / "offsets" / "1").read_text().startswith("v1\n")
+
+    ok(sparkpoint(home, "snapshot", "import", str(checkpoint), "adopted",
+                  "--job-file", str(example.job), *example.params(tmp_path, output)))
+    written += example.write(tmp_path, AFTER)
+    # The plain job's own output, Spark's 200 partitions down to 3: the usual first upgrade.
+    ok(sparkpoint(home, "run", str(example.job), "--job", "adopted-job",
+                  "--from-snapshot", "adopted", *example.params(tmp_path, output),
+                  "--conf", "spark.sql.shuffle.partitions=3", "--until-caught-up"))
+    shown = ok(sparkpoint(home, "jobs", "show", "adopted-job", "--json")).json()
+    assert set(shown["files_behind"].values()) == {0}, shown["files_behind"]
+    if example.windows:
+        ok(sparkpoint(home, "drain", "adopted-job"))
+
+    assert table(spark, output) == example.expected(written)

@@ -1,0 +1,92 @@
+"""Spark's own example queries as the tests run them: each with its sparkpoint job file,
+its input writer and its expected rows (tests/support/spark_examples.py), run plain by
+spark-submit with Spark's defaults (tests/data/spark_examples/plain.py), and read back as
+users read a file sink."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.support import spark_examples as ex
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+PLAIN = DATA / "spark_examples" / "plain.py"
+JOBS = DATA / "jobs"
+# Four files make two batches of the plain query (two files per batch).
+BEFORE, AFTER = range(0, 4), range(4, 8)
+
+
+@dataclass(frozen=True)
+class Example:
+    name: str
+    job: Path
+    inputs: tuple[str, ...]  # --param names of its input directories, in the plain order
+    write: Callable[[Path, range], Sequence[Any]]  # writes slices, returns their events
+    expected: Callable[[Sequence[Any]], Counter[tuple[Any, ...]]]
+    windows: bool  # windows or sessions stay open until the watermark passes: drain at end
+
+    def input_dirs(self, root: Path) -> list[Path]:
+        return [root / name for name in self.inputs]
+
+    def params(self, root: Path, output: Path) -> list[str]:
+        pairs = [f"{name}={root / name}" for name in self.inputs] + [f"output={output}"]
+        return [arg for pair in pairs for arg in ("--param", pair)]
+
+
+def _write_ads(root: Path, slices: range) -> Sequence[Any]:
+    impressions, clicks = ex.write_ads(root / "impressions", root / "clicks", slices)
+    return [(impressions, clicks)]
+
+
+def _expected_ads(written: Sequence[Any]) -> Counter[tuple[Any, ...]]:
+    impressions = [i for part in written for i in part[0]]
+    clicks = [c for part in written for c in part[1]]
+    return ex.expected_ad_matches(impressions, clicks)
+
+
+EXAMPLES = {
+    e.name: e for e in (
+        Example("wordcount_windowed", JOBS / "spark_example_wordcount.py", ("input",),
+                lambda root, s: ex.write_lines(root / "input", s),
+                ex.expected_windowed_word_counts, windows=True),
+        Example("sessionization", JOBS / "spark_example_sessions.py", ("input",),
+                lambda root, s: ex.write_lines(root / "input", s),
+                ex.expected_sessions, windows=True),
+        Example("ad_join", JOBS / "spark_example_ad_join.py", ("impressions", "clicks"),
+                _write_ads, _expected_ads, windows=False),
+        Example("dedupe_guid", JOBS / "spark_example_dedupe.py", ("input",),
+                lambda root, s: ex.write_deliveries(root / "input", s),
+                ex.expected_unique_deliveries, windows=False),
+    )
+}
+
+
+def run_plain(example: Example, root: Path, output: Path, checkpoint: Path) -> None:
+    """The example as plain PySpark: spark-submit, Spark's defaults, no sparkpoint."""
+    submit = Path(sys.executable).parent / "spark-submit"
+    done = subprocess.run(
+        [str(submit), "--master", "local[2]",
+         "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
+         "--conf", "spark.ui.enabled=false",
+         str(PLAIN), example.name, str(output), str(checkpoint),
+         *map(str, example.input_dirs(root))],
+        capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
+def table(spark: Any, output: Path) -> Counter[tuple[Any, ...]]:
+    """The output as a user reads it: through the file sink's log."""
+    return Counter(tuple(row) for row in spark.read.parquet(str(output)).collect())
+
+
+def ok(result: Any) -> Any:
+    assert result.code == 0, result.out + result.err
+    return result
+
+
