@@ -167,17 +167,13 @@ def remove_filled(output_dir: Path, names: list[str], through: int) -> list[Path
     return removed
 
 
-SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
-
-
 def is_repartition_batch(checkpoint: Checkpoint, batch: int) -> bool:
     """``OfflineStateRepartitionUtils.isRepartitionBatch``: Spark's offline repartition batch
     is the one whose recorded shuffle partition count differs from the batch before it."""
     if batch <= 0:
         return False
     try:
-        now = checkpoint.offsets(batch).metadata.get("conf", {}).get(SHUFFLE_PARTITIONS)
-        before = checkpoint.offsets(batch - 1).metadata.get("conf", {}).get(SHUFFLE_PARTITIONS)
+        now, before = checkpoint.state_partitions(batch), checkpoint.state_partitions(batch - 1)
     except CheckpointFormatError:
         return False  # purged or unreadable: not something to fill on a guess
     return now is not None and before is not None and now != before
