@@ -51,7 +51,7 @@ from sparkpoint.runtime.intents import DrainIntent
 from sparkpoint.runtime.intents import load as load_intent
 from sparkpoint.runtime.intents import remove as remove_intent
 from sparkpoint.runtime.intents import save as save_intent
-from sparkpoint.runtime.lock import job_lock, lock_holder
+from sparkpoint.runtime.lock import held_lease, job_lock, lock_holder
 from sparkpoint.runtime.progress import ProgressSummary, read_progress
 from sparkpoint.runtime.recovery import (
     finish_drain,
@@ -851,7 +851,12 @@ def jobs_delete(home: Home, job: str) -> dict[str, Any]:
     checkpoint_bytes = tree_bytes(home.checkpoint_dir(job)) if home.url is None else sum(
         file_io(home.url).walk_sizes(home.checkpoint_location(job)).values())
     with job_lock(home, job):  # no run can start while the job goes
+        lease = held_lease(home, job)
+        if lease is not None:
+            lease.check()  # a fence: only the holder deletes
         registry.delete(job)
+        if lease is not None:
+            lease.gone_with_job()
     return {"job": job, "deleted": True, "checkpoint_bytes": checkpoint_bytes}
 
 

@@ -94,6 +94,13 @@ class JobRunningError(PreconditionError):
     code = "JOB_RUNNING"
 
 
+class LeaseLostError(PreconditionError):
+    """This process no longer holds the job's lease: another may run it; nothing more is
+    written (exit 4)."""
+
+    code = "LEASE_LOST"
+
+
 class NoCommittedBatchError(PreconditionError):
     code = "NO_COMMITTED_BATCH"
 

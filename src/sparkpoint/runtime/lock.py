@@ -1,37 +1,55 @@
 """The exclusive right to change a job: run it, drain it, apply its startpoints.
 
-One lock file per job (``<home>/jobs/<job>/run.lock``) holds the owner's pid; a lock left by a
-dead process is taken over. The lock is re-entrant within a thread, so a command that holds
-it across several steps (drain: complete the in-flight batch, run the drain batch, put the
-watermark back) can run the job inside without letting another process in between. Another
-thread of the same process (a notebook draining a job it started with ``sparkpoint.start``)
-waits until the holding thread lets go.
+On this machine a kernel lock (``flock``) on ``<home>/jobs/<job>/run.lock`` holds the job: the
+kernel lets go the moment its holder dies, and of two processes asking at once exactly one
+gets it. The file names the holder's pid for messages. A home on S3 or HDFS is shared by
+machines: there the job's lease in the home (storage/lease.py) is taken as well, renewed while
+held, and checked before what the holder writes back; a holder that loses it stops at once
+(``LEASE_LOST``).
+
+The lock is re-entrant within a thread, so a command that holds it across several steps
+(drain: complete the in-flight batch, run the drain batch, put the watermark back) can run the
+job inside without letting another process in between. Another thread of the same process (a
+notebook draining a job it started with ``sparkpoint.start``) waits until the holding thread
+lets go.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from sparkpoint.errors import JobRunningError
+from sparkpoint.errors import JobRunningError, LeaseLostError
 from sparkpoint.storage import remote_home
 from sparkpoint.storage.fileio import file_io, join
 from sparkpoint.storage.home import Home
-from sparkpoint.storage.processes import OTHER_HOST_EXPIRY, holder_record, live_holder, pid_alive
+from sparkpoint.storage.lease import LEASE_DIR, Lease, LeaseStore
+from sparkpoint.storage.processes import pid_alive, this_host
 
 LOCK_FILE = "run.lock"
+
 
 def _quiet(_message: str) -> None:
     pass
 
 
-# Lock files this process holds: the holding thread and how many times it holds each.
-_held: dict[Path, tuple[int, int]] = {}
+@dataclass
+class _Hold:
+    thread: int
+    count: int
+    fd: int
+    lease: Lease | None
+
+
+# Lock files this process holds: the holding thread, how many times it holds each, the
+# kernel lock's descriptor and, on a remote home, the lease.
+_held: dict[Path, _Hold] = {}
 _released = threading.Condition()
 # How long a thread waits for another thread of this process to let go of a job's lock.
 THREAD_WAIT_S = 120.0
@@ -41,121 +59,139 @@ def lock_path(home: Home, job: str) -> Path:
     return home.job_dir(job) / LOCK_FILE
 
 
-# A home on S3 or HDFS is shared by machines: its lock file names host and pid, and one
-# taken on another machine counts as held until it is this old (the rule the snapshot
-# store's leases follow; on this machine a dead pid frees it at once).
-REMOTE_LOCK_EXPIRY = OTHER_HOST_EXPIRY
+def lease_store(home: Home, job: str) -> LeaseStore:
+    return LeaseStore(file_io(home.location), join(home.job_url(job), LEASE_DIR), job)
 
 
-def _remote_lock_url(home: Home, job: str) -> str:
-    return join(home.job_url(job), LOCK_FILE)
-
-
-def _remote_lock_record() -> bytes:
-    return json.dumps(holder_record()).encode("utf-8")
-
-
-def _remote_holder(record: dict[str, Any]) -> int | None:
-    """The pid of a live holder of a remote lock (-1 when alive on another host)."""
-    return live_holder(record, REMOTE_LOCK_EXPIRY)
-
-
-def _read_remote_lock(home: Home, job: str) -> tuple[dict[str, Any] | None, bool]:
-    """The remote lock's record and whether one exists (a record that cannot be read is
-    an interrupted write: no holder)."""
+def _recorded_pid(path: Path) -> int | None:
     try:
-        data = file_io(home.location).read_bytes(_remote_lock_url(home, job))
-    except FileNotFoundError:
-        return None, False
+        text = path.read_text().strip()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
     try:
-        record = json.loads(data)
-    except ValueError:
-        return None, True
-    return (record if isinstance(record, dict) else None), True
+        pid = json.loads(text).get("pid") if text.startswith("{") else int(text)
+    except (ValueError, AttributeError):
+        return None
+    return pid if isinstance(pid, int) else None
 
 
-def _acquire_remote(home: Home, job: str, echo: Callable[[str], None]) -> None:
-    """Take the lock file in the home by an atomic create-if-absent."""
-    io = file_io(home.location)
-    url = _remote_lock_url(home, job)
-    for _attempt in range(2):
-        if io.create_exclusive(url, _remote_lock_record()):
-            return
-        record, _found = _read_remote_lock(home, job)
-        holder = _remote_holder(record) if record is not None else None
-        if holder is not None and holder != os.getpid():
-            where = f"pid {holder} on {record.get('host')}" if record else "another process"
+def _kernel_lock(path: Path, job: str) -> int:
+    """Take the kernel lock on ``path`` without waiting; the descriptor that holds it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            holder = _recorded_pid(path)
+            where = f"pid {holder}" if holder is not None else "another process"
             raise JobRunningError(
-                f"job '{job}' is already running ({where}, lock {url}); stop it first, or "
-                "snapshot it with 'sparkpoint snapshot create'")
-        echo(f"job '{job}': took over the lock left by an interrupted run at {url}")
-        io.delete(url)
-    raise JobRunningError(f"job '{job}': another process took its lock at {url} meanwhile")
+                f"job '{job}' is already running ({where}); stop it first, or snapshot it "
+                "with 'sparkpoint snapshot create'") from None
+        # The holder before us may have removed the file as it let go: a lock on a file no
+        # longer at the path holds nothing, so take it again on the path's file.
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.write(fd, json.dumps({"pid": os.getpid(), "host": this_host()}).encode("utf-8"))
+    return fd
+
+
+def _kernel_unlock(path: Path, fd: int) -> None:
+    # Removed while still locked, so nobody can lock this file after we let go (see above).
+    path.unlink(missing_ok=True)
+    os.close(fd)
 
 
 def lock_holder(home: Home, job: str) -> int | None:
-    """The live process holding the job's lock, if any."""
+    """The live process holding the job: its pid (-1 for a lease held on another host)."""
     if home.remote:
-        record, _found = _read_remote_lock(home, job)
-        return _remote_holder(record) if record is not None else None
+        record = lease_store(home, job).holder()
+        if record is None:
+            return None
+        return record.pid if record.host == this_host() else -1
     path = lock_path(home, job)
+    with _released:
+        if path in _held:
+            return os.getpid()
+    holder = _recorded_pid(path)
+    if holder is None or not pid_alive(holder):
+        return None
+    # A live pid in a file left behind (its process died, the pid was reused) holds
+    # nothing: ask the kernel.
     try:
-        text = path.read_text().strip()
+        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return None
-    holder = int(text) if text.isdigit() else None
-    return holder if holder is not None and pid_alive(holder) else None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return holder
+    finally:
+        os.close(fd)
+    return None
 
 
-def _acquire(path: Path, job: str, echo: Callable[[str], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for _attempt in range(2):
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            text = path.read_text().strip()
-            holder = int(text) if text.isdigit() else None
-            if holder is not None and pid_alive(holder) and holder != os.getpid():
-                raise JobRunningError(
-                    f"job '{job}' is already running (pid {holder}); stop it first, or snapshot "
-                    "it with 'sparkpoint snapshot create'"
-                ) from None
-            owner = f"pid {holder}, which is no longer running" if holder is not None \
-                else "no process (the file is empty)"
-            echo(f"job '{job}': took over the lock left by an interrupted run ({owner})")
-            path.unlink(missing_ok=True)
-            continue
-        with os.fdopen(fd, "w") as handle:
-            handle.write(str(os.getpid()))
-        return
-    raise JobRunningError(f"job '{job}': another process took its lock at {path} meanwhile")
+def held_lease(home: Home, job: str) -> Lease | None:
+    """The lease this thread holds on the job (None on a local home or when not held)."""
+    with _released:
+        hold = _held.get(lock_path(home, job))
+    return hold.lease if hold is not None and hold.thread == threading.get_ident() else None
 
 
 def _enter(home: Home, path: Path, job: str, echo: Callable[[str], None]) -> bool:
     """Take the lock for this thread, or count one more hold; True when already held."""
     me = threading.get_ident()
     with _released:
-        if not _released.wait_for(lambda: path not in _held or _held[path][0] == me,
+        if not _released.wait_for(lambda: path not in _held or _held[path].thread == me,
                                   timeout=THREAD_WAIT_S):
             raise JobRunningError(
                 f"job '{job}' is held by another thread of this process (a query started "
                 "with sparkpoint.start is still running); stop it first")
         if path in _held:
-            owner, count = _held[path]
-            _held[path] = (owner, count + 1)
+            _held[path].count += 1
             return True
-        _acquire(path, job, echo)
+        fd = _kernel_lock(path, job)
+        lease = None
         if home.remote:
             try:
-                _acquire_remote(home, job, echo)
+                lease = lease_store(home, job).acquire(echo)
+                lease.start_renewing()
                 # What other machines changed since: the holder works on the home's copy.
                 # State stays in the home: a step that reads it fetches what it needs.
                 remote_home.pull_job(home, job, with_state=False)
             except BaseException:
-                path.unlink(missing_ok=True)
+                if lease is not None:
+                    lease.release()
+                _kernel_unlock(path, fd)
                 raise
-        _held[path] = (me, 1)
+        _held[path] = _Hold(thread=me, count=1, fd=fd, lease=lease)
         return False
+
+
+def _leave(home: Home, path: Path, job: str) -> None:
+    """Let go of the lock: on a remote home what changed goes back first, under the lease."""
+    hold = _held[path]
+    try:
+        if hold.lease is not None and not hold.lease.ended:
+            try:
+                hold.lease.check()  # raises LEASE_LOST when lost: nothing goes back
+                remote_home.push_job(home, job)
+            finally:
+                hold.lease.release()
+    finally:
+        del _held[path]
+        _kernel_unlock(path, hold.fd)
+        # A first run refused before anything was recorded leaves no trace.
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()
+        _released.notify_all()
 
 
 @contextlib.contextmanager
@@ -167,21 +203,18 @@ def job_lock(home: Home, job: str, echo: Callable[[str], None] = _quiet) -> Iter
             yield
         finally:
             with _released:
-                owner, count = _held[path]
-                _held[path] = (owner, count - 1)
+                _held[path].count -= 1
         return
     try:
         yield
-    finally:
+    except LeaseLostError:
         with _released:
-            del _held[path]
-            if home.remote:
-                try:
-                    remote_home.push_job(home, job)
-                finally:
-                    file_io(home.location).delete(_remote_lock_url(home, job))
-            path.unlink(missing_ok=True)
-            # A first run refused before anything was recorded leaves no trace.
-            with contextlib.suppress(OSError):
-                path.parent.rmdir()
-            _released.notify_all()
+            _leave(home, path, job)
+        raise
+    except BaseException:
+        # The block's own error is the one to report.
+        with _released, contextlib.suppress(LeaseLostError):
+            _leave(home, path, job)
+        raise
+    with _released:
+        _leave(home, path, job)

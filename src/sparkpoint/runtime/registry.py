@@ -10,12 +10,11 @@ import datetime as dt
 import json
 import os
 import shutil
-import socket
 import uuid
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic import ValidationError as PydanticValidationError
 
 from sparkpoint.checkpoint.layout import Checkpoint
@@ -25,7 +24,7 @@ from sparkpoint.storage import remote_home
 from sparkpoint.storage.fileio import join
 from sparkpoint.storage.home import Home, name_problem
 from sparkpoint.storage.local import write_atomic
-from sparkpoint.storage.processes import pid_alive
+from sparkpoint.storage.processes import pid_alive, this_host
 from sparkpoint.windows import WindowSpec
 
 JOB_FILE = "job.json"
@@ -143,6 +142,8 @@ class JobRecord(BaseModel):
     drain: DrainRecord | None = None
     startpoints_applied: list[AppliedStartpoint] = Field(default_factory=list)
     created_at: str = Field(default_factory=now_iso)
+    # Whether the job's lease in a shared home is live (None: not asked).
+    _lease_live: bool | None = PrivateAttr(default=None)
 
     def effective_status(self) -> Status:
         """A record left 'running' by a process that died is a failed run. A process on
@@ -150,8 +151,9 @@ class JobRecord(BaseModel):
         expires, is what another start is refused by)."""
         if self.status != "running":
             return self.status
-        if self.host is not None and self.host != socket.gethostname():
-            return "running"
+        if self.host is not None and self.host != this_host():
+            # Running exactly while its lease in the home is live (JobRegistry.get asks).
+            return "failed" if self._lease_live is False else "running"
         if self.pid is None or not pid_alive(self.pid):
             return "failed"
         return "running"
@@ -201,6 +203,10 @@ class JobRegistry:
                                 if str(exc).strip() else type(exc).__name__) from exc
         if record.name != job:
             raise self._corrupt(path, f"it names job {record.name!r}")
+        if self.home.remote and record.status == "running" and record.host != this_host():
+            from sparkpoint.runtime.lock import lease_store  # the lock module builds on this
+
+            record._lease_live = lease_store(self.home, job).holder() is not None
         return record
 
     @staticmethod

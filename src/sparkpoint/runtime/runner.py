@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -30,7 +29,7 @@ from sparkpoint.runtime.jobfile import (
     described_by_command,
     load_build,
 )
-from sparkpoint.runtime.lock import job_lock
+from sparkpoint.runtime.lock import held_lease, job_lock
 from sparkpoint.runtime.progress import (
     PROGRESS_FILE,
     clear_progress,
@@ -61,6 +60,8 @@ from sparkpoint.spark.session import (
 from sparkpoint.spark.sink import file_sink_path
 from sparkpoint.storage import remote_home
 from sparkpoint.storage.home import Home
+from sparkpoint.storage.lease import Lease
+from sparkpoint.storage.processes import this_host
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -235,8 +236,8 @@ def _progress_dict(progress: Any) -> dict[str, Any]:
 class _ProgressKeeper:
     """Writes the progress of each batch that ran to the job's directory, once per batch."""
 
-    def __init__(self, home: Home, job: str) -> None:
-        self.home, self.job = home, job
+    def __init__(self, home: Home, job: str, lease: Lease | None = None) -> None:
+        self.home, self.job, self.lease = home, job, lease
         self.job_dir = home.job_dir(job)
         self.written: tuple[int, str] | None = None
 
@@ -248,6 +249,8 @@ class _ProgressKeeper:
                 continue
             key = (int(data.get("batchId", -1)), str(data.get("timestamp")))
             if key != self.written:
+                if self.lease is not None:
+                    self.lease.fence()
                 write_progress(self.job_dir, data)
                 # Other machines' 'jobs show' read it in the home (one small write a batch).
                 remote_home.write_through(self.home, self.job, self.job_dir / PROGRESS_FILE)
@@ -349,7 +352,7 @@ def run_job(
             run = RunRecord(run_id=str(uuid.uuid4()), started_at=now_iso(), status="running",
                             first_batch=first_batch)
             record.status, record.pid, record.error = "running", os.getpid(), None
-            record.host = socket.gethostname()
+            record.host = this_host()
             record.run_id = run.run_id
             record.operators = [
                 OperatorRecord(name=op.name, operator_id=op.operator_id,
@@ -377,16 +380,22 @@ def run_job(
             elif options.pending_batch_only:
                 writer = writer.trigger(processingTime=HOLD_TRIGGER_INTERVAL)
             error: SparkpointError | None = None
-            keeper = _ProgressKeeper(home, job)
+            lease = held_lease(home, job)
+            keeper = _ProgressKeeper(home, job, lease)
             clear_progress(home.job_dir(job))
             limit_reached, remove_counter = (
                 _batch_counter(session, job, options.max_batches)
                 if options.max_batches is not None
                 else (threading.Event(), lambda: None)
             )
+            forget_lease_hook: Callable[[], None] = lambda: None  # noqa: E731
             try:
                 with _StopSignal() as stop_signal:
                     query = writer.start()
+                    if lease is not None:
+                        # Lost: stop at once, from the renewing thread, so that no batch
+                        # commits after another process may have taken the job.
+                        forget_lease_hook = lease.on_lost(query.stop)
                     if on_started is not None:
                         on_started(query)
                     while query.isActive:
@@ -407,7 +416,12 @@ def run_job(
             except Exception as exc:
                 error = _query_failed(job, exc, log_file)
             finally:
+                forget_lease_hook()
                 remove_counter()
+                if lease is not None:
+                    # The fence before the run's record is written: a holder fenced out
+                    # writes nothing more (the record is the new holder's now).
+                    lease.check()
                 registry.clear_stop_request(job)
                 # The batches Spark wrote in the home (logs and offsets; state stays there).
                 remote_home.pull_job(home, job, with_state=False)

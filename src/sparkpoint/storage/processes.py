@@ -14,6 +14,12 @@ from typing import Any
 OTHER_HOST_EXPIRY = dt.timedelta(hours=12)
 
 
+def this_host() -> str:
+    """This machine's name as recorded in locks and leases. SPARKPOINT_HOST overrides it
+    where machines share a host name (containers started from one image)."""
+    return os.environ.get("SPARKPOINT_HOST") or socket.gethostname()
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -26,7 +32,7 @@ def pid_alive(pid: int) -> bool:
 
 def holder_record() -> dict[str, Any]:
     """Who holds something, as written into a lock or lease: this host, pid and time."""
-    return {"host": socket.gethostname(), "pid": os.getpid(),
+    return {"host": this_host(), "pid": os.getpid(),
             "started_at": dt.datetime.now(dt.UTC).isoformat()}
 
 
@@ -40,6 +46,6 @@ def live_holder(record: Mapping[str, Any], expiry: dt.timedelta = OTHER_HOST_EXP
     if dt.datetime.now(dt.UTC) - started > expiry:
         return None
     pid = record.get("pid")
-    if record.get("host") == socket.gethostname():
+    if record.get("host") == this_host():
         return pid if isinstance(pid, int) and pid_alive(pid) else None
     return pid if isinstance(pid, int) else -1

@@ -30,6 +30,7 @@ from sparkpoint.storage.local import walk_files, write_atomic
 SYNC_DIR = ".sync"
 # Never copied: the lock is taken in the home itself (runtime/lock.py).
 LOCAL_ONLY = frozenset({"run.lock"})
+LEASE_PREFIX = "lease/"
 # State files are written once under a name of their own (versioned deltas and snapshots,
 # RocksDB zips and SSTs): one already here with the same size need not be fetched again.
 STATE_PREFIX = "checkpoint/state/"
@@ -43,8 +44,9 @@ Synced = dict[str, list[int]]
 
 
 def _skipped(rel: str) -> bool:
-    """Files that stay local: the lock, temp and staging files of a step under way."""
-    if rel in LOCAL_ONLY:
+    """Files never copied: the lock, the lease (only ever written at its URL, by its holder),
+    temp and staging files of a step under way."""
+    if rel in LOCAL_ONLY or rel.startswith(LEASE_PREFIX):
         return True
     return any(part.startswith(".") and part.endswith(".tmp") for part in rel.split("/"))
 

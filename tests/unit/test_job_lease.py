@@ -1,0 +1,219 @@
+"""A job's lease in a home on S3 (moto's server) and HDFS (a MiniDFSCluster), and the kernel
+lock of a local home: separate processes, each with its own identity (host name and working
+copy), race for one job and exactly one holds it at a time.
+
+On main before leases: a dead holder's lock was taken over by read, delete, create (two
+takers could both win), and a lock in a shared home was never renewed, so a job running past
+12 hours could be taken over while it ran and one whose machine died showed as running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkpoint.errors import JobRunningError, LeaseLostError
+from sparkpoint.runtime.lock import held_lease, job_lock, lease_store, lock_holder
+from sparkpoint.storage.fileio import join
+from sparkpoint.storage.home import Home
+from sparkpoint.storage.lease import LeaseRecord
+
+# One contender: waits for "go" on stdin, tries the job's lock once, reports, then holds it
+# until its stdin gives "release" (or reports LEASE_LOST when a fence check fails).
+CONTENDER = """
+import json, sys
+from sparkpoint.errors import SparkpointError
+from sparkpoint.runtime.lock import held_lease, job_lock
+from sparkpoint.storage.home import Home
+home = Home.resolve(sys.argv[1])
+print("ready", flush=True)
+assert sys.stdin.readline().strip() == "go"
+try:
+    with job_lock(home, "j"):
+        lease = held_lease(home, "j")
+        print(json.dumps({"held": True, "token": lease.record.token if lease else None}),
+              flush=True)
+        for line in sys.stdin:
+            if line.strip() == "check":
+                if lease is not None:
+                    lease.check()
+                print(json.dumps({"checked": True}), flush=True)
+            else:
+                break
+except SparkpointError as exc:
+    print(json.dumps({"held": False, "code": exc.code}), flush=True)
+    sys.exit(exc.exit_code)
+"""
+
+
+def _home_of_kind(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Home:
+    if kind == "local":
+        return Home.resolve(str(tmp_path / "home"))
+    server: Any = request.getfixturevalue("s3_server" if kind == "s3" else "hdfs_server")
+    for name, value in server.env.items():
+        os.environ.setdefault(name, value)
+    location = f"s3://{server.new_bucket()}/home" if kind == "s3" else \
+        join(server.new_dir(), "home")
+    return Home.resolve(location)
+
+
+@pytest.fixture(params=["local", "s3", "hdfs"])
+def shared_home(request: pytest.FixtureRequest, tmp_path: Path) -> Home:
+    return _home_of_kind(request.param, request, tmp_path)
+
+
+@pytest.fixture(params=["s3", "hdfs"])
+def remote_home(request: pytest.FixtureRequest, tmp_path: Path) -> Home:
+    """A home shared by machines: the lease is what holds a job there."""
+    return _home_of_kind(request.param, request, tmp_path)
+
+
+def _contender(home: Home, tmp_path: Path, identity: str,
+               lease_seconds: float = 60.0) -> subprocess.Popen[str]:
+    env = dict(os.environ, SPARKPOINT_HOST=identity,
+               SPARKPOINT_SCRATCH=str(tmp_path / f"copy-{identity}"),
+               SPARKPOINT_LEASE_SECONDS=str(lease_seconds))
+    process = subprocess.Popen([sys.executable, "-c", CONTENDER, home.location], env=env,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+    return process
+
+
+def _say(process: subprocess.Popen[str], line: str) -> dict[str, Any]:
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(line + "\n")
+    process.stdin.flush()
+    answer: dict[str, Any] = json.loads(process.stdout.readline())
+    return answer
+
+
+def _finish(process: subprocess.Popen[str]) -> int:
+    assert process.stdin is not None
+    if not process.stdin.closed:
+        process.stdin.close()
+    return process.wait(timeout=60)
+
+
+def test_of_six_processes_racing_for_a_free_job_exactly_one_holds_it(
+    shared_home: Home, tmp_path: Path
+) -> None:
+    for round_number in range(2):
+        contenders = [_contender(shared_home, tmp_path, f"host-{round_number}-{i}")
+                      for i in range(6)]
+        # All are started and waiting: "go" to each, back to back.
+        for process in contenders:
+            assert process.stdin is not None
+            process.stdin.write("go\n")
+            process.stdin.flush()
+        answers = []
+        for process in contenders:
+            assert process.stdout is not None
+            answers.append(json.loads(process.stdout.readline()))
+        held = [p for p, a in zip(contenders, answers, strict=True) if a["held"]]
+        assert len(held) == 1, answers
+        assert Counter(a.get("code") for a in answers if not a["held"]) == {"JOB_RUNNING": 5}
+        codes = [_finish(p) for p in contenders]
+        assert sorted(codes) == [0, 4, 4, 4, 4, 4]
+        assert lock_holder(shared_home, "j") is None  # let go: free for the next round
+
+
+def test_a_live_holder_is_refused_to_others_and_named(shared_home: Home, tmp_path: Path) -> None:
+    holder = _contender(shared_home, tmp_path, "machine-a")
+    assert _say(holder, "go")["held"]
+    try:
+        expected = -1 if shared_home.remote else holder.pid
+        assert lock_holder(shared_home, "j") == expected
+        with pytest.raises(JobRunningError) as refused, job_lock(shared_home, "j"):
+            pytest.fail("two holders of one job")
+        assert ("machine-a" if shared_home.remote else f"pid {holder.pid}") in \
+            refused.value.message
+        assert _say(holder, "check") == {"checked": True}  # the holder still holds it
+    finally:
+        assert _finish(holder) == 0
+    with job_lock(shared_home, "j"):
+        assert lock_holder(shared_home, "j") == os.getpid()
+
+
+def test_a_holder_killed_outright_frees_a_local_job_at_once(tmp_path: Path) -> None:
+    home = Home.resolve(str(tmp_path / "home"))
+    holder = _contender(home, tmp_path, "here")
+    assert _say(holder, "go")["held"]
+    holder.kill()  # no chance to let go: the kernel does
+    holder.wait(timeout=60)
+    assert lock_holder(home, "j") is None
+    with job_lock(home, "j"):
+        assert lock_holder(home, "j") == os.getpid()
+
+
+def _write_lease(home: Home, generation: int, **fields: Any) -> None:
+    store = lease_store(home, "j")
+    record = LeaseRecord(generation=generation, **fields)
+    store.io.write_bytes(store._url(generation), record.to_bytes())
+
+
+def test_an_expired_lease_of_a_dead_machine_is_taken_over_and_the_job_shows_stopped(
+    remote_home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write_lease(remote_home, 7, token="t", host="dead-machine", pid=4242,
+                 expires_at=time.time() - 5)
+    assert lock_holder(remote_home, "j") is None
+    said: list[str] = []
+    with job_lock(remote_home, "j", echo=said.append):
+        lease = held_lease(remote_home, "j")
+        assert lease is not None and lease.record.generation == 8
+    assert said and "took over the lease left by pid 4242 on dead-machine" in said[0]
+    # Its older generation was tidied; the newest stays, marked let go.
+    generation, record = lease_store(remote_home, "j").current()
+    assert generation == 8 and record is not None and record.released
+
+
+def test_a_lease_renewed_by_its_holder_outlives_its_length(
+    remote_home: Home, tmp_path: Path
+) -> None:
+    holder = _contender(remote_home, tmp_path, "machine-a", lease_seconds=1.5)
+    assert _say(holder, "go")["held"]
+    try:
+        # The scenario is time itself: hold for three lease lengths.
+        time.sleep(4.5)
+        assert lock_holder(remote_home, "j") == -1
+        with pytest.raises(JobRunningError, match="machine-a"), job_lock(remote_home, "j"):
+            pytest.fail("a renewed lease was taken")
+        assert _say(holder, "check") == {"checked": True}
+    finally:
+        assert _finish(holder) == 0
+
+
+def test_a_holder_frozen_past_its_lease_is_fenced_out_and_writes_nothing(
+    remote_home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    holder = _contender(remote_home, tmp_path, "machine-a", lease_seconds=1.5)
+    first = _say(holder, "go")
+    assert first["held"]
+    os.kill(holder.pid, signal.SIGSTOP)
+    try:
+        time.sleep(2.5)  # the scenario: frozen for longer than its lease
+        monkeypatch.setenv("SPARKPOINT_HOST", "machine-b")
+        monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "copy-b"))
+        said: list[str] = []
+        with job_lock(remote_home, "j", echo=said.append):
+            mine = held_lease(remote_home, "j")
+            assert mine is not None
+            os.kill(holder.pid, signal.SIGCONT)
+            answer = _say(holder, "check")
+            assert answer == {"held": False, "code": "LEASE_LOST"}
+            assert _finish(holder) == LeaseLostError.exit_code == 4
+            mine.check()  # still ours: the fenced-out holder wrote nothing over it
+        assert "took over the lease left by" in said[0] and "machine-a" in said[0]
+    finally:
+        if holder.poll() is None:
+            os.kill(holder.pid, signal.SIGCONT)
+            holder.kill()
