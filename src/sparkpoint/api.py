@@ -560,11 +560,15 @@ def snapshot_create(
         raise PreconditionError(
             f"job '{job}' has no checkpoint yet at {checkpoint.root}; run it first"
         )
-    if record.effective_status() != "running" and lock_holder(home, job) is None:
+    if record.effective_status() != "running":
         # An interrupted drain may have left the maximal watermark in the last batch: it
-        # must not reach a snapshot.
-        with job_lock(home, job):
-            recover(home, job, echo)
+        # must not reach a snapshot. Held by another process (a run, or another snapshot
+        # recovering it right now): that holder completes or rolls back what was left.
+        try:
+            with job_lock(home, job):
+                recover(home, job, echo)
+        except JobRunningError:
+            pass
     if moment is not None:
         batch = _past_batch(job, checkpoint, batch, moment)
         echo(f"batch {batch} is the newest committed at or before {iso_utc(moment)}")

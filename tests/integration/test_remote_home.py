@@ -20,6 +20,7 @@ from sparkpoint.storage.home import Home
 from sparkpoint.testing import Click, expected_hourly_counts, output_rows, write_clicks
 from tests.conftest import EXAMPLES, SHUFFLE_PARTITIONS
 from tests.support.cli import sparkpoint
+from tests.support.cli import sparkpoint as run_cli
 from tests.support.s3 import S3Server
 
 JOB = EXAMPLES / "clicks_job.py"
@@ -49,12 +50,23 @@ def _reference(spark: object, tmp_path: Path, inp: Path) -> list[tuple[object, .
     return output_rows(spark, tmp_path / "ref")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("cache_deleted", [False, True], ids=["cache-kept", "cache-deleted"])
 def test_job_with_its_home_on_s3_runs_snapshots_and_continues(
-    spark: object, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: object, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    cache_deleted: bool,
 ) -> None:
+    """With ``cache_deleted`` every local working copy is deleted before every command: the
+    home is the truth, so the results are the same."""
     bucket = s3_server.new_bucket()
     monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine_a"))
     home = Home.resolve(f"s3://{bucket}/home")
+
+    def sparkpoint(_home: Home, *args: str, env: dict[str, str] | None = None) -> Any:
+        if cache_deleted:
+            for machine in ("machine_a", "machine_b"):
+                shutil.rmtree(tmp_path / machine, ignore_errors=True)
+        return run_cli(home, *args, env=env)
+
     inp = tmp_path / "in"
     events = write_clicks(inp, range(0, 3))
     first = sparkpoint(home, *_run_args("v1", inp, tmp_path / "out1"))

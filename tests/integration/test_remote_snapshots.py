@@ -14,6 +14,7 @@ from sparkpoint import api
 from sparkpoint.crash_points import CRASH_EXIT_CODE, CRASH_POINTS
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.object_store import FILES_DIR, blob_name
+from sparkpoint.storage.fileio import file_io, join
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import expected_hourly_counts, output_rows, write_clicks
 from tests.conftest import EXAMPLES
@@ -76,6 +77,15 @@ def test_snapshot_on_a_remote_store_continued_from_a_second_home(
     events += write_clicks(inp, range(3, 6))
     api.run(second_home, JOB, "v2", params=_params(inp, tmp_path / "out2"),
             from_snapshot="s1", until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+    # The start fetched s1 into the second home's cache. A file of it then goes from the
+    # store: verify reads the store, so it says so (on main it trusted the cache: intact).
+    manifest = api.snapshot_show(second_home, "s1")
+    io = file_io(snapshots)
+    gone = max(manifest.files, key=lambda entry: entry.bytes)
+    io.delete(join(snapshots, FILES_DIR, blob_name(gone)))
+    code, out, err = _cli(second_home, "snapshot", "verify", "s1", "--json")
+    assert code == 3 and not json.loads(out)["ok"], out + err
+    assert "does not hold" in out
     api.run(second_home, JOB, "reference", params=_params(inp, tmp_path / "ref"),
             until_caught_up=True, spark=spark)  # type: ignore[arg-type]
     reference = output_rows(spark, tmp_path / "ref")  # type: ignore[arg-type]

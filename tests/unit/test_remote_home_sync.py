@@ -4,6 +4,7 @@ never undo a local change that is not uploaded yet."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,25 @@ def test_fetch_brings_the_homes_files_and_keeps_local_changes_not_uploaded(
     objects = _objects(s3_server, home)
     assert objects["checkpoint/offsets/1"] == b"ONE, rewritten here"
     assert "checkpoint/offsets/0" not in objects
+
+
+def test_a_deleted_working_copy_is_fetched_again_and_nothing_is_removed_in_the_home(
+    s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On main before this change the next upload deleted job.json, offsets and commits in
+    the home, since the sync record said they had been removed here."""
+    home = _home(s3_server, tmp_path, monkeypatch)
+    local = home.job_dir("j")
+    (local / "checkpoint" / "offsets").mkdir(parents=True)
+    (local / "checkpoint" / "offsets" / "0").write_bytes(b"zero")
+    (local / "job.json").write_bytes(b"{}")
+    push_job(home, "j")
+    before = _objects(s3_server, home)
+    shutil.rmtree(local)  # the README: the working copy may be deleted at any time
+    pull_job(home, "j", with_state=False)
+    push_job(home, "j")
+    assert _objects(s3_server, home) == before
+    assert (local / "job.json").read_bytes() == b"{}"
 
 
 def test_s3a_settings_come_from_the_aws_environment_and_the_users_win(

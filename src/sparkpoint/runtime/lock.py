@@ -75,7 +75,7 @@ def _recorded_pid(path: Path) -> int | None:
     return pid if isinstance(pid, int) else None
 
 
-def _kernel_lock(path: Path, job: str) -> int:
+def _kernel_lock(path: Path, job: str, echo: Callable[[str], None]) -> int:
     """Take the kernel lock on ``path`` without waiting; the descriptor that holds it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
@@ -98,6 +98,11 @@ def _kernel_lock(path: Path, job: str) -> int:
         if same:
             break
         os.close(fd)
+    left = _recorded_pid(path)
+    if left is not None:
+        # Only a holder that died leaves its file: one that lets go removes it.
+        echo(f"job '{job}': took over the lock left by an interrupted run (pid {left}, "
+             "no longer running)")
     os.ftruncate(fd, 0)
     os.write(fd, json.dumps({"pid": os.getpid(), "host": this_host()}).encode("utf-8"))
     return fd
@@ -157,7 +162,7 @@ def _enter(home: Home, path: Path, job: str, echo: Callable[[str], None]) -> boo
         if path in _held:
             _held[path].count += 1
             return True
-        fd = _kernel_lock(path, job)
+        fd = _kernel_lock(path, job, echo)
         lease = None
         if home.remote:
             try:

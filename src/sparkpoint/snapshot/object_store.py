@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -40,6 +41,11 @@ LEASES_DIR = ".leases"
 # pid says so at once); its files are collected like any other unreferenced file.
 LEASE_EXPIRY = OTHER_HOST_EXPIRY
 _FETCHED_MARK = ".complete"
+# A collection deletes only within this many seconds of listing the leases of creates in
+# flight; a create waits this long (and a margin for requests still on the wire) after
+# writing its lease before it checks its files and publishes.
+COLLECTION_WINDOW_S = 3.0
+CLOCK_MARGIN_S = 1.0
 
 
 def blob_name(entry: FileEntry) -> str:
@@ -89,13 +95,30 @@ class ObjectSnapshotStore(SnapshotStore):
         return parse_manifest(data, url)
 
     def verify(self, name: str) -> list[Problem]:
-        """Every file fetched and checked against its size and xxh3-128 checksum."""
-        self.get(name)
+        """Every file read from the store and checked against its size and xxh3-128
+        checksum. Never the local copy a start fetched: a file gone from the store since
+        must be found (the cache is never evidence)."""
+        manifest = self.get(name)
+        scratch = self.home.scratch_dir / "verify" / f"{os.getpid()}.{uuid.uuid4().hex[:8]}"
         try:
-            self.local_dir(name)
+            self._fetch_checked(name, manifest, scratch)
         except SnapshotDamagedError as exc:
             return [Problem(self.location, exc.message)]
+        finally:
+            discard(scratch)
         return []
+
+    def _fetch_checked(self, name: str, manifest: Manifest, target: Path) -> None:
+        pairs = [(self._blob_url(entry), target / entry.path) for entry in manifest.files]
+        try:
+            self.io.get_files(pairs, show_progress=progress_bars(), description=f"fetch {name}")
+        except FileNotFoundError as exc:
+            raise SnapshotDamagedError(
+                f"{self.location}: snapshot '{name}' lists a file the store does not hold "
+                f"({exc}); the snapshot is damaged: delete it and create it again"
+            ) from exc
+        for entry in manifest.files:
+            _check_fetched(target / entry.path, entry, self._blob_url(entry))
 
     def local_dir(self, name: str) -> Path:
         """Fetch the snapshot into the home's scratch space once (keyed by its manifest, so a
@@ -107,16 +130,7 @@ class ObjectSnapshotStore(SnapshotStore):
             return target
         partial = target.with_name(f"{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
         try:
-            pairs = [(self._blob_url(entry), partial / entry.path) for entry in manifest.files]
-            try:
-                self.io.get_files(pairs, show_progress=progress_bars(), description=f"fetch {name}")
-            except FileNotFoundError as exc:
-                raise SnapshotDamagedError(
-                    f"{self.location}: snapshot '{name}' lists a file the store does not hold "
-                    f"({exc}); the snapshot is damaged: delete it and create it again"
-                ) from exc
-            for entry in manifest.files:
-                _check_fetched(partial / entry.path, entry, self._blob_url(entry))
+            self._fetch_checked(name, manifest, partial)
             write_atomic(partial / MANIFEST_FILE, manifest.to_json().encode("utf-8"))
             write_atomic(partial / _FETCHED_MARK, b"")
             discard(target)
@@ -136,16 +150,17 @@ class ObjectSnapshotStore(SnapshotStore):
                 "delete it first with 'sparkpoint snapshot delete'"
             )
         say = progress or (lambda _msg: None)
-        held = self.collect_garbage()
         staging = self.home.scratch_dir / "export" / f"{os.getpid()}.{name}.{uuid.uuid4().hex[:8]}"
         staging.mkdir(parents=True)
         lease = join(self.location, LEASES_DIR, f"{name}.{uuid.uuid4().hex}.json")
         try:
             manifest = export_checkpoint(checkpoint, staging, name, info, progress, batch)
-            self.io.write_bytes(lease, _lease_record(manifest.files))
+            # Registered before deciding what to share: a collection that lists leases from
+            # now on keeps every file this create names (see collect_garbage).
+            self.io.write_bytes(lease, _lease_record(name, manifest.files))
+            registered = time.monotonic()
             crash_point("remote_snapshot.lease_written")
-            # Files a delete collects after the listing above are put back once the
-            # manifest is published (_reupload_collected).
+            held = self.collect_garbage()
             # Identical files (same content) are stored once, also within one snapshot.
             new = {blob: entry for entry in manifest.files
                    if (blob := blob_name(entry)) not in held}
@@ -156,6 +171,7 @@ class ObjectSnapshotStore(SnapshotStore):
             self.io.put_files(uploads, show_progress=progress_bars(),
                               description=f"snapshot {name}")
             crash_point("remote_snapshot.files_uploaded")
+            self._put_back_collected(manifest.files, staging, registered)
             manifest = manifest.model_copy(update={"added_bytes": added})
             if not self.io.create_exclusive(self._manifest_url(name),
                                             manifest.to_json().encode("utf-8")):
@@ -164,15 +180,22 @@ class ObjectSnapshotStore(SnapshotStore):
                     "meanwhile; choose another name"
                 )
             crash_point("remote_snapshot.published")
-            self._reupload_collected(manifest.files, staging)
             self.io.delete(lease)
         finally:
             discard(staging)
         return manifest
 
-    def _reupload_collected(self, files: Iterable[FileEntry], staging: Path) -> None:
-        """A delete that listed manifests before ours was published and leases before ours
-        was written may have collected a file we found present: put such files back."""
+    def _put_back_collected(self, files: Iterable[FileEntry], staging: Path,
+                            registered: float) -> None:
+        """Before publishing: put back any shared file a collection removed.
+
+        A collection that listed leases before ours was written may still delete files it
+        found unreferenced, a file we decided to share among them, but only within
+        COLLECTION_WINDOW_S of that listing. Once that window has passed since our lease was
+        written, every such collection is over, so what the store holds now stays until our
+        manifest (or lease) lets it go: a published snapshot never lacks a file."""
+        time.sleep(max(0.0, registered + COLLECTION_WINDOW_S + CLOCK_MARGIN_S
+                       - time.monotonic()))
         held = set(self.io.walk_sizes(join(self.location, FILES_DIR)))
         lost = {blob_name(e): e for e in files if blob_name(e) not in held}
         self.io.put_files([(staging / e.path, self._blob_url(e)) for e in lost.values()])
@@ -184,9 +207,26 @@ class ObjectSnapshotStore(SnapshotStore):
         self.collect_garbage()
 
     def collect_garbage(self) -> set[str]:
-        """Remove files that no published snapshot and no live create refers to, and leases
-        of creates that died; return the files that remain (blob names)."""
+        """Remove files that no published snapshot and no live create refers to, leases of
+        creates that died, and directories a delete left; return the files that remain
+        (blob names).
+
+        Safe against creates and deletes running meanwhile, anywhere:
+        - Leases are listed before manifests, and a create writes its manifest before it
+          removes its lease: a create is seen by one listing or the other.
+        - Deletions happen only within COLLECTION_WINDOW_S of listing the leases; a create
+          whose lease came later checks, after that window, that its files are all there
+          (ObjectSnapshotStore._put_back_collected) before it publishes.
+        - A directory without a manifest is removed only when no live lease names it (on
+          HDFS a manifest being published is a temp file in it until renamed).
+        """
+        blobs = self.io.walk_sizes(join(self.location, FILES_DIR))
+        published, _ = self._listed()
+        referenced = {blob_name(entry) for name in published
+                      for entry in self._files_of(name)}
+        listed_leases = time.monotonic()
         live: set[str] = set()
+        creating: set[str] = set()
         for lease_name in self.io.list_names(join(self.location, LEASES_DIR)):
             url = join(self.location, LEASES_DIR, lease_name)
             try:
@@ -195,25 +235,37 @@ class ObjectSnapshotStore(SnapshotStore):
                 continue
             if _lease_alive(record):
                 live.update(record.get("blobs", []))
+                creating.add(str(record.get("name") or lease_name.split(".", 1)[0]))
             else:
                 self.io.delete(url)
-        published, leftovers = self._listed()
-        referenced = {blob_name(entry) for name in published
-                      for entry in self.read(name).files}
+        # Published after the first listing, by a create whose lease was gone by the second.
+        published_now, leftovers = self._listed()
+        for name in set(published_now) - set(published):
+            referenced |= {blob_name(entry) for entry in self._files_of(name)}
+        deadline = listed_leases + COLLECTION_WINDOW_S
         remaining = set()
-        for blob in self.io.walk_sizes(join(self.location, FILES_DIR)):
-            if blob not in referenced and blob not in live:
-                self.io.delete(join(self.location, FILES_DIR, blob))
-            else:
+        for blob in blobs:
+            if blob in referenced or blob in live or time.monotonic() > deadline:
                 remaining.add(blob)
+            else:
+                self.io.delete(join(self.location, FILES_DIR, blob))
         # A listed name whose manifest is gone is a delete's leftover directory marker.
         for name in leftovers:
-            self.io.delete_tree(join(self.location, name))
+            if name not in creating and time.monotonic() <= deadline:
+                self.io.delete_tree(join(self.location, name))
         return remaining
 
+    def _files_of(self, name: str) -> list[FileEntry]:
+        """The files of a published snapshot; none when it was deleted meanwhile."""
+        try:
+            return list(self.read(name).files)
+        except SnapshotDamagedError:
+            return []
 
-def _lease_record(files: Iterable[FileEntry]) -> bytes:
-    record = {**holder_record(), "blobs": sorted({blob_name(entry) for entry in files})}
+
+def _lease_record(name: str, files: Iterable[FileEntry]) -> bytes:
+    record = {**holder_record(), "name": name,
+              "blobs": sorted({blob_name(entry) for entry in files})}
     return json.dumps(record).encode("utf-8")
 
 

@@ -36,6 +36,7 @@ LEASE_PREFIX = "lease/"
 STATE_PREFIX = "checkpoint/state/"
 CHECKPOINT_PREFIX = "checkpoint/"
 METADATA = "checkpoint/metadata"
+JOB_RECORD = "job.json"
 
 # Listings of a job a running query keeps changing, fetched before one is complete.
 FETCH_ATTEMPTS = 3
@@ -98,6 +99,10 @@ def pull_job(home: Home, job: str, with_state: bool = True,
         return with_state or not rel.startswith(STATE_PREFIX)
 
     before = _load(home, job)
+    if before and not (local_dir / JOB_RECORD).is_file() and JOB_RECORD in before:
+        # The working copy was deleted (it may be, at any time): what is missing here was
+        # not removed by a command, so the home is the truth and nothing is removed there.
+        before = {}
     # Changed here since the last fetch or upload, or written here: the local copy wins
     # until the next upload sends it (a fetch must not undo a step just taken).
     here = _local_files(local_dir)

@@ -1,0 +1,85 @@
+"""Fencing on a home on S3 (moto's server, Spark through s3a): a running job frozen past its
+lease (SIGSTOP of its process group, the driver's JVM included) is taken over by another
+machine, which runs it; when the first wakes it exits LEASE_LOST (4) without committing a
+batch, and the output equals an uninterrupted run's.
+
+On main before leases: the lock in the home lasted 12 hours and was never renewed, so the
+second machine was refused; with a lock past its age, the woken first process went on
+running the job beside the second.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from sparkpoint.storage.home import Home
+from sparkpoint.testing import output_rows, write_clicks
+from tests.integration.test_remote_home import _reference, _run_args
+from tests.support.cli import _env, command, sparkpoint, wait_for
+from tests.support.s3 import S3Server
+
+pytestmark = pytest.mark.spark
+
+LEASE_SECONDS = 6
+
+
+def _commits(s3_server: S3Server, bucket: str) -> set[str]:
+    return {key for key in s3_server.keys(bucket, "home/jobs/v1/checkpoint/commits/")
+            if key.rsplit("/", 1)[-1].isdigit()}
+
+
+def _machine(tmp_path: Path, name: str) -> dict[str, str]:
+    return {"SPARKPOINT_HOST": name, "SPARKPOINT_SCRATCH": str(tmp_path / name),
+            "SPARKPOINT_LEASE_SECONDS": str(LEASE_SECONDS)}
+
+
+def test_a_job_frozen_past_its_lease_is_taken_over_and_wakes_to_lease_lost(
+    spark: object, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bucket = s3_server.new_bucket()
+    monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "test-machine"))
+    home = Home.resolve(f"s3://{bucket}/home")
+    inp, out = tmp_path / "in", tmp_path / "out"
+    write_clicks(inp, range(0, 2))
+    args = [arg for arg in _run_args("v1", inp, out) if arg != "--until-caught-up"]
+    log = tmp_path / "machine-a.log"
+    with open(log, "wb") as handle:
+        # Its own process group: SIGSTOP freezes the driver's JVM with it.
+        first = subprocess.Popen(command(home, *args), stdout=handle, stderr=subprocess.STDOUT,
+                                 env=_env(extra=_machine(tmp_path, "machine-a")),
+                                 start_new_session=True)
+    try:
+        wait_for(lambda: len(_commits(s3_server, bucket)) == 2, 240, "2 batches", log)
+        os.killpg(first.pid, signal.SIGSTOP)
+        time.sleep(LEASE_SECONDS + 2)  # the scenario: frozen for longer than its lease
+
+        write_clicks(inp, range(2, 3))
+        taken = sparkpoint(home, *_run_args("v1", inp, out),
+                           env=_machine(tmp_path, "machine-b"))
+        assert taken.code == 0, taken.err[-3000:]
+        assert "took over the lease left by" in taken.err and "machine-a" in taken.err
+        committed = _commits(s3_server, bucket)
+        assert len(committed) == 3
+
+        # New input waits for whoever runs the job next; the first process wakes up.
+        write_clicks(inp, range(3, 5))
+        os.killpg(first.pid, signal.SIGCONT)
+        assert first.wait(timeout=180) == 4, log.read_text()[-3000:]
+        assert "LEASE_LOST" in log.read_text()
+        assert _commits(s3_server, bucket) == committed, "a fenced-out process committed"
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGCONT)
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait(timeout=60)
+
+    again = sparkpoint(home, *_run_args("v1", inp, out), env=_machine(tmp_path, "machine-b"))
+    assert again.code == 0, again.err[-3000:]
+    assert Counter(output_rows(spark, out)) == Counter(_reference(spark, tmp_path, inp))  # type: ignore[arg-type]
