@@ -230,9 +230,12 @@ def test_reordered_double_sums_and_nan_rehearse_equal_within_the_tolerance(
     api.run(home, TOTALS_JOB, "v1", params=params, conf=conf, until_caught_up=True,
             spark=spark)
     snapshot_batch = api.snapshot_create(home, "v1", "old").batch_id
-    # Four lines of one width: Spark reads the file as one partition by default, summing
-    # in line order; split at 2 lines less a byte, it reads lines 1-2 and 3-4 apart and
-    # adds the two partial sums.
+    # Four lines of one width. Spark fact pinned here (4.3, FilePartition.maxSplitBytes and
+    # getFilePartitions): a file is cut into splits of min(maxPartitionBytes,
+    # max(openCostInBytes = 4 MiB, bytes / cores)) and a split larger than what is left of
+    # a partition opens the next one; so by default this file is one partition, summed in
+    # line order. At 2 lines less a byte, each split reads the lines that start in it
+    # (Hadoop's LineRecordReader): lines 1-2 and 3-4 apart, two partial sums then added.
     _write_payments(inp, "1.json", [("a", f"00:{10 + i}", x) for i, x in enumerate(amounts)],
                     width)
     _write_payments(inp, "2.json", [("n", "00:35", math.nan), ("z", "02:00", 1.0)], width)
