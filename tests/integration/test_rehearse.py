@@ -10,6 +10,10 @@ identical version must reproduce the old job's rows batch for batch.
 from __future__ import annotations
 
 import hashlib
+import json
+import math
+import os
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -19,7 +23,7 @@ import pytest
 from sparkpoint import api
 from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE
 from sparkpoint.storage.home import Home
-from sparkpoint.testing import Click, expected_hourly_counts, write_clicks
+from sparkpoint.testing import Click, expected_hourly_counts, sink_files_up_to, write_clicks
 from tests.conftest import EXAMPLES, SHUFFLE_PARTITIONS
 from tests.support.cli import sparkpoint
 
@@ -28,6 +32,7 @@ JOB = EXAMPLES / "clicks_job.py"
 JOBS = Path(__file__).resolve().parent.parent / "data" / "jobs"
 FEWER_URLS_JOB = JOBS / "clicks_fewer_urls.py"
 FOREACH_JOB = JOBS / "clicks_foreach_batch.py"
+TOTALS_JOB = JOBS / "amount_totals.py"
 DROPPED_URLS = ("/p/1", "/p/2", "/p/3", "/p/4")
 
 
@@ -189,3 +194,77 @@ def test_other_sink_shows_new_output_only_and_is_never_written(
     assert _example_rows(doc["examples"]["new"]) == _as_json_rows(emitted)
     assert "only the new output is shown" in doc["examples"]["note"]
     assert not elsewhere.exists()
+
+
+def _write_payments(directory: Path, name: str, events: list[tuple[str, str, float]],
+                    width: int) -> None:
+    """One JSON line per (user, minute of hour 0 or later, amount), each padded to ``width``
+    bytes, written atomically with a modification time after the previous file's."""
+    directory.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for user, at, amount in events:
+        line = json.dumps({"user": user, "ts": f"2026-01-01T{at}:00Z", "amount": amount})
+        assert len(line) < width
+        lines.append(line.ljust(width - 1) + "\n")
+    tmp = directory / f".{name}.tmp"
+    tmp.write_text("".join(lines))
+    later = max([time.time_ns()] + [p.stat().st_mtime_ns + 10_000_000
+                                    for p in directory.iterdir()])
+    os.utime(tmp, ns=(later, later))
+    os.replace(tmp, directory / name)
+
+
+def test_reordered_double_sums_and_nan_rehearse_equal_within_the_tolerance(
+    spark: Any, home: Home, tmp_path: Path
+) -> None:
+    """Before: a rehearsal of the same job reported a NaN total and a total summed in another
+    order (its input split differently) as differences."""
+    inp, out, width = tmp_path / "in", tmp_path / "out", 64
+    amounts = [0.1, 0.7, 0.2, 0.3]
+    sequential = ((amounts[0] + amounts[1]) + amounts[2]) + amounts[3]
+    halves = (amounts[0] + amounts[1]) + (amounts[2] + amounts[3])
+    assert sequential != halves and math.isclose(sequential, halves, rel_tol=1e-15)
+    params = {"input": str(inp), "output": str(out), "files_per_batch": "1"}
+    conf = {"spark.sql.shuffle.partitions": SHUFFLE_PARTITIONS}
+    _write_payments(inp, "0.json", [("b", "00:05", 5.0)], width)
+    api.run(home, TOTALS_JOB, "v1", params=params, conf=conf, until_caught_up=True,
+            spark=spark)
+    snapshot_batch = api.snapshot_create(home, "v1", "old").batch_id
+    # Four lines of one width. Spark fact pinned here (4.3, FilePartition.maxSplitBytes and
+    # getFilePartitions): a file is cut into splits of min(maxPartitionBytes,
+    # max(openCostInBytes = 4 MiB, bytes / cores)) and a split larger than what is left of
+    # a partition opens the next one; so by default this file is one partition, summed in
+    # line order. At 2 lines less a byte, each split reads the lines that start in it
+    # (Hadoop's LineRecordReader): lines 1-2 and 3-4 apart, two partial sums then added.
+    _write_payments(inp, "1.json", [("a", f"00:{10 + i}", x) for i, x in enumerate(amounts)],
+                    width)
+    _write_payments(inp, "2.json", [("n", "00:35", math.nan), ("z", "02:00", 1.0)], width)
+    latest = api.run(home, TOTALS_JOB, "v1", until_caught_up=True, spark=spark).last_batch
+    assert latest is not None and latest > snapshot_batch
+    emitted = [row for file in sorted(set(sink_files_up_to(out, latest))
+                                      - set(sink_files_up_to(out, snapshot_batch)))
+               for row in spark.read.parquet(file).collect()]
+    totals = {row["user"]: row["total"] for row in emitted}
+    assert sorted(totals) == ["a", "b", "n"] and len(emitted) == 3  # hour 0 closed after it
+    assert totals["a"] == sequential and totals["b"] == 5.0 and math.isnan(totals["n"])
+
+    split = ["--conf", f"spark.sql.files.maxPartitionBytes={2 * width - 1}"]
+    args = [str(TOTALS_JOB), "--from-snapshot", "old", "--against", "v1", *split, "--json"]
+    done = sparkpoint(home, "rehearse", *args, "--fail-on-diff")
+    assert done.code == 0, done.out + done.err
+    doc = done.json()
+    assert (doc["equal"], doc["old_rows"], doc["new_rows"], doc["only_old"],
+            doc["only_new"]) == (True, 3, 3, 0, 0)
+    assert sorted(r["user"] for r in doc["examples"]["both"]) == ["a", "b", "n"]
+    assert [r["total"] for r in doc["examples"]["both"] if r["user"] == "n"] == ["NaN"]
+
+    # Bit for bit, the rehearsal's total of 'a' is the other order's; NaN still equals NaN.
+    exact = sparkpoint(home, "rehearse", *args, "--float-tolerance", "0")
+    assert exact.code == 0, exact.out + exact.err
+    doc = exact.json()
+    assert (doc["equal"], doc["only_old"], doc["only_new"]) == (False, 1, 1)
+    [changed] = doc["examples"]["changed"]
+    assert changed["key"]["user"] == "a"
+    assert [r["total"] for r in changed["old"]] == [sequential]
+    assert [r["total"] for r in changed["new"]] == [halves]
+    assert sorted(r["user"] for r in doc["examples"]["both"]) == ["b", "n"]

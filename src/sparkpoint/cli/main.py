@@ -253,20 +253,28 @@ def plan_command(ctx: click.Context, job_file: Path, from_snapshot: str | None,
 @click.option("--keep", is_flag=True, help="Keep the scratch job and output (path printed).")
 @click.option("--fail-on-diff", is_flag=True,
               help=f"Exit {EXIT_DIFFERENCE} when the outputs differ (for CI pipelines).")
+@click.option("--float-tolerance", default=None, metavar="REL",
+              help="Float and double values are equal within this relative difference "
+                   "(default 1e-9; 0: exactly). NaN equals NaN.")
 @json_option
 @click.pass_context
 @handle_errors
 def rehearse_command(ctx: click.Context, job_file: Path, against: str,
                      from_snapshot: str | None, resume_point: Path | None,
                      params: tuple[str, ...], confs: tuple[str, ...], master: str | None,
-                     keep: bool, fail_on_diff: bool, as_json: bool) -> None:
+                     keep: bool, fail_on_diff: bool, float_tolerance: str | None,
+                     as_json: bool) -> None:
     """Run JOB_FILE from a snapshot over the input job JOB read after it, in scratch space,
     and compare its output with JOB's. Params, conf and master default to JOB's."""
     from sparkpoint.cli.rehearse_text import rehearsal_text
+    from sparkpoint.rehearse.match import DEFAULT_FLOAT_TOLERANCE, parse_float_tolerance
 
+    tolerance = (DEFAULT_FLOAT_TOLERANCE if float_tolerance is None
+                 else parse_float_tolerance(float_tolerance))
     result = api.rehearse(_home(ctx), job_file, against, from_snapshot=from_snapshot,
                           resume_point=resume_point, params=_pairs(params, "--param"),
-                          conf=_pairs(confs, "--conf"), master=master, keep=keep, echo=_echo)
+                          conf=_pairs(confs, "--conf"), master=master, keep=keep, echo=_echo,
+                          float_tolerance=tolerance)
     click.echo(render.as_json(result.to_dict()) if as_json else rehearsal_text(result))
     if fail_on_diff and result.equal is False:
         sys.exit(EXIT_DIFFERENCE)

@@ -1,33 +1,25 @@
 """Comparing two outputs as multisets of rows, with examples grouped by key columns.
 
 Pure Python: rows arrive as tuples in their frame's column order (Spark's ``Row`` objects are
-tuples; nested structs are Rows too). Values are made hashable (lists, maps) for counting and
-JSON-friendly (times, decimals, bytes, structs) for the examples.
+tuples; nested structs are Rows too). Rows pair one to one with floats compared within a
+relative tolerance (``match``); values are made JSON-friendly (times, decimals, bytes,
+structs, NaN) for the examples. Columns pair by name; the k-th of several columns of one
+name pairs with the k-th of that name on the other side and is shown as ``name#k``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkpoint.rehearse.match import DEFAULT_FLOAT_TOLERANCE, Row, exact, pair_rows
+
 EXAMPLES_PER_KIND = 5
-
-Row = tuple[Any, ...]
-
-
-def _hashable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return tuple(sorted((_hashable(k), _hashable(v)) for k, v in value.items()))
-    if isinstance(value, list | tuple):
-        # Rows keep their field names, so a struct {a, b} never equals a plain pair.
-        fields = getattr(value, "__fields__", None)
-        items = tuple(_hashable(v) for v in value)
-        return (tuple(fields), items) if fields else items
-    return value
 
 
 def json_value(value: Any) -> Any:
@@ -45,6 +37,8 @@ def json_value(value: Any) -> Any:
         return str(value)
     if isinstance(value, bytes | bytearray):
         return value.hex()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value).replace("inf", "Infinity").replace("nan", "NaN")  # strict JSON
     return value
 
 
@@ -90,38 +84,40 @@ def key_columns(common: Sequence[str], operator_keys: Sequence[Sequence[str]],
     return [c for c in common if c not in numeric]
 
 
-def compare(old: Output, new: Output, operator_keys: Sequence[Sequence[str]] = ()) -> Comparison:
-    """Rows only in the old output, only in the new, and in both (as multisets) over the
-    columns both have, with a few examples of each grouped by key columns."""
-    common = [c for c in old.columns if c in new.columns]
-    old_at = [old.columns.index(c) for c in common]
-    new_at = [new.columns.index(c) for c in common]
+def _labels(columns: Sequence[str]) -> list[str]:
+    """Each column's name, the k-th (k > 1) of several of one name as ``name#k``."""
+    seen: Counter[str] = Counter()
+    labels = []
+    for name in columns:
+        seen[name] += 1
+        labels.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+    return labels
+
+
+def compare(old: Output, new: Output, operator_keys: Sequence[Sequence[str]] = (),
+            float_tolerance: float = DEFAULT_FLOAT_TOLERANCE) -> Comparison:
+    """Rows only in the old output, only in the new, and in both (as multisets, floats within
+    ``float_tolerance`` relative, NaN equal to NaN) over the columns both have, with a few
+    examples of each grouped by key columns."""
+    old_labels, new_labels = _labels(old.columns), _labels(new.columns)
+    common = [c for c in old_labels if c in new_labels]
+    old_at = [old_labels.index(c) for c in common]
+    new_at = [new_labels.index(c) for c in common]
     old_rows = [tuple(r[i] for i in old_at) for r in old.rows]
     new_rows = [tuple(r[i] for i in new_at) for r in new.rows]
-    old_count = Counter(_hashable(r) for r in old_rows)
-    new_count = Counter(_hashable(r) for r in new_rows)
-    only_old, only_new = old_count - new_count, new_count - old_count
-    keys = key_columns(common, operator_keys, old.numeric | new.numeric)
-    examples = _examples(common, keys, old_rows, new_rows, only_old, only_new)
+    old_paired, new_paired = pair_rows(old_rows, new_rows, float_tolerance)
+    numeric = frozenset(label for side, labels in ((old, old_labels), (new, new_labels))
+                        for label, name in zip(labels, side.columns, strict=True)
+                        if name in side.numeric)
+    keys = key_columns(common, operator_keys, numeric)
+    examples = _examples(common, keys, old_rows, new_rows, old_paired, new_paired)
     return Comparison(
         compared_columns=common, key_columns=keys, old_rows=len(old.rows),
-        new_rows=len(new.rows), only_old=sum(only_old.values()),
-        only_new=sum(only_new.values()),
-        columns_only_old=[c for c in old.columns if c not in new.columns],
-        columns_only_new=[c for c in new.columns if c not in old.columns],
+        new_rows=len(new.rows), only_old=old_paired.count(False),
+        only_new=new_paired.count(False),
+        columns_only_old=[c for c in old_labels if c not in new_labels],
+        columns_only_new=[c for c in new_labels if c not in old_labels],
         examples=examples)
-
-
-def _pick(rows: list[Row], wanted: Counter[Any]) -> list[Row]:
-    """The rows of ``rows`` counted in ``wanted``, as many times as counted."""
-    left = Counter(wanted)
-    picked = []
-    for row in rows:
-        frozen = _hashable(row)
-        if left[frozen] > 0:
-            left[frozen] -= 1
-            picked.append(row)
-    return picked
 
 
 def _as_dict(columns: Sequence[str], row: Row) -> dict[str, Any]:
@@ -129,15 +125,15 @@ def _as_dict(columns: Sequence[str], row: Row) -> dict[str, Any]:
 
 
 def _examples(common: list[str], keys: list[str], old_rows: list[Row], new_rows: list[Row],
-              only_old: Counter[Any], only_new: Counter[Any]) -> dict[str, Any]:
+              old_paired: list[bool], new_paired: list[bool]) -> dict[str, Any]:
     key_at = [common.index(k) for k in keys]
 
     def key_of(row: Row) -> Any:
-        return _hashable(tuple(row[i] for i in key_at))
+        return exact(tuple(row[i] for i in key_at))
 
-    gone = _pick(old_rows, only_old)
-    came = _pick(new_rows, only_new)
-    both = _pick(old_rows, Counter(_hashable(r) for r in old_rows) - only_old)
+    gone = [r for r, paired in zip(old_rows, old_paired, strict=True) if not paired]
+    came = [r for r, paired in zip(new_rows, new_paired, strict=True) if not paired]
+    both = [r for r, paired in zip(old_rows, old_paired, strict=True) if paired]
     came_keys = {key_of(r) for r in came}
     changed_keys: dict[Any, dict[str, Any]] = {}
     if keys:

@@ -38,6 +38,7 @@ from sparkpoint.errors import (
     ValidationError,
 )
 from sparkpoint.rehearse.compare import EXAMPLES_PER_KIND, Comparison, Output, compare, json_value
+from sparkpoint.rehearse.match import DEFAULT_FLOAT_TOLERANCE, check_float_tolerance
 from sparkpoint.runtime.context import JobContext
 from sparkpoint.runtime.jobfile import (
     build_writer,
@@ -136,11 +137,14 @@ def rehearse(
     keep: bool = False,
     spark: SparkSession | None = None,
     echo: Echo = _quiet,
+    float_tolerance: float = DEFAULT_FLOAT_TOLERANCE,
 ) -> Rehearsal:
     """Rehearse ``job_file`` from a snapshot (or resume point) against job ``against``.
 
-    Params, conf and master default to the old job's; those given replace them."""
+    Params, conf and master default to the old job's; those given replace them. Float and
+    double values are equal within ``float_tolerance``, relative (0: bit for bit)."""
     validate_name(against, "job")
+    float_tolerance = check_float_tolerance(float_tolerance, "float_tolerance")
     if (from_snapshot is None) == (resume_point is None):
         raise UsageError("give exactly one of --from-snapshot SNAP or --resume-point FILE")
     job_file = job_file.absolute()
@@ -171,7 +175,7 @@ def rehearse(
                 new, store, point, from_snapshot, params, conf, master or record.master,
                 names, echo)
         result = _summarize(session, against, names, (batches[0], batches[-1]), old_output,
-                            snapshot_batch, new)
+                            snapshot_batch, new, float_tolerance)
         if keep:
             (scratch / KEPT_MARKER).touch()
             echo(f"scratch kept: {scratch}")
@@ -337,7 +341,8 @@ def _check_same_history(store: SnapshotStore, old: Checkpoint, rows: list[Any]) 
 
 
 def _summarize(session: SparkSession, job: str, names: list[str], batches: tuple[int, int],
-               old_output: Path | None, snapshot_batch: int, new: _NewVersion) -> Rehearsal:
+               old_output: Path | None, snapshot_batch: int, new: _NewVersion,
+               float_tolerance: float) -> Rehearsal:
     if new.file_format is not None:
         new_files = sorted(committed_files(new.output))
         new_format = format_of_files(new_files, new.file_format)
@@ -370,7 +375,7 @@ def _summarize(session: SparkSession, job: str, names: list[str], batches: tuple
     if not new_side.columns:
         new_side = Output(old_side.columns, [], old_side.numeric)
     return Rehearsal(job, names, batches, len(new_side.rows),
-                     compare(old_side, new_side, new.operator_keys))
+                     compare(old_side, new_side, new.operator_keys, float_tolerance))
 
 
 def _read(session: SparkSession, fmt: str, paths: list[str], base: Path | None,
