@@ -1012,8 +1012,7 @@ def startpoint_set(
     merged = [*kept, new]
     resolved = resolve_startpoints(info, merged, checkpoint, _compact_interval(record))
     if not dry_run:
-        store.set(job, new)
-        remote_home.push_job(home, job)
+        store.set(job, new)  # at the home's URL: no lease needed, see startpoints/store.py
     return StartpointPreview(job, source, merged, resolved, not dry_run,
                              [op.name for op in record.operators])
 
@@ -1029,7 +1028,6 @@ def startpoint_clear(home: Home, job: str, source: str) -> None:
     remote_home.pull_job(home, job, with_state=False)
     record = JobRegistry(home).get(job)
     cleared = StartpointStore(home).clear(job, source)
-    remote_home.push_job(home, job)
     if not cleared:
         pending = ", ".join(StartpointStore(home).all(job)) or "none"
         _source_description(record, source)  # an unknown source says so first
@@ -1047,7 +1045,7 @@ def _apply_startpoints(home: Home, options: RunOptions, spark: SparkSession | No
     registry = JobRegistry(home)
     store = StartpointStore(home)
     job = options.job
-    pending = store.all(job)
+    pending, consumed = store.all_with_ids(job)
     if not pending:
         return
     record = registry.get(job)
@@ -1062,5 +1060,5 @@ def _apply_startpoints(home: Home, options: RunOptions, spark: SparkSession | No
     resolved = [resolve_startpoints(_source_description(record, source), entries, checkpoint,
                                     _compact_interval(record))
                 for source, entries in pending.items()]
-    intent = record_startpoints(home, job, batch, pending, resolved)
+    intent = record_startpoints(home, job, batch, pending, resolved, consumed)
     finish_startpoints(home, job, intent, echo)

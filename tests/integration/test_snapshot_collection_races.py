@@ -36,10 +36,11 @@ ROUNDS = 4
 # previous one; prints what it created and deleted as JSON lines.
 WORKER = """
 import json, random, sys
+from pathlib import Path
 from sparkpoint import api
 from sparkpoint.errors import SparkpointError
 from sparkpoint.storage.home import Home
-home = Home(sys.argv[1], sys.argv[2])
+home = Home(Path(sys.argv[1]), sys.argv[2])
 worker, rounds = int(sys.argv[3]), int(sys.argv[4])
 rng = random.Random(worker)
 mine = []

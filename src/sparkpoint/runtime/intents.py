@@ -71,6 +71,9 @@ class StartpointIntent(BaseModel):
     recorded_at: str
     pending: dict[str, list[Startpoint]]
     resolved: list[ResolvedSource]
+    # The sets (startpoint files) folded into ``pending``, per source: exactly what is
+    # removed once applied (none recorded by an earlier version: compared instead).
+    consumed: dict[str, list[str]] | None = None
 
 
 Intent = TypeVar("Intent", DrainIntent, StartpointIntent)

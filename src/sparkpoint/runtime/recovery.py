@@ -134,11 +134,12 @@ def recover(home: Home, job: str, echo: Echo) -> Recovery:
 
 
 def record_startpoints(home: Home, job: str, batch: int, pending: dict[str, list[Startpoint]],
-                       resolved: list[Resolved]) -> StartpointIntent:
+                       resolved: list[Resolved],
+                       consumed: dict[str, list[str]]) -> StartpointIntent:
     """Record what is about to be applied; from here on it is applied exactly once."""
     require_applicable(JobRegistry(home).checkpoint(job), batch)
     intent = StartpointIntent(intent_id=uuid.uuid4().hex, batch=batch, recorded_at=now_iso(),
-                              pending=pending,
+                              pending=pending, consumed=consumed,
                               resolved=[ResolvedSource.of(r) for r in resolved])
     intents.save(home, job, intent)
     crash_point("startpoint.intent_recorded")
@@ -153,7 +154,11 @@ def finish_startpoints(home: Home, job: str, intent: StartpointIntent, echo: Ech
     crash_point("startpoint.offsets_moved")
     store = StartpointStore(home)
     for source, entries in intent.pending.items():
-        store.clear_if_unchanged(job, source, entries)
+        if intent.consumed is None:
+            store.clear_if_unchanged(job, source, entries)
+        else:
+            # Exactly the sets applied: one made meanwhile (anywhere) stays pending.
+            store.remove_applied(job, source, intent.consumed.get(source, []))
     crash_point("startpoint.cleared")
     record = registry.get(job)
     if not any(a.intent_id == intent.intent_id for a in record.startpoints_applied):

@@ -206,7 +206,10 @@ class JobRegistry:
         if self.home.remote and record.status == "running" and record.host != this_host():
             from sparkpoint.runtime.lock import lease_store  # the lock module builds on this
 
-            record._lease_live = lease_store(self.home, job).holder() is not None
+            holder = lease_store(self.home, job).holder()
+            # Live for the run the record names: its host and pid hold the lease.
+            record._lease_live = holder is not None and (holder.host, holder.pid) == \
+                (record.host, record.pid)
         return record
 
     @staticmethod

@@ -1,12 +1,23 @@
-"""Pending startpoints, one JSON file per source under ``<home>/jobs/<job>/startpoints/``.
+"""Pending startpoints: one JSON file per ``startpoint set``, under
+``<home>/jobs/<job>/startpoints/<source>/<set id>.json``, read and written at the home's URL.
 
-Kept apart from the checkpoint, so they can be written while the job runs; the job's next
-start applies them to its checkpoint and removes them (the job record keeps them for audit).
+Kept apart from the checkpoint, so they can be written while the job runs, from any machine,
+without the job's lease; the job's next start applies them to its checkpoint and removes
+them (the job record keeps them for audit). One file per set is what makes that safe: the
+start removes exactly the files it applied (their ids are in its intent), so a set made
+while another machine applies startpoints is never removed unapplied; it stays pending for
+the next start. The pending startpoints of a source are the files folded in set order: a
+whole-source startpoint replaces those before it, a partition one that partition's.
+
+A home written by an earlier version may hold ``<source>.json`` (a list); it is read as the
+oldest set and removed with the first start that applies it.
 """
 
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from pathlib import Path
 from typing import Literal
 
@@ -14,11 +25,12 @@ from pydantic import BaseModel, ConfigDict
 from pydantic import ValidationError as PydanticValidationError
 
 from sparkpoint.errors import CorruptRecordError
+from sparkpoint.storage.fileio import FileIO, file_io, join
 from sparkpoint.storage.home import Home, name_problem, validate_name
-from sparkpoint.storage.local import write_atomic
 
 PositionKind = Literal["earliest", "latest", "timestamp", "offset"]
 WHOLE_SOURCE = "*"
+LEGACY_ID = "legacy"
 
 
 class Startpoint(BaseModel):
@@ -30,6 +42,8 @@ class Startpoint(BaseModel):
     kind: PositionKind
     value: str | None = None  # ISO 8601 time, or offset JSON
     set_at: str
+    # The file it was read from (None for the list an earlier version wrote).
+    set_id: str | None = None
 
     def describe(self) -> str:
         where = "" if self.partition == WHOLE_SOURCE else f" partition {self.partition}"
@@ -40,61 +54,124 @@ class Startpoint(BaseModel):
 class StartpointStore:
     def __init__(self, home: Home) -> None:
         self.home = home
+        self.io: FileIO = file_io(home.location)
 
     def directory(self, job: str) -> Path:
+        """The local directory of a local home's pending startpoints."""
         return self.home.job_dir(job) / "startpoints"
 
-    def _path(self, job: str, source: str) -> Path:
-        return self.directory(job) / f"{validate_name(source, 'source')}.json"
+    def _url(self, job: str) -> str:
+        return join(self.home.job_url(job), "startpoints")
 
-    def get(self, job: str, source: str) -> list[Startpoint]:
-        path = self._path(job, source)
-        if not path.is_file():
-            return []
+    def _source_url(self, job: str, source: str) -> str:
+        return join(self._url(job), validate_name(source, "source"))
+
+    def _legacy_url(self, job: str, source: str) -> str:
+        return join(self._url(job), f"{validate_name(source, 'source')}.json")
+
+    def _read(self, url: str, source: str) -> list[Startpoint]:
         try:
-            items = json.loads(path.read_text("utf-8"))
+            items = json.loads(self.io.read_bytes(url))
+            if isinstance(items, dict):
+                items = [items]
             if not isinstance(items, list):
-                raise ValueError(f"expected a JSON list, found {type(items).__name__}")
+                raise ValueError(f"expected a JSON object or list, found {type(items).__name__}")
             entries = [Startpoint.model_validate(item) for item in items]
         except (OSError, ValueError, RecursionError, PydanticValidationError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise CorruptRecordError(
-                f"{path}: expected the pending startpoints of source '{source}' (a JSON list), "
-                f"found unreadable content ({first}); remove them with 'sparkpoint startpoint "
+                f"{url}: expected a pending startpoint of source '{source}' (JSON), found "
+                f"unreadable content ({first}); remove them with 'sparkpoint startpoint "
                 f"clear JOB {source}' and set them again") from exc
         if any(entry.source != source for entry in entries):
             raise CorruptRecordError(
-                f"{path}: holds startpoints of another source than '{source}'; remove the file "
-                "and set them again with 'sparkpoint startpoint set'")
+                f"{url}: holds startpoints of another source than '{source}'; remove them "
+                f"with 'sparkpoint startpoint clear JOB {source}' and set them again")
         return entries
+
+    def _ids(self, job: str, source: str) -> list[str]:
+        names = self.io.list_names(self._source_url(job, source))
+        return sorted(name[:-len(".json")] for name in names
+                      if name.endswith(".json") and not name.startswith("."))
+
+    def pending(self, job: str, source: str) -> tuple[list[Startpoint], list[str]]:
+        """The source's pending startpoints, and the ids of the sets they fold (what a start
+        that applies them removes)."""
+        folded: list[Startpoint] = []
+        consumed: list[str] = []
+        legacy = self._legacy_url(job, source)
+        if self.io.is_file(legacy):
+            folded = self._read(legacy, source)
+            consumed.append(LEGACY_ID)
+        for set_id in self._ids(job, source):
+            try:
+                entries = self._read(join(self._source_url(job, source), f"{set_id}.json"),
+                                     source)
+            except CorruptRecordError as exc:
+                if isinstance(exc.__cause__, FileNotFoundError):
+                    continue  # applied and removed by a start meanwhile
+                raise
+            for entry in entries:
+                folded = _folded(folded, entry.model_copy(update={"set_id": set_id}))
+            consumed.append(set_id)
+        return folded, consumed
+
+    def get(self, job: str, source: str) -> list[Startpoint]:
+        return self.pending(job, source)[0]
 
     def set(self, job: str, startpoint: Startpoint) -> list[Startpoint]:
-        """Store ``startpoint``; a whole-source one replaces the source's others, a partition
-        one replaces that partition's."""
-        kept = [] if startpoint.partition == WHOLE_SOURCE else [
-            s for s in self.get(job, startpoint.source) if s.partition != startpoint.partition]
-        entries = [*kept, startpoint]
-        data = json.dumps([s.model_dump(mode="json") for s in entries], indent=2) + "\n"
-        write_atomic(self._path(job, startpoint.source), data.encode())
-        return entries
+        """Store ``startpoint`` as a set of its own; a whole-source one replaces the
+        source's others at the next start, a partition one that partition's."""
+        set_id = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
+        entry = startpoint.model_copy(update={"set_id": set_id})
+        data = json.dumps(entry.model_dump(mode="json"), indent=2) + "\n"
+        self.io.write_bytes(join(self._source_url(job, startpoint.source), f"{set_id}.json"),
+                            data.encode())
+        return self.get(job, startpoint.source)
+
+    def sources(self, job: str) -> list[str]:
+        found = set()
+        for name in self.io.list_names(self._url(job)):
+            stem = name[:-len(".json")] if name.endswith(".json") else name
+            if name_problem(stem, "source") is None:
+                found.add(stem)
+        return sorted(found)
 
     def all(self, job: str) -> dict[str, list[Startpoint]]:
-        directory = self.directory(job)
-        if not directory.is_dir():
-            return {}
-        # Only files named by a valid source name are startpoints (not temp files, not
-        # anything else dropped there).
-        return {path.stem: self.get(job, path.stem)
-                for path in sorted(directory.glob("*.json"))
-                if path.is_file() and name_problem(path.stem, "source") is None}
+        return {source: entries for source in self.sources(job)
+                if (entries := self.get(job, source))}
+
+    def all_with_ids(self, job: str) -> tuple[dict[str, list[Startpoint]], dict[str, list[str]]]:
+        pending, consumed = {}, {}
+        for source in self.sources(job):
+            entries, ids = self.pending(job, source)
+            if entries:
+                pending[source], consumed[source] = entries, ids
+        return pending, consumed
+
+    def remove_applied(self, job: str, source: str, set_ids: list[str]) -> None:
+        """Remove the sets a start applied (and only those)."""
+        for set_id in set_ids:
+            if set_id == LEGACY_ID:
+                self.io.delete(self._legacy_url(job, source))
+            else:
+                self.io.delete(join(self._source_url(job, source), f"{set_id}.json"))
 
     def clear_if_unchanged(self, job: str, source: str, applied: list[Startpoint]) -> None:
-        """Clear what was applied, but keep startpoints set meanwhile for the next start."""
-        if self.get(job, source) == applied:
+        """For an intent recorded by an earlier version (no set ids): clear what was
+        applied, but keep startpoints set meanwhile for the next start."""
+        if [s.model_copy(update={"set_id": None}) for s in self.get(job, source)] == applied:
             self.clear(job, source)
 
     def clear(self, job: str, source: str) -> bool:
-        path = self._path(job, source)
-        existed = path.is_file()
-        path.unlink(missing_ok=True)
-        return existed
+        """Remove every pending startpoint of the source (the user's clear)."""
+        ids = self._ids(job, source)
+        legacy = self.io.is_file(self._legacy_url(job, source))
+        self.remove_applied(job, source, ids + ([LEGACY_ID] if legacy else []))
+        return bool(ids) or legacy
+
+
+def _folded(entries: list[Startpoint], new: Startpoint) -> list[Startpoint]:
+    kept = [] if new.partition == WHOLE_SOURCE else [
+        s for s in entries if s.partition != new.partition]
+    return [*kept, new]

@@ -30,7 +30,9 @@ from sparkpoint.storage.local import walk_files, write_atomic
 SYNC_DIR = ".sync"
 # Never copied: the lock is taken in the home itself (runtime/lock.py).
 LOCAL_ONLY = frozenset({"run.lock"})
-LEASE_PREFIX = "lease/"
+# Read and written at their URL only, never through the working copy: the lease (by its
+# holder) and pending startpoints (by any machine, at any time).
+AT_THEIR_URL = ("lease/", "startpoints/")
 # State files are written once under a name of their own (versioned deltas and snapshots,
 # RocksDB zips and SSTs): one already here with the same size need not be fetched again.
 STATE_PREFIX = "checkpoint/state/"
@@ -45,9 +47,9 @@ Synced = dict[str, list[int]]
 
 
 def _skipped(rel: str) -> bool:
-    """Files never copied: the lock, the lease (only ever written at its URL, by its holder),
-    temp and staging files of a step under way."""
-    if rel in LOCAL_ONLY or rel.startswith(LEASE_PREFIX):
+    """Files never copied: the lock, what lives at its URL only, temp and staging files of a
+    step under way."""
+    if rel in LOCAL_ONLY or rel.startswith(AT_THEIR_URL):
         return True
     return any(part.startswith(".") and part.endswith(".tmp") for part in rel.split("/"))
 
