@@ -94,6 +94,15 @@ def test_start_refusals_raise_before_any_query(spark: object, home: Home,
     with pytest.raises(sparkpoint.SparkpointError, match="not found"):
         sparkpoint.start(spark, build, job="fresh", home=home.root,  # type: ignore[arg-type]
                          from_snapshot="missing", params={"input": str(tmp_path)})
+
+    def callers_writer(_given: Any, ctx: Any) -> Any:  # the notebook's `spark`, not build's
+        return (spark.readStream.schema("event_id STRING")  # type: ignore[attr-defined]
+                .json(str(tmp_path))
+                .writeStream.format("parquet").option("path", str(tmp_path / "out")))
+
+    with pytest.raises(sparkpoint.SparkpointError,
+                       match="returned a writer of another SparkSession"):
+        sparkpoint.start(spark, callers_writer, job="foreign", home=home.root)  # type: ignore[arg-type]
     assert not spark.streams.active  # type: ignore[attr-defined]
 
 
@@ -180,14 +189,16 @@ def test_a_second_start_of_a_running_job_is_refused_at_once(
                              echo=lambda _l: None)
     try:
         began = time.monotonic()
-        with pytest.raises(JobRunningError, match="'once' is already running in this process"):
+        with pytest.raises(JobRunningError) as second_start:
             sparkpoint.start(spark, build, job="once", home=home.root, params=params)
         # A run from another thread than the job's is refused at once as well.
-        with pytest.raises(JobRunningError, match="'once' is already running in this process"):
+        with pytest.raises(JobRunningError) as other_thread:
             api.run(home, Path("python:clicks_notebook.build"), "once", params=params,
                     spark=spark, build=build)
-        # Both refusals waited 120 s each before.
+        # Each refusal waited 120 s for the lock before.
         assert time.monotonic() - began < 30
+        for refused in (second_start, other_thread):
+            assert "job 'once' is already running in this process" in str(refused.value)
         assert query.isActive
     finally:
         query.stop()
