@@ -287,7 +287,7 @@ def run(
             "interrupted before the job was recorded; run the same command with "
             "--from-snapshot/--resume-point again to roll it back and rebuild it")
     # Held from recovery to the end of the run, so nothing comes in between.
-    with job_lock(home, job, echo):
+    with job_lock(home, job, echo, wait=False):
         if registry.exists(job):
             recover(home, job, echo)
             _apply_startpoints(home, options, spark, echo)

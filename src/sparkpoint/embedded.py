@@ -11,9 +11,10 @@ Python task, an application that starts its own queries.
 
 ``start`` runs the job exactly as ``sparkpoint run`` does (its lock, record, recovery,
 startpoints, progress, stop requests from ``sparkpoint jobs stop``), in a background thread
-of the caller's process and in the caller's session, and returns the ``StreamingQuery`` once
-it runs. The other functions are the CLI's commands and return what the CLI renders as
-``--json`` (Manifest, UpgradePlan, DrainRecord, Problem lists...).
+of the caller's process and in a copy of the caller's session (its settings, temporary
+views and functions; sparkpoint's own settings stay in the copy), and returns the
+``StreamingQuery`` once it runs. The other functions are the CLI's commands and return what
+the CLI renders as ``--json`` (Manifest, UpgradePlan, DrainRecord, Problem lists...).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ Build = Callable[..., Any]
 @dataclass
 class _Started:
     thread: threading.Thread
+    query: StreamingQuery | None = None
     result: list[RunResult] = field(default_factory=list)
     error: list[BaseException] = field(default_factory=list)
 
@@ -64,6 +66,20 @@ def _job_source(build: Build | str | Path) -> tuple[Path, Build | None]:
         name = f"{getattr(build, '__module__', '?')}.{getattr(build, '__qualname__', '?')}"
         return Path(f"{api.PYTHON_BUILD_PREFIX}{name}"), build
     return Path(build), None
+
+
+def _follow_previous_start(job: str) -> None:
+    """Refuse at once a job whose query this process runs; wait for the thread of one whose
+    query stopped (it is recording the run's end, and holds the job's lock until then)."""
+    previous = _started.get(job)
+    if previous is None or not previous.thread.is_alive():
+        return
+    if previous.query is not None and previous.query.isActive:
+        raise JobRunningError(
+            f"job '{job}' is already running in this process (started with sparkpoint.start, "
+            f"query id {previous.query.id}); stop its query (query.stop(), or "
+            "sparkpoint.drain_job) before starting it again")
+    previous.thread.join()
 
 
 def start(
@@ -85,9 +101,11 @@ def start(
     available at its start, then stops, as a scheduled batch-like run; ``rewind_output``: a
     start from a snapshot first takes the file sink's output back to the snapshot's batch,
     as ``run --rewind-output`` does). Refusals (bad names,
-    a job running elsewhere, a resume point that does not validate) are raised here, before
-    any query."""
+    a job running elsewhere or already in this process, a resume point that does not
+    validate) are raised here at once, before any query. The job runs in a copy of
+    ``spark`` (``spark/job_session.py``): sparkpoint's settings never reach ``spark``."""
     job_file, function = _job_source(build)
+    _follow_previous_start(job)
     started: list[StreamingQuery] = []
     ready = threading.Event()
 
@@ -112,6 +130,7 @@ def start(
     outcome.thread.start()
     ready.wait()
     if started:
+        outcome.query = started[0]
         _started[job] = outcome
         return started[0]
     outcome.thread.join()

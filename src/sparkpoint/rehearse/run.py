@@ -49,6 +49,7 @@ from sparkpoint.runtime.jobfile import (
 from sparkpoint.runtime.registry import JobRegistry
 from sparkpoint.runtime.runner import PlannedJob, RunOptions, new_log_file, run_job
 from sparkpoint.snapshot.store import SnapshotStore, open_snapshot_store
+from sparkpoint.spark.job_session import session_for_job
 from sparkpoint.spark.output import (
     BATCH_DIR_PREFIX,
     format_of_files,
@@ -57,7 +58,7 @@ from sparkpoint.spark.output import (
     redirect_output,
     writer_options,
 )
-from sparkpoint.spark.session import apply_query_conf, create_session, restore_conf
+from sparkpoint.spark.session import apply_query_conf, create_session
 from sparkpoint.spark.sink import file_sink_path
 from sparkpoint.spark.version import require_supported_pyspark
 from sparkpoint.storage.home import Home, validate_name
@@ -240,14 +241,15 @@ def _old_output(session: SparkSession, user_build: Any, job_file: Path, job: str
                 params: Mapping[str, str], conf: Mapping[str, str]) -> Path | None:
     """Where the old job wrote: the file sink the job file builds with the old job's params
     (None when it is no file sink, or no sink log is there)."""
-    replaced = apply_query_conf(session, conf)  # named sources need it, as for any run
+    # Named sources need the query confs, as for any run; set in a copy of the session, so
+    # a caller's session keeps its own (spark/job_session.py).
+    session = session_for_job(session)
+    apply_query_conf(session, conf)
     try:
         writer = build_writer(user_build, job_file, session, JobContext(job=job,
                                                                          params=dict(params)))
     except JobFileError:
         return None  # the new version needs other params: the run below says what
-    finally:
-        restore_conf(session, replaced)
     path = file_sink_path(writer)
     if path is None or latest_batch(path) is None:
         return None

@@ -150,12 +150,18 @@ def held_lease(home: Home, job: str) -> Lease | None:
     return hold.lease if hold is not None and hold.thread == threading.get_ident() else None
 
 
-def _enter(home: Home, path: Path, job: str, echo: Callable[[str], None]) -> bool:
+def _enter(home: Home, path: Path, job: str, echo: Callable[[str], None],
+           wait: bool = True) -> bool:
     """Take the lock for this thread, or count one more hold; True when already held."""
     me = threading.get_ident()
     with _released:
         if not _released.wait_for(lambda: path not in _held or _held[path].thread == me,
-                                  timeout=THREAD_WAIT_S):
+                                  timeout=THREAD_WAIT_S if wait else 0):
+            if not wait:
+                raise JobRunningError(
+                    f"job '{job}' is already running in this process (another thread runs "
+                    "or drains it: sparkpoint.start, drain_job); stop its query or let the "
+                    "drain end, then start it again")
             raise JobRunningError(
                 f"job '{job}' is held by another thread of this process (a query started "
                 "with sparkpoint.start is still running); stop it first")
@@ -200,10 +206,12 @@ def _leave(home: Home, path: Path, job: str) -> None:
 
 
 @contextlib.contextmanager
-def job_lock(home: Home, job: str, echo: Callable[[str], None] = _quiet) -> Iterator[None]:
-    """Hold the job's lock for the block (re-entrant in this thread)."""
+def job_lock(home: Home, job: str, echo: Callable[[str], None] = _quiet,
+             wait: bool = True) -> Iterator[None]:
+    """Hold the job's lock for the block (re-entrant in this thread). ``wait=False``: held by
+    another thread of this process is refused at once (a run: that thread runs the job)."""
     path = lock_path(home, job)
-    if _enter(home, path, job, echo):
+    if _enter(home, path, job, echo, wait):
         try:
             yield
         finally:

@@ -49,14 +49,10 @@ from sparkpoint.sinks.rewind import finish_pending as finish_rewinds
 from sparkpoint.sources.kafka import KafkaDataSource
 from sparkpoint.spark.errors import failure_details, failure_summary
 from sparkpoint.spark.inspect import PlannedSource, job_sources
+from sparkpoint.spark.job_session import require_writer_of, session_for_job
 from sparkpoint.spark.plan import PlannedOperator, stateful_operators
 from sparkpoint.spark.s3a import s3a_conf
-from sparkpoint.spark.session import (
-    apply_query_conf,
-    create_session,
-    restore_conf,
-    session_log_file,
-)
+from sparkpoint.spark.session import apply_query_conf, create_session, session_log_file
 from sparkpoint.spark.sink import file_sink_path
 from sparkpoint.storage import remote_home
 from sparkpoint.storage.home import Home
@@ -84,12 +80,11 @@ class PlannedJob:
     operators: list[PlannedOperator]
     file_sink: Path | None
     conf: Mapping[str, str]
-    # SQL confs to put back when the session was lent by the caller and outlives the job.
-    replaced_conf: Mapping[str, str | None] = field(default_factory=dict)
     sources: list[PlannedSource] = field(default_factory=list)
 
     def release(self) -> None:
-        restore_conf(self.spark, self.replaced_conf)
+        """Nothing to put back: a session lent by the caller was copied for the job
+        (``spark/job_session.py``), and the copy goes with the job."""
 
 
 def new_log_file(log_dir: Path, job: str) -> Path:
@@ -132,37 +127,34 @@ def plan_job(
     if build is None:
         check_required_params(check_job_file(job_file), job, params, described)
     log_file = new_log_file(log_dir, job) if log_dir is not None else None
-    session = spark or create_session(master, conf, f"sparkpoint:{job}", ui=ui,
-                                      log_file=log_file)
+    # A caller's session keeps its own settings: the job runs in a copy of it.
+    session = session_for_job(spark) if spark is not None else create_session(
+        master, conf, f"sparkpoint:{job}", ui=ui, log_file=log_file)
     if ui and spark is None:
         echo(f"Spark UI: {session.sparkContext.uiWebUrl}")
     if build is None:
         build = load_build(job_file)  # after the session: module-level UDFs parse DDL with it
     session.dataSource.register(KafkaDataSource)  # format("sparkpoint-kafka") in job files
-    replaced = apply_query_conf(session, conf)
-    lent = replaced if spark is not None else {}
+    apply_query_conf(session, conf)
+    ctx = JobContext(job=job, params=dict(params), described=described)
     try:
-        ctx = JobContext(job=job, params=dict(params), described=described)
-        try:
-            writer = build_writer(build, job_file, session, ctx)
-        except JobFileError as exc:
-            cause = exc.__cause__
-            if cause is None:
-                raise  # sparkpoint's own finding (a missing param...): the line says it all
-            logged = log_failure(session_log_file() or log_file, exc.message, exc)
-            if logged is None:
-                raise
-            raise JobFileError(
-                f"{job_file}: build() raised {cause.__class__.__name__}: "
-                f"{failure_summary(cause)}; stack traces in {logged}", log_file=str(logged),
-            ) from exc
-        operators = stateful_operators(writer._df, ctx.declarations)
-        sources = job_sources(writer._df)
-    except BaseException:
-        restore_conf(session, lent)
-        raise
-    return PlannedJob(session, writer, operators, file_sink_path(writer), dict(conf), lent,
-                      sources)
+        writer = build_writer(build, job_file, session, ctx)
+    except JobFileError as exc:
+        cause = exc.__cause__
+        if cause is None:
+            raise  # sparkpoint's own finding (a missing param...): the line says it all
+        logged = log_failure(session_log_file() or log_file, exc.message, exc)
+        if logged is None:
+            raise
+        raise JobFileError(
+            f"{job_file}: build() raised {cause.__class__.__name__}: "
+            f"{failure_summary(cause)}; stack traces in {logged}", log_file=str(logged),
+        ) from exc
+    if spark is not None:
+        require_writer_of(session, writer, str(job_file))
+    operators = stateful_operators(writer._df, ctx.declarations)
+    sources = job_sources(writer._df)
+    return PlannedJob(session, writer, operators, file_sink_path(writer), dict(conf), sources)
 
 
 # Called after the plan is known and before the query starts; may build the checkpoint.
@@ -314,7 +306,8 @@ def run_job(
     registry = JobRegistry(home)
     job = options.job
     home.job_dir(job)  # validates the name before anything is written
-    with job_lock(home, job, echo):
+    # A run never waits for another thread of this process: that thread runs the job.
+    with job_lock(home, job, echo, wait=False):
         if registry.exists(job):
             record = registry.get(job)
             if record.effective_status() == "running":

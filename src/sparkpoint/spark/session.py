@@ -121,20 +121,9 @@ def create_session(
     return spark
 
 
-def apply_query_conf(spark: SparkSession, conf: Mapping[str, str]) -> dict[str, str | None]:
-    """Set the SQL confs a query records in its offsets log (they win on restart); return
-    the values they replaced, for a session that outlives the job."""
-    previous: dict[str, str | None] = {}
+def apply_query_conf(spark: SparkSession, conf: Mapping[str, str]) -> None:
+    """Set the SQL confs a query records in its offsets log (they win on restart), in a
+    session of sparkpoint's own: never a caller's (``spark/job_session.py``)."""
     for key, value in {**QUERY_DEFAULTS, **conf}.items():
         if key.startswith("spark.sql."):
-            previous[key] = spark.conf.get(key, None)
-            spark.conf.set(key, value)
-    return previous
-
-
-def restore_conf(spark: SparkSession, previous: Mapping[str, str | None]) -> None:
-    for key, value in previous.items():
-        if value is None:
-            spark.conf.unset(key)
-        else:
             spark.conf.set(key, value)
