@@ -56,7 +56,8 @@ def test_a_job_frozen_past_its_lease_is_taken_over_and_wakes_to_lease_lost(
                                  env=_env(extra=_machine(tmp_path, "machine-a")),
                                  start_new_session=True)
     try:
-        wait_for(lambda: len(_commits(s3_server, bucket)) == 2, 240, "2 batches", log)
+        # Frozen wherever it is once it has committed a batch (mid-batch included).
+        wait_for(lambda: len(_commits(s3_server, bucket)) >= 1, 240, "a batch", log)
         os.killpg(first.pid, signal.SIGSTOP)
         time.sleep(LEASE_SECONDS + 2)  # the scenario: frozen for longer than its lease
 
@@ -66,7 +67,6 @@ def test_a_job_frozen_past_its_lease_is_taken_over_and_wakes_to_lease_lost(
         assert taken.code == 0, taken.err[-3000:]
         assert "took over the lease left by" in taken.err and "machine-a" in taken.err
         committed = _commits(s3_server, bucket)
-        assert len(committed) == 3
 
         # New input waits for whoever runs the job next; the first process wakes up.
         write_clicks(inp, range(3, 5))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shutil
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -213,3 +214,43 @@ def test_start_from_a_snapshot_cut_off_after_its_upload_is_rolled_back_and_rebui
     assert deleted["deleted"] and deleted["checkpoint_bytes"] > 0
     assert not file_io(home.location).walk_sizes(other.job_url("v2"))
     assert [view.record.name for view in api.jobs_list(home)] == ["v1"]
+
+
+def test_past_snapshots_and_rehearsal_on_an_s3_home_from_fresh_machines(
+    spark: object, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--at`` picks a batch by the store's own commit times, and rehearse reads the home.
+    On main the commit times were the download times of the machine asking (so '--at' a
+    commit time found no batch), and rehearse read only the local working copy (a machine
+    that had not run the job got UNKNOWN_JOB)."""
+    bucket = s3_server.new_bucket()
+    home = Home.resolve(f"s3://{bucket}/home")
+    inp = tmp_path / "in"
+    write_clicks(inp, range(0, 2))
+
+    def on(machine: str, *args: str) -> Any:
+        return sparkpoint(home, *args, env={"SPARKPOINT_SCRATCH": str(tmp_path / machine)})
+
+    assert on("a", *_run_args("v1", inp, tmp_path / "out1")).code == 0
+    client = s3_server.client()
+
+    def committed_at(batch: int) -> dt.datetime:
+        head = client.head_object(Bucket=bucket, Key=f"home/jobs/v1/checkpoint/commits/{batch}")
+        when: dt.datetime = head["LastModified"]
+        return when
+
+    # The scenario needs the next commit in a later second than batch 1's (S3 keeps seconds).
+    time.sleep(max(0.0, committed_at(1).timestamp() + 1.1 - time.time()))
+    write_clicks(inp, range(2, 3))
+    assert on("a", *_run_args("v1", inp, tmp_path / "out1")).code == 0
+    assert committed_at(2) > committed_at(1)
+
+    at = on("b", "snapshot", "create", "v1", "s1", "--at", committed_at(1).isoformat(), "--json")
+    assert at.code == 0, at.err[-2000:]
+    assert at.json()["batch_id"] == 1
+
+    rehearsed = on("c", "rehearse", str(JOB), "--against", "v1", "--from-snapshot", "s1",
+                   "--param", f"input={inp}", "--param", f"output={tmp_path / 'unused'}",
+                   "--conf", f"spark.jars={_s3a_jars()}", "--fail-on-diff", "--json")
+    assert rehearsed.code == 0, rehearsed.err[-3000:]
+    assert rehearsed.json()["equal"], rehearsed.out

@@ -26,7 +26,7 @@ from typing import Any
 
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.crash_points import crash_point
-from sparkpoint.errors import NameTakenError, SnapshotDamagedError
+from sparkpoint.errors import NameTakenError, SnapshotDamagedError, UnknownSnapshotError
 from sparkpoint.snapshot.export import JobInfo, discard, export_checkpoint
 from sparkpoint.snapshot.manifest import MANIFEST_FILE, FileEntry, Manifest, parse_manifest
 from sparkpoint.snapshot.store import Problem, SnapshotStore
@@ -88,9 +88,9 @@ class ObjectSnapshotStore(SnapshotStore):
         try:
             data = self.io.read_bytes(url)
         except FileNotFoundError as exc:
-            raise SnapshotDamagedError(
-                f"{url}: expected the snapshot manifest, found nothing; the snapshot was "
-                "deleted meanwhile"
+            raise UnknownSnapshotError(
+                f"snapshot '{name}' not found in {self.location}: it was deleted meanwhile "
+                f"(no {url}); see 'sparkpoint snapshot list'"
             ) from exc
         return parse_manifest(data, url)
 
@@ -103,6 +103,10 @@ class ObjectSnapshotStore(SnapshotStore):
         try:
             self._fetch_checked(name, manifest, scratch)
         except SnapshotDamagedError as exc:
+            if not self.exists(name):
+                raise UnknownSnapshotError(
+                    f"snapshot '{name}' not found in {self.location}: it was deleted while "
+                    "it was verified; see 'sparkpoint snapshot list'") from exc
             return [Problem(self.location, exc.message)]
         finally:
             discard(scratch)
@@ -259,7 +263,7 @@ class ObjectSnapshotStore(SnapshotStore):
         """The files of a published snapshot; none when it was deleted meanwhile."""
         try:
             return list(self.read(name).files)
-        except SnapshotDamagedError:
+        except UnknownSnapshotError:
             return []
 
 

@@ -87,9 +87,14 @@ class SnapshotStore(ABC):
         return self.read(name)
 
     def manifests(self, job: str | None = None) -> list[Manifest]:
-        found = [self.read(name) for name in self.names()]
-        if job is not None:
-            found = [m for m in found if m.job == job]
+        found = []
+        for name in self.names():
+            try:
+                found.append(self.read(name))
+            except UnknownSnapshotError:
+                # Deleted (by another process) between the listing and the read: not listed.
+                continue
+        found = [m for m in found if job is None or m.job == job]
         return sorted(found, key=lambda m: (m.created_at, m.name))
 
     def sharing(self, name: str) -> Sharing:

@@ -13,6 +13,7 @@ reaches the same locations through its Hadoop filesystems (``s3a://``, ``hdfs://
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -144,17 +145,22 @@ class FileIO:
 
     def walk_sizes(self, location: str) -> dict[str, int]:
         """Every file under a directory: path relative to it -> bytes; {} when absent."""
+        return {rel: size for rel, (size, _) in self.walk_stats(location).items()}
+
+    def walk_stats(self, location: str) -> dict[str, tuple[int, float | None]]:
+        """Every file under a directory: path relative to it -> (bytes, the store's own
+        modification time in seconds since the epoch, None when it gives none)."""
         base = self.path(location).rstrip("/")
         try:
             found = self.fs.find(base, detail=True, withdirs=False)
         except FileNotFoundError:
             return {}
-        sizes = {}
+        stats = {}
         for full, info in found.items():
             rel = str(full)[len(base):].lstrip("/")
             if rel and info.get("type") != "directory":
-                sizes[rel] = int(info.get("size") or 0)
-        return sizes
+                stats[rel] = (int(info.get("size") or 0), _modified(info))
+        return stats
 
     def delete(self, location: str) -> None:
         """Remove one file; nothing when it does not exist."""
@@ -184,6 +190,18 @@ class FileIO:
         callback = progress_callback(show_progress, len(pairs), description)
         self.fs.get([self.path(loc) for loc, _ in pairs], [str(local) for _, local in pairs],
                     callback=callback, batch_size=TRANSFER_CONCURRENCY)
+
+
+def _modified(info: dict[str, Any]) -> float | None:
+    """The modification time in a listing entry: S3's LastModified, WebHDFS's
+    modificationTime (milliseconds), a local file's mtime."""
+    when = info.get("LastModified")
+    if isinstance(when, dt.datetime):
+        return when.timestamp()
+    if info.get("modificationTime") is not None:
+        return int(info["modificationTime"]) / 1000
+    mtime = info.get("mtime")
+    return float(mtime) if isinstance(mtime, int | float) else None
 
 
 class LocalFileIO(FileIO):

@@ -19,6 +19,7 @@ id), then the rest; the job record says the job owns the checkpoint only once al
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from sparkpoint.checkpoint.version_files import files_for_version, rocksdb_ssts
@@ -111,8 +112,9 @@ def pull_job(home: Home, job: str, with_state: bool = True,
     changed_here = {rel for rel, path in here.items() if before.get(rel) != _stamp(path)}
     changed_here |= set(before) - set(here)  # removed here (the upload removes it there)
     for attempt in range(FETCH_ATTEMPTS):
-        remote = {rel: size for rel, size in io.walk_sizes(remote_dir).items()
-                  if not _skipped(rel) and in_scope(rel)}
+        stats = {rel: stat for rel, stat in io.walk_stats(remote_dir).items()
+                 if not _skipped(rel) and in_scope(rel)}
+        remote = {rel: size for rel, (size, _) in stats.items()}
         fetchable = {rel: size for rel, size in remote.items() if rel not in changed_here}
         try:
             if state_version is None:
@@ -125,6 +127,13 @@ def pull_job(home: Home, job: str, with_state: bool = True,
             # fetching: list again (state files fetched already are not fetched twice).
             if attempt == FETCH_ATTEMPTS - 1:
                 raise
+    # The store's modification times, not the download's: a commit's time is when Spark
+    # wrote commits/K in the home ('snapshot create --at', 'jobs show').
+    for rel in fetchable:
+        modified = stats[rel][1]
+        local = local_dir / rel
+        if modified is not None and local.is_file():
+            os.utime(local, (modified, modified))
     synced = dict(before)
     for rel, path in _local_files(local_dir).items():
         if not in_scope(rel) or rel in changed_here:
