@@ -80,6 +80,8 @@ CRASH_POINTS: dict[str, str] = {
                                        "home, job record not yet naming them",
     # jobs delete: renamed aside, then removed
     "jobs.delete_renamed": "job directory renamed out of the listing, files not removed",
+    "jobs.delete_tombstoned": "a home on S3 or HDFS: the job's tombstone written, its files "
+                              "not removed",
 }
 
 

@@ -18,14 +18,17 @@ id), then the rest; the job record says the job owns the checkpoint only once al
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
+import shutil
 from pathlib import Path
 
 from sparkpoint.checkpoint.version_files import files_for_version, rocksdb_ssts
 from sparkpoint.crash_points import crash_point
 from sparkpoint.storage.fileio import FileIO, file_io, join
 from sparkpoint.storage.home import Home, name_problem
+from sparkpoint.storage.lease import LeaseStore
 from sparkpoint.storage.local import walk_files, write_atomic
 
 SYNC_DIR = ".sync"
@@ -33,13 +36,15 @@ SYNC_DIR = ".sync"
 LOCAL_ONLY = frozenset({"run.lock"})
 # Read and written at their URL only, never through the working copy: the lease (by its
 # holder) and pending startpoints (by any machine, at any time).
-AT_THEIR_URL = ("lease/", "startpoints/")
+AT_THEIR_URL = ("lease/", "startpoints/", "deleted")
 # State files are written once under a name of their own (versioned deltas and snapshots,
 # RocksDB zips and SSTs): one already here with the same size need not be fetched again.
 STATE_PREFIX = "checkpoint/state/"
 CHECKPOINT_PREFIX = "checkpoint/"
 METADATA = "checkpoint/metadata"
 JOB_RECORD = "job.json"
+# Written first by a delete of a job in the home: the job is gone, whatever files remain.
+TOMBSTONE = "deleted"
 
 # Listings of a job a running query keeps changing, fetched before one is complete.
 FETCH_ATTEMPTS = 3
@@ -97,6 +102,8 @@ def pull_job(home: Home, job: str, with_state: bool = True,
         return
     io = file_io(home.url)
     remote_dir, local_dir = home.job_url(job), home.job_dir(job)
+    if _finish_deletion(home, job, io):
+        return
 
     def in_scope(rel: str) -> bool:
         return with_state or not rel.startswith(STATE_PREFIX)
@@ -239,15 +246,46 @@ def pull_jobs(home: Home) -> None:
 
 
 def delete_job(home: Home, job: str) -> None:
-    """Remove the job's directory in the home (the local copy goes with ``forget_job``)."""
+    """Remove the job's directory in the home (the local copy goes with ``forget_job``).
+
+    A tombstone goes first, so that a delete cut off while files go leaves no half-deleted
+    job: every command that fetches the job finishes the deletion (see ``pull_job``)."""
     if home.url is None:
         return
-    file_io(home.url).delete_tree(home.job_url(job))
+    io = file_io(home.url)
+    when = dt.datetime.now(dt.UTC).isoformat()
+    io.write_bytes(join(home.job_url(job), TOMBSTONE), when.encode("utf-8"))
+    crash_point("jobs.delete_tombstoned")
+    _remove_tombstoned(home, job, io, keep_live_lease=False)  # the deleter's own lease too
     _record_path(home, job).unlink(missing_ok=True)
 
 
-def forget_job(home: Home, job: str) -> None:
-    import shutil
+def _remove_tombstoned(home: Home, job: str, io: FileIO, keep_live_lease: bool) -> None:
+    """Every file of a tombstoned job, the tombstone last; with ``keep_live_lease`` a live
+    lease stays (its holder, maybe this process finishing the deletion, lets it go)."""
+    remote_dir = home.job_url(job)
+    lease_live = keep_live_lease and \
+        LeaseStore(io, join(remote_dir, "lease"), job).holder() is not None
+    for rel in io.walk_sizes(remote_dir):
+        if rel != TOMBSTONE and not (lease_live and rel.startswith("lease/")):
+            io.delete(join(remote_dir, rel))
+    io.delete(join(remote_dir, TOMBSTONE))
 
+
+def _finish_deletion(home: Home, job: str, io: FileIO) -> bool:
+    """Finish a deletion that was cut off; True when the job was deleted."""
+    if not io.is_file(join(home.job_url(job), TOMBSTONE)):
+        return False
+    _remove_tombstoned(home, job, io, keep_live_lease=True)
+    local_dir = home.job_dir(job)
+    if local_dir.is_dir():
+        for entry in local_dir.iterdir():  # the local copy, but a lock held here stays
+            if entry.name not in LOCAL_ONLY:
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    _record_path(home, job).unlink(missing_ok=True)
+    return True
+
+
+def forget_job(home: Home, job: str) -> None:
     shutil.rmtree(home.job_dir(job), ignore_errors=True)
     _record_path(home, job).unlink(missing_ok=True)
