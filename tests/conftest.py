@@ -72,3 +72,11 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     from tests.support.kafka import start_kafka_broker
 
     yield from start_kafka_broker(tmp_path_factory.mktemp("kafka"))
+
+
+@pytest.fixture(params=["s3", "hdfs"])
+def remote_store(request: pytest.FixtureRequest) -> str:
+    """A fresh place for snapshots on S3 (moto) or HDFS (MiniDFSCluster, over WebHDFS)."""
+    if request.param == "hdfs":
+        return f"{request.getfixturevalue('hdfs_server').new_dir()}/snaps"
+    return f"s3://{request.getfixturevalue('s3_server').new_bucket()}/snaps"

@@ -44,14 +44,6 @@ def _referenced(manifests: list[Manifest]) -> set[str]:
     return {blob_name(entry) for m in manifests for entry in m.files}
 
 
-@pytest.fixture(params=["s3", "hdfs"])
-def remote_store(request: pytest.FixtureRequest) -> str:
-    """A fresh place for snapshots on S3 (moto) or HDFS (MiniDFSCluster, over WebHDFS)."""
-    if request.param == "hdfs":
-        return f"{request.getfixturevalue('hdfs_server').new_dir()}/snaps"
-    return f"s3://{request.getfixturevalue('s3_server').new_bucket()}/snaps"
-
-
 def test_snapshot_on_a_remote_store_continued_from_a_second_home(
     spark: object, remote_store: str, tmp_path: Path
 ) -> None:

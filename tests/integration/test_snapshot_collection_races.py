@@ -65,24 +65,17 @@ for i in range(rounds):
 """
 
 
-@pytest.fixture(params=["s3", "hdfs"])
-def snapshot_store(request: pytest.FixtureRequest) -> str:
-    if request.param == "hdfs":
-        return f"{request.getfixturevalue('hdfs_server').new_dir()}/snaps"
-    return f"s3://{request.getfixturevalue('s3_server').new_bucket()}/snaps"
-
-
 def test_creates_deletes_and_verifies_at_once_never_break_a_listed_snapshot(
-    spark: object, snapshot_store: str, tmp_path: Path
+    spark: object, remote_store: str, tmp_path: Path
 ) -> None:
-    home = Home(tmp_path / "home", snapshot_store)
+    home = Home(tmp_path / "home", remote_store)
     inp = tmp_path / "in"
     events = write_clicks(inp, range(0, 2))
     params = {"input": str(inp), "output": str(tmp_path / "out1"), "files_per_batch": "1"}
     api.run(home, JOB, "v1", params=params, until_caught_up=True, spark=spark)  # type: ignore[arg-type]
 
     workers = [subprocess.Popen(
-        [sys.executable, "-c", WORKER, str(home.root), snapshot_store, str(i), str(ROUNDS)],
+        [sys.executable, "-c", WORKER, str(home.root), remote_store, str(i), str(ROUNDS)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
         for i in range(WORKERS)]
     results = [(w.communicate(timeout=600), w.returncode) for w in workers]
