@@ -254,7 +254,9 @@ def run(
                         planned.file_sink, rewind_to,
                         f"job '{job}' started from {from_snapshot or resume_point} "
                         "with --rewind-output")
-                result = build_new_checkpoint(planned, resolution, target, echo)
+                result = build_new_checkpoint(
+                    planned, resolution, target, echo,
+                    spark_location=home.checkpoint_location(job) if home.remote else None)
                 if rewind_plan is not None and result.batch_id is not None:
                     rewind_output_to(rewind_plan)
                     echo(f"job '{job}': {rewind_plan.summary()}")

@@ -25,6 +25,7 @@ from tests.support.cli import sparkpoint as run_cli
 from tests.support.s3 import S3Server
 
 JOB = EXAMPLES / "clicks_job.py"
+TIMERS = Path(__file__).resolve().parents[1] / "data" / "jobs" / "timers.py"
 S3A_JARS = Path(__file__).resolve().parents[2] / ".cache" / "s3a" / "lib"
 pytestmark = pytest.mark.spark
 
@@ -254,3 +255,40 @@ def test_past_snapshots_and_rehearsal_on_an_s3_home_from_fresh_machines(
                    "--conf", f"spark.jars={_s3a_jars()}", "--fail-on-diff", "--json")
     assert rehearsed.code == 0, rehearsed.err[-3000:]
     assert rehearsed.json()["equal"], rehearsed.out
+
+
+def test_transform_with_state_started_from_a_snapshot_on_an_hdfs_home_runs_on_another_machine(
+    spark: object, hdfs_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """transformWithState names its schema files by absolute path in its operator metadata
+    v2. A checkpoint built from a snapshot for a home on HDFS names them at the home's URL,
+    so another machine runs it. On main they named the first machine's working copy: with
+    that copy gone, Spark could not read the schemas."""
+    monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine_a"))
+    home = Home.resolve(join(hdfs_server.new_dir(), "home"))
+    clicks = write_clicks(tmp_path / "in", range(0, 3))
+    params = {"mode": "EventTime", "input": str(tmp_path / "in"),
+              "output": str(tmp_path / "out1")}
+    api.run(home, TIMERS, "v1", params=params, until_caught_up=True,
+            spark=spark)  # type: ignore[arg-type]
+    api.snapshot_create(home, "v1", "s1")
+    v2 = {**params, "output": str(tmp_path / "out2")}
+    api.run(home, TIMERS, "v2", params=v2, from_snapshot="s1", until_caught_up=True,
+            spark=spark)  # type: ignore[arg-type]
+    io = file_io(home.location)
+    v2_metadata = [rel for rel in io.walk_sizes(home.checkpoint_location("v2"))
+                   if "/_metadata/v2/" in rel]
+    assert v2_metadata
+    text = io.read_bytes(join(home.checkpoint_location("v2"), v2_metadata[0])).decode()
+    assert f"{home.checkpoint_location('v2')}/state/" in text
+    assert "machine_a" not in text
+
+    shutil.rmtree(tmp_path / "machine_a")
+    monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine_b"))
+    elsewhere = Home.resolve(home.location)
+    clicks += write_clicks(tmp_path / "in", range(3, 5))
+    api.run(elsewhere, TIMERS, "v2", params=v2, until_caught_up=True,
+            spark=spark)  # type: ignore[arg-type]
+    api.drain(elsewhere, "v2", spark=spark)  # type: ignore[arg-type]
+    expected = Counter((user, n) for user, n in Counter(c.user for c in clicks).items())
+    assert output_rows(spark, tmp_path / "out2") == expected  # type: ignore[arg-type]

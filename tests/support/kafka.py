@@ -113,8 +113,13 @@ def _properties(data_dir: Path, port: int, controller_port: int) -> str:
 
 
 def _cluster_id() -> str:
-    """A random cluster id in Kafka's form: a UUID as URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A random cluster id in Kafka's form: a UUID as URL-safe base64 without padding. Not
+    one starting with '-': kafka-storage's argument parser takes that for an option (one id
+    in 64 did, and the broker's start failed)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _answers(bootstrap: str) -> bool:

@@ -11,12 +11,17 @@ from sparkpoint.checkpoint.operators import OperatorMetadata
 from sparkpoint.storage.local import replace_file
 
 
-def relocate_schema_paths(checkpoint_root: Path, final_root: Path | None = None) -> int:
+def relocate_schema_paths(checkpoint_root: Path, final_root: Path | str | None = None) -> int:
     """Point every transformWithState operator's ``stateSchemaFilePaths`` (absolute URIs in
     its metadata v2 files) into ``final_root`` (default: where the checkpoint is now), at the
     operator's own directory. Spark reads schemas through these paths on restart, so a copied
-    or renumbered checkpoint needs them rewritten. Returns the number of files rewritten."""
-    target = (final_root or checkpoint_root).absolute()
+    or renumbered checkpoint needs them rewritten. ``final_root`` may be the URL Spark is
+    given as checkpointLocation (``s3a://...``, ``hdfs://...``) when the checkpoint is
+    assembled here for a home in a store. Returns the number of files rewritten."""
+    if isinstance(final_root, str):
+        base = final_root.rstrip("/")
+    else:
+        base = "file:" + str((final_root or checkpoint_root).absolute())
     state = checkpoint_root / "state"
     rewritten = 0
     for v2_dir in sorted(state.glob("*/_metadata/v2")) if state.is_dir() else []:
@@ -26,8 +31,8 @@ def relocate_schema_paths(checkpoint_root: Path, final_root: Path | None = None)
             body = metadata.obj
             for store in body.get("stateStoreInfo", []):
                 store["stateSchemaFilePaths"] = [
-                    "file:" + str(target / "state" / operator_id / "_stateSchema"
-                                  / old.split("/_stateSchema/", 1)[1])
+                    f"{base}/state/{operator_id}/_stateSchema/"
+                    + old.split("/_stateSchema/", 1)[1]
                     for old in store.get("stateSchemaFilePaths", [])
                 ]
             replace_file(path, OperatorMetadata(

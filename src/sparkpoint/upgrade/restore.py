@@ -259,7 +259,7 @@ def _empty_state_writer(
 
 def build_new_checkpoint(
     planned: PlannedJob, resolution: Resolution, target: Path, echo: Echo,
-    publish: bool = True,
+    publish: bool = True, spark_location: str | None = None,
 ) -> AssembleResult:
     """Assemble, repartition if asked, let Spark check, then publish at ``target``.
 
@@ -319,7 +319,9 @@ def build_new_checkpoint(
                                   f"checkpoint: {verdict}")
         if publish:
             # transformWithState's schema paths must name where the checkpoint will live.
-            relocate_schema_paths(staging, target)
+            # ``spark_location``: the URL Spark will be given when the checkpoint is built
+            # here for a home in a store (it reads the schemas there, from any machine).
+            relocate_schema_paths(staging, spark_location or target)
             fsync_dir(staging)
             record_intent(target, staging)
             if target.exists():
