@@ -22,6 +22,7 @@ import datetime as dt
 import json
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from sparkpoint.checkpoint.version_files import files_for_version, rocksdb_ssts
@@ -46,6 +47,7 @@ JOB_RECORD = "job.json"
 # Written first by a delete of a job in the home: the job is gone, whatever files remain.
 TOMBSTONE = "deleted"
 
+JOBS_FETCHED_AT_ONCE = 8
 # Listings of a job a running query keeps changing, fetched before one is complete.
 FETCH_ATTEMPTS = 3
 
@@ -122,7 +124,8 @@ def pull_job(home: Home, job: str, with_state: bool = True,
         stats = {rel: stat for rel, stat in io.walk_stats(remote_dir).items()
                  if not _skipped(rel) and in_scope(rel)}
         remote = {rel: size for rel, (size, _) in stats.items()}
-        fetchable = {rel: size for rel, size in remote.items() if rel not in changed_here}
+        fetchable = {rel: size for rel, size in remote.items() if rel not in changed_here
+                     and not _still_current(rel, local_dir / rel, stats[rel], before)}
         try:
             if state_version is None:
                 _fetch(io, remote_dir, local_dir, fetchable)
@@ -151,6 +154,25 @@ def pull_job(home: Home, job: str, with_state: bool = True,
             path.unlink()  # was in the home, is no more: removed by another process
             del synced[rel]
     _save(home, job, synced)
+
+
+def _still_current(rel: str, local: Path, stat: tuple[int, float | None],
+                   before: Synced) -> bool:
+    """A checkpoint log file (offsets, commits, sources, metadata) fetched before, unchanged
+    here since, and with the size and modification time the home gives it now: not fetched
+    again. Spark writes each under a name of its own; a rewrite elsewhere (a drain, a
+    startpoint) gives it a new modification time in the store. The job's own records are
+    always fetched: they are few, and rewritten within a second of each other."""
+    size, modified = stat
+    if modified is None or not rel.startswith(CHECKPOINT_PREFIX) or \
+            rel.startswith(STATE_PREFIX):
+        return False
+    try:
+        here = local.stat()
+    except FileNotFoundError:
+        return False
+    return here.st_size == size and abs(here.st_mtime - modified) < 1e-3 \
+        and before.get(rel) == [here.st_size, here.st_mtime_ns]
 
 
 def _fetch(io: FileIO, remote_dir: str, local_dir: Path, sizes: dict[str, int]) -> None:
@@ -236,8 +258,10 @@ def pull_jobs(home: Home) -> None:
     io = file_io(home.url)
     names = [name for name in io.list_names(join(home.url, "jobs"))
              if name_problem(name, "job") is None]
-    for name in names:
-        pull_job(home, name, with_state=False)
+    # Jobs are independent (own directory, own sync record): fetched several at once, since
+    # each costs a few round trips to the store.
+    with ThreadPoolExecutor(max_workers=JOBS_FETCHED_AT_ONCE) as pool:
+        list(pool.map(lambda name: pull_job(home, name, with_state=False), names))
     if home.jobs_dir.is_dir():
         for entry in home.jobs_dir.iterdir():
             if entry.is_dir() and entry.name not in names and name_problem(entry.name, "job") \
