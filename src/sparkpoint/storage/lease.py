@@ -59,7 +59,7 @@ def lease_seconds() -> float:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not value > 0 or value != value or value == float("inf"):
+    if not 0 < value < float("inf"):  # NaN fails the comparison too
         raise UsageError(
             f"{LEASE_SECONDS_ENV}={text!r}: expected a positive number of seconds, found "
             f"{text!r}; set it to e.g. 60 or unset it")
