@@ -8,6 +8,7 @@ import datetime as dt
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,6 +62,7 @@ from sparkpoint.runtime.recovery import (
     snapshot_job,
 )
 from sparkpoint.runtime.registry import (
+    JOBS_LOOKED_AT_ONCE,
     DrainRecord,
     JobRecord,
     JobRegistry,
@@ -99,10 +101,8 @@ from sparkpoint.spark.version import installed_pyspark_version, require_supporte
 from sparkpoint.startpoints.resolve import Resolved
 from sparkpoint.startpoints.resolve import resolve as resolve_startpoints
 from sparkpoint.startpoints.store import WHOLE_SOURCE, PositionKind, Startpoint, StartpointStore
-from sparkpoint.storage import remote_home
-from sparkpoint.storage.fileio import file_io
 from sparkpoint.storage.home import Home, validate_name
-from sparkpoint.storage.local import tree_bytes
+from sparkpoint.storage.location import Location, tree_bytes
 from sparkpoint.upgrade.adopt import adopt
 from sparkpoint.upgrade.assemble import used_snapshots
 from sparkpoint.upgrade.batches import BatchChoice, check_first_batch
@@ -188,7 +188,6 @@ def run(
                          "new job started with --from-snapshot or --resume-point")
     registry = JobRegistry(home)
     registry.remove_deleted_leftovers()
-    remote_home.pull_job(home, job, with_state=False)
     params, conf = dict(params or {}), dict(conf or {})
     check_output: Callable[[PlannedJob], Lineage | None] | None = None
     if from_snapshot is None and resume_point is None and registry.exists(job):
@@ -226,8 +225,7 @@ def run(
 
         def prepare(planned: PlannedJob) -> Lineage:
             crash_point("restore.job_locked")
-            # A checkpoint left by a cut-off start goes whole, in the home too.
-            remote_home.pull_job(home, job)
+            # A checkpoint left by a cut-off start goes whole.
             roll_back(target, registry.exists(job), lambda line: echo(f"job '{job}': {line}"))
             resolution = resolve(store, planned, point, from_snapshot, choice)
             refuse_start_outside_lineage(registry, store, job, planned.file_sink,
@@ -297,7 +295,8 @@ def run(
                        on_started=on_started)
 
 
-def _close_sink_gap(planned: PlannedJob, target: Path, batch: int, echo: Echo) -> None:
+def _close_sink_gap(planned: PlannedJob, target: Location, batch: int,
+                    echo: Echo) -> None:
     """Give the new job's output the sink log entries of every batch up to the new
     checkpoint's ``batch`` that it lacks (Spark's repartition batch, batch ids skipped by
     --first-batch, a new output's history), before Spark writes the next one; they are named
@@ -539,7 +538,6 @@ def snapshot_create(
         raise UsageError(f"--batch: expected a batch id >= 0, found {batch}")
     moment = parse_time(at) if isinstance(at, str) else at
     registry = JobRegistry(home)
-    remote_home.pull_job(home, job, with_state=False)
     record = registry.get(job)
     store = open_snapshot_store(home)
     if store.exists(snapshot):
@@ -765,12 +763,9 @@ def _unread_files(checkpoint: Checkpoint, source: str, path: str) -> int:
     return sum(1 for f in input_files(directory) if f.uri not in read)
 
 
-def job_view(home: Home, job: str, details: bool = True, fetch: bool = True) -> JobView:
-    """What 'jobs show' reports; ``details``: also the batches that can be snapshotted;
-    ``fetch``: bring a remote home's job files up to date first."""
+def job_view(home: Home, job: str, details: bool = True) -> JobView:
+    """What 'jobs show' reports; ``details``: also the batches that can be snapshotted."""
     registry = JobRegistry(home)
-    if fetch:
-        remote_home.pull_job(home, job, with_state=False)
     record = registry.get(job)
     checkpoint = Checkpoint(home.checkpoint_dir(job))
     batch = checkpoint.latest_committed_batch()
@@ -820,14 +815,15 @@ def _snapshottable(checkpoint: Checkpoint) -> list[RetainedBatch]:
 def jobs_list(home: Home) -> list[JobView]:
     registry = JobRegistry(home)
     registry.remove_deleted_leftovers()
-    remote_home.pull_jobs(home)
-    return [job_view(home, name, details=False, fetch=False) for name in registry.names()]
+    # Each job is a few reads, each a round trip in a store: several jobs at once.
+    with ThreadPoolExecutor(max_workers=JOBS_LOOKED_AT_ONCE) as pool:
+        return list(pool.map(lambda name: job_view(home, name, details=False),
+                             registry.names()))
 
 
 def jobs_stop(home: Home, job: str, wait: bool = False, echo: Echo = _quiet) -> dict[str, Any]:
     """Ask a running job to stop after its last committed batch; with ``wait``, until it has."""
     registry = JobRegistry(home)
-    remote_home.pull_job(home, job, with_state=False)
     record = registry.get(job)
     status = record.effective_status()
     if status != "running":
@@ -847,15 +843,13 @@ def jobs_delete(home: Home, job: str) -> dict[str, Any]:
     Snapshots of it are kept."""
     registry = JobRegistry(home)
     registry.remove_deleted_leftovers()
-    remote_home.pull_job(home, job, with_state=False)
     record = registry.get(job)
     holder = lock_holder(home, job)
     if record.effective_status() == "running" or holder is not None:
         raise JobRunningError(
             f"job '{job}' is running (pid {record.pid or holder}); stop it first with "
             f"'sparkpoint jobs stop {job} --wait'")
-    checkpoint_bytes = tree_bytes(home.checkpoint_dir(job)) if home.url is None else sum(
-        file_io(home.url).walk_sizes(home.checkpoint_location(job)).values())
+    checkpoint_bytes = tree_bytes(home.checkpoint_dir(job))
     with job_lock(home, job):  # no run can start while the job goes
         lease = held_lease(home, job)
         if lease is not None:
@@ -884,7 +878,6 @@ def drain(
     """
     _needs_spark(spark)
     registry = JobRegistry(home)
-    remote_home.pull_job(home, job, with_state=False)
     record = registry.get(job)
     if snapshot is not None:
         validate_name(snapshot, "snapshot")
@@ -998,7 +991,6 @@ def startpoint_set(
     to refuse positions the source cannot take; ``dry_run`` stores nothing."""
     validate_name(source, "source")
     registry = JobRegistry(home)
-    remote_home.pull_job(home, job, with_state=False)
     record = registry.get(job)
     info = _source_description(record, source)
     checkpoint = registry.checkpoint(job)
@@ -1020,14 +1012,12 @@ def startpoint_set(
 
 
 def startpoint_list(home: Home, job: str) -> dict[str, list[Startpoint]]:
-    remote_home.pull_job(home, job, with_state=False)
     JobRegistry(home).get(job)
     return StartpointStore(home).all(job)
 
 
 def startpoint_clear(home: Home, job: str, source: str) -> None:
     validate_name(source, "source")
-    remote_home.pull_job(home, job, with_state=False)
     record = JobRegistry(home).get(job)
     cleared = StartpointStore(home).clear(job, source)
     if not cleared:

@@ -74,10 +74,6 @@ CRASH_POINTS: dict[str, str] = {
     "prune.scratch_linked": "scratch copy of the snapshot's checkpoint made, state not rewritten",
     "prune.partition_rewritten": "one state partition rewritten in scratch, others not",
     "prune.state_rewritten": "pruned state written in scratch, new snapshot not created",
-    # a home on S3 or HDFS: the job's files changed locally are uploaded before Spark or
-    # another process relies on them (storage/remote_home.py)
-    "remote_home.checkpoint_uploaded": "job's changed files and checkpoint uploaded to the "
-                                       "home, job record not yet naming them",
     # jobs delete: renamed aside, then removed
     "jobs.delete_renamed": "job directory renamed out of the listing, files not removed",
     "jobs.delete_tombstoned": "a home on S3 or HDFS: the job's tombstone written, its files "

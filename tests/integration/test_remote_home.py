@@ -188,7 +188,7 @@ def test_start_from_a_snapshot_cut_off_after_its_upload_is_rolled_back_and_rebui
     api.snapshot_create(home, "v1", "s1")
     events += write_clicks(inp, range(3, 5))
 
-    point = "remote_home.checkpoint_uploaded"
+    point = "restore.published"
     crashed = sparkpoint(home, "run", str(JOB), "--job", "v2", "--from-snapshot", "s1",
                          "--param", f"input={inp}", "--param", f"output={tmp_path / 'out2'}",
                          "--param", "files_per_batch=1", "--until-caught-up",
@@ -199,7 +199,7 @@ def test_start_from_a_snapshot_cut_off_after_its_upload_is_rolled_back_and_rebui
     assert file_io(home.location).walk_sizes(home.checkpoint_location("v2"))
     assert [view.record.name for view in api.jobs_list(home)] == ["v1"]
 
-    # The same start again, from another machine's working copy: rolled back, rebuilt, run.
+    # The same start again, from another machine: rolled back, rebuilt, run.
     monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine_b"))
     other = Home.resolve(home.location)
     echoed: list[str] = []

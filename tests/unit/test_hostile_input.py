@@ -216,7 +216,7 @@ def test_corrupt_records_are_exit_3_naming_the_file(world: World, record: str,
     home = Home(world.home)
     target = {
         "job": JobRegistry(home).record_path(JOB),
-        "startpoint": next((StartpointStore(home).directory(JOB) / SOURCE).glob("*.json")),
+        "startpoint": next((home.job_dir(JOB) / "startpoints" / SOURCE).glob("*.json")),
         "manifest": home.snapshot_dir(SNAPSHOT) / MANIFEST_FILE,
     }[record]
     original = target.read_bytes()

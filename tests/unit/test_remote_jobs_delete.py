@@ -14,7 +14,6 @@ import pytest
 
 from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE
 from sparkpoint.runtime.registry import JobRecord, JobRegistry
-from sparkpoint.storage import remote_home
 from sparkpoint.storage.home import Home
 from tests.support.cli import sparkpoint
 from tests.support.s3 import S3Server
@@ -31,7 +30,6 @@ def _job_in_home(s3_server: S3Server, tmp_path: Path,
     offsets.mkdir(parents=True)
     for batch in range(3):
         (offsets / str(batch)).write_text("v1\n{}\n")
-    remote_home.push_job(home, "j")
     assert len(s3_server.keys(bucket, "home/jobs/j/")) == 4
     return home, bucket
 

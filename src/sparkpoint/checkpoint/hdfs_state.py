@@ -44,6 +44,7 @@ import lz4.frame
 import xxhash
 
 from sparkpoint.errors import CheckpointFormatError, UsageError
+from sparkpoint.storage.location import Location
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
@@ -402,14 +403,19 @@ def _frame_block_size(length: int) -> int:
 # Directories
 
 
-def _list_state_files(partition_dir: Path) -> tuple[set[int], set[int]]:
+def _list_state_files(partition_dir: Location) -> tuple[set[int], set[int]]:
     """(delta versions, snapshot versions) present, named as Spark names them.
 
     Anything else (``.crc`` sidecars, ``_metadata``, hidden temp files) is ignored, as Spark's
     listing ignores it.
     """
     try:
-        names = [entry.name for entry in os.scandir(partition_dir) if entry.is_file()]
+        if isinstance(partition_dir, Path):
+            names = [entry.name for entry in os.scandir(partition_dir) if entry.is_file()]
+        else:
+            names = [entry.name for entry in partition_dir.iterdir()]
+            if not names:
+                raise FileNotFoundError(partition_dir.url)
     except FileNotFoundError as exc:
         raise CheckpointFormatError(
             f"{partition_dir}: state store directory not found; expected a directory of "
@@ -428,7 +434,7 @@ def _list_state_files(partition_dir: Path) -> tuple[set[int], set[int]]:
     return deltas, snapshots
 
 
-def state_file_versions(partition_dir: Path) -> tuple[set[int], set[int]]:
+def state_file_versions(partition_dir: Location) -> tuple[set[int], set[int]]:
     """(delta versions, snapshot versions) present in a partition directory."""
     return _list_state_files(partition_dir)
 
@@ -467,7 +473,7 @@ class VersionFiles:
         return head + [f"{delta}.delta" for delta in self.deltas]
 
 
-def files_for_version(partition_dir: Path, version: int) -> VersionFiles:
+def files_for_version(partition_dir: Location, version: int) -> VersionFiles:
     """Which files load ``version`` of the store in ``partition_dir`` (see ``VersionFiles``).
 
     Raises:

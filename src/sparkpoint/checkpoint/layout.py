@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import overload
 
 from sparkpoint.checkpoint.logs import CommitLogEntry, OffsetLogEntry, QueryMetadata
 from sparkpoint.checkpoint.operators import OperatorMetadata, StateSchemaFile
 from sparkpoint.checkpoint.rocksdb_keys import KeyEncoding
 from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
 from sparkpoint.errors import CheckpointFormatError, NoCommittedBatchError
-from sparkpoint.storage.local import numbered_files
+from sparkpoint.storage.location import Location, local_path, numbered_files
 
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 SHUFFLE_PARTITIONS_CONF = "spark.sql.shuffle.partitions"
@@ -24,18 +25,30 @@ class StoreLayout:
     # Joins keep each of their four stores in a subdirectory of the partition directory.
     subdir: str | None
 
-    def partition_dir(self, operator_dir: Path, partition: int) -> Path:
+    @overload
+    def partition_dir(self, operator_dir: Path, partition: int) -> Path: ...
+
+    @overload
+    def partition_dir(self, operator_dir: Location, partition: int) -> Location: ...
+
+    def partition_dir(self, operator_dir: Location, partition: int) -> Location:
         base = operator_dir / str(partition)
         return base / self.subdir if self.subdir else base
 
 
 @dataclass(frozen=True)
 class OperatorDir:
-    path: Path
+    path: Location
     metadata: OperatorMetadata
     # The state partitions of the batch the operator was listed for (see
     # Checkpoint.operators): directories past it are left over from before a repartition.
     partitions: int
+
+    @property
+    def local_path(self) -> Path:
+        """The operator's directory in a checkpoint on local disk (a snapshot, a checkpoint
+        being built)."""
+        return local_path(self.path)
 
     @property
     def operator_id(self) -> int:
@@ -68,7 +81,7 @@ class OperatorDir:
         return KeyEncoding(prefix, tuple((key_schema or {}).get("fields", [])))
 
 
-def operator_metadata_path(operator_dir: Path) -> Path | None:
+def operator_metadata_path(operator_dir: Location) -> Location | None:
     """The operator's metadata file: v1 ``_metadata/metadata``, or for transformWithState the
     newest v2 ``_metadata/v2/<batch>`` (Spark writes one per run, as the batch it starts at).
     """
@@ -81,21 +94,28 @@ def operator_metadata_path(operator_dir: Path) -> Path | None:
 
 
 class Checkpoint:
-    """A Spark streaming checkpoint on the local filesystem."""
+    """A Spark streaming checkpoint, on local disk or in a store (S3, HDFS)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Location) -> None:
         self.root = root
+
+    @property
+    def local_root(self) -> Path:
+        """The root of a checkpoint on local disk (a snapshot's, one being built)."""
+        return local_path(self.root)
 
     def exists(self) -> bool:
         return (self.root / "metadata").is_file()
 
     def metadata(self) -> QueryMetadata:
         path = self.root / "metadata"
-        if not path.is_file():
+        try:
+            data = path.read_bytes()  # one request in a store: no look before
+        except FileNotFoundError:
             raise CheckpointFormatError(
                 f"{path}: expected the query metadata file of a Spark checkpoint, found nothing"
-            )
-        return QueryMetadata.parse(path.read_bytes(), str(path))
+            ) from None
+        return QueryMetadata.parse(data, str(path))
 
     def offset_ids(self) -> list[int]:
         return numbered_files(self.root / "offsets")
@@ -126,19 +146,23 @@ class Checkpoint:
 
     def offsets(self, batch: int) -> OffsetLogEntry:
         path = self.root / "offsets" / str(batch)
-        if not path.is_file():
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
             raise CheckpointFormatError(
                 f"{path}: expected the offsets entry of batch {batch}, found nothing"
-            )
-        return OffsetLogEntry.parse(path.read_bytes(), str(path))
+            ) from None
+        return OffsetLogEntry.parse(data, str(path))
 
     def commit(self, batch: int) -> CommitLogEntry:
         path = self.root / "commits" / str(batch)
-        if not path.is_file():
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
             raise CheckpointFormatError(
                 f"{path}: expected the commit entry of batch {batch}, found nothing"
-            )
-        return CommitLogEntry.parse(path.read_bytes(), str(path))
+            ) from None
+        return CommitLogEntry.parse(data, str(path))
 
     def state_partitions(self, batch: int) -> int | None:
         """The state partitions batch ``batch`` ran with: the shuffle partitions its offsets
@@ -158,7 +182,8 @@ class Checkpoint:
         if not state.is_dir():
             return []
         found = []
-        for entry in sorted(state.iterdir(), key=lambda p: (len(p.name), p.name)):
+        entries: list[Location] = list(state.iterdir())
+        for entry in sorted(entries, key=lambda p: (len(p.name), p.name)):
             if not entry.name.isdigit():
                 continue
             path = operator_metadata_path(entry)

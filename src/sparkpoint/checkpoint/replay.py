@@ -17,7 +17,7 @@ from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.logs import OffsetLogEntry, SourceOffset, compact_json
 from sparkpoint.checkpoint.source_log import file_source_log_offset
 from sparkpoint.errors import PreconditionError
-from sparkpoint.storage.local import copy_file, numbered_files, write_atomic
+from sparkpoint.storage.location import copy_file, numbered_files, write_atomic
 
 
 def _source_log_ids(log_dir_entries: list[str]) -> list[int]:

@@ -17,12 +17,11 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 from sparkpoint.checkpoint import hdfs_state
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.rocksdb_state import version_numbers
-from sparkpoint.storage.local import modified_at
+from sparkpoint.storage.location import Location, modified_times
 
 
 @dataclass(frozen=True)
@@ -48,10 +47,10 @@ def commit_times(checkpoint: Checkpoint) -> dict[int, dt.datetime]:
     batch K committed. (A copy of a checkpoint that does not keep file times loses this.)
     """
     times = {}
+    written = modified_times(checkpoint.root / "commits")
     for batch in checkpoint.commit_ids():
-        try:
-            when = modified_at(checkpoint.root / "commits" / str(batch))
-        except FileNotFoundError:
+        when = written.get(str(batch))
+        if when is None:
             continue  # cleaned up by a running job since the listing
         # Milliseconds, as shown: '--at' with a time 'jobs show' printed picks that batch.
         times[batch] = when.replace(microsecond=when.microsecond // 1000 * 1000)
@@ -78,7 +77,7 @@ def loadable_versions(versions: Iterable[int], bases: set[int], steps: set[int])
     return found
 
 
-def _partition_loadable(partition_dir: Path, versions: set[int], rocksdb: bool) -> set[int]:
+def _partition_loadable(partition_dir: Location, versions: set[int], rocksdb: bool) -> set[int]:
     if not partition_dir.is_dir():
         return {v for v in versions if v == 0}
     if rocksdb:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkpoint.errors import CheckpointFormatError
+from sparkpoint.storage.location import Location
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
@@ -63,7 +64,7 @@ def read_zip_metadata(zip_path: Path) -> dict[str, Any]:
     return value
 
 
-def _versions(directory: Path, pattern: re.Pattern[str]) -> dict[int, str]:
+def _versions(directory: Location, pattern: re.Pattern[str]) -> dict[int, str]:
     found: dict[int, str] = {}
     if not directory.is_dir():
         return found
@@ -79,7 +80,7 @@ def _versions(directory: Path, pattern: re.Pattern[str]) -> dict[int, str]:
     return found
 
 
-def version_numbers(partition_dir: Path) -> tuple[set[int], set[int]]:
+def version_numbers(partition_dir: Location) -> tuple[set[int], set[int]]:
     """(versions with a zip, versions with a changelog) present in a partition directory."""
     return set(_versions(partition_dir, _ZIP_NAME)), set(_versions(partition_dir, _CHANGELOG_NAME))
 

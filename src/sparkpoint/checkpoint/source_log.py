@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sparkpoint.checkpoint.logs import compact_json
 from sparkpoint.errors import CheckpointFormatError
+from sparkpoint.storage.location import Location
 
 SOURCE_LOG_VERSIONS = (1,)
 
@@ -80,23 +80,17 @@ def is_compaction_id(log_id: int, interval: int) -> bool:
     return (log_id + 1) % interval == 0
 
 
-def _entry_path(log_dir: Path, log_id: int) -> Path | None:
-    for name in (str(log_id), f"{log_id}.compact"):
-        if (log_dir / name).is_file():
-            return log_dir / name
-    return None
-
-
-def read_source_log(log_dir: Path) -> dict[int, list[dict[str, Any]]]:
+def read_source_log(log_dir: Location) -> dict[int, list[dict[str, Any]]]:
     """Every file-source log entry by id, from the newest compaction and the entries after it.
 
     A compaction holds the files of every entry up to it, each with its own ``batchId``.
+    The directory is listed once (each look is a request in a store).
     """
-    ids = sorted({int(p.name.split(".")[0]) for p in log_dir.iterdir()
-                  if p.name.split(".")[0].isdigit() and not p.name.startswith(".")}
-                 ) if log_dir.is_dir() else []
+    names = {p.name for p in log_dir.iterdir() if not p.name.startswith(".")} \
+        if log_dir.is_dir() else set()
+    ids = sorted({int(name.split(".")[0]) for name in names if name.split(".")[0].isdigit()})
     entries: dict[int, list[dict[str, Any]]] = {}
-    compactions = [i for i in ids if (log_dir / f"{i}.compact").is_file()]
+    compactions = [i for i in ids if f"{i}.compact" in names]
     start = 0
     if compactions:
         base = compactions[-1]
@@ -107,8 +101,7 @@ def read_source_log(log_dir: Path) -> dict[int, list[dict[str, Any]]]:
             entries.setdefault(log_id, [])
         start = base + 1
     for log_id in (i for i in ids if i >= start):
-        found = _entry_path(log_dir, log_id)
-        assert found is not None
+        found = log_dir / (str(log_id) if str(log_id) in names else f"{log_id}.compact")
         entries[log_id] = FileSourceLogEntry.parse(found.read_bytes(), str(found)).files
     return entries
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from sparkpoint.checkpoint import state_reader
 from sparkpoint.checkpoint.layout import OperatorDir
+from sparkpoint.checkpoint.state_files import readable_partition
 from sparkpoint.checkpoint.unsafe_row import read_field
 from sparkpoint.windows import WindowSpec, human_duration
 
@@ -108,7 +109,7 @@ def stored_windows(operator: OperatorDir, version: int, rocksdb: bool) -> Stored
         found = True
         fields = row_schema["fields"]
         for partition in range(operator.partitions):
-            pdir = store.partition_dir(operator.path, partition)
+            pdir = readable_partition(store.partition_dir(operator.path, partition), version)
             for key, value in state_reader.read_pairs(pdir, version, rocksdb,
                                                        operator.key_encoding(store)):
                 bounds = read_field(value if in_value else key, fields, column, str(pdir))

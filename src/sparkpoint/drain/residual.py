@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from sparkpoint.checkpoint import hdfs_state
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.rocksdb_state import locate_version
+from sparkpoint.checkpoint.state_files import readable_partition
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,8 @@ def state_rows(checkpoint: Checkpoint, batch: int) -> list[OperatorRows]:
         rows: int | None = 0
         for store in operator.stores():
             for partition in range(operator.partitions):
-                pdir = store.partition_dir(operator.path, partition)
+                pdir = readable_partition(store.partition_dir(operator.path, partition),
+                                          version)
                 if rocksdb:
                     keys = locate_version(pdir, version).num_keys
                     rows = None if rows is None or keys is None else rows + keys

@@ -61,7 +61,6 @@ from sparkpoint.spark.output import (
 from sparkpoint.spark.session import apply_query_conf, create_session
 from sparkpoint.spark.sink import file_sink_path
 from sparkpoint.spark.version import require_supported_pyspark
-from sparkpoint.storage import remote_home
 from sparkpoint.storage.home import Home, validate_name
 from sparkpoint.upgrade.interrupted import clear_intent
 from sparkpoint.upgrade.restore import build_new_checkpoint, resolve
@@ -151,7 +150,6 @@ def rehearse(
         raise UsageError("give exactly one of --from-snapshot SNAP or --resume-point FILE")
     job_file = job_file.absolute()
     # A home on S3 or HDFS: the old job's record and logs as the home holds them now.
-    remote_home.pull_job(home, against, with_state=False)
     record = JobRegistry(home).get(against)
     old = JobRegistry(home).checkpoint(against)
     store = open_snapshot_store(home)

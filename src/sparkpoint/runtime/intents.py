@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-from pathlib import Path
 from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,7 +21,7 @@ from sparkpoint.errors import CorruptRecordError
 from sparkpoint.startpoints.resolve import Resolved
 from sparkpoint.startpoints.store import Startpoint
 from sparkpoint.storage.home import Home
-from sparkpoint.storage.local import write_atomic
+from sparkpoint.storage.location import Location, write_atomic
 
 DRAIN_INTENT = "drain-intent.json"
 STARTPOINT_INTENT = "startpoint-intent.json"
@@ -79,7 +78,7 @@ class StartpointIntent(BaseModel):
 Intent = TypeVar("Intent", DrainIntent, StartpointIntent)
 
 
-def _path(home: Home, job: str, name: str) -> Path:
+def _path(home: Home, job: str, name: str) -> Location:
     return home.job_dir(job) / name
 
 

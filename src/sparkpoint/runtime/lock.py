@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkpoint.errors import JobRunningError, LeaseLostError
-from sparkpoint.storage import remote_home
 from sparkpoint.storage.fileio import file_io, join
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.lease import LEASE_DIR, Lease, LeaseStore
@@ -56,7 +55,9 @@ THREAD_WAIT_S = 120.0
 
 
 def lock_path(home: Home, job: str) -> Path:
-    return home.job_dir(job) / LOCK_FILE
+    """The kernel lock's file: in the job's directory of a local home; for a home in a store,
+    in this machine's own directory for the job (its processes here meet there)."""
+    return home.local_job_dir(job) / LOCK_FILE
 
 
 def lease_store(home: Home, job: str) -> LeaseStore:
@@ -174,9 +175,6 @@ def _enter(home: Home, path: Path, job: str, echo: Callable[[str], None],
             try:
                 lease = lease_store(home, job).acquire(echo)
                 lease.start_renewing()
-                # What other machines changed since: the holder works on the home's copy.
-                # State stays in the home: a step that reads it fetches what it needs.
-                remote_home.pull_job(home, job, with_state=False)
             except BaseException:
                 if lease is not None:
                     lease.release()
@@ -187,13 +185,12 @@ def _enter(home: Home, path: Path, job: str, echo: Callable[[str], None],
 
 
 def _leave(home: Home, path: Path, job: str) -> None:
-    """Let go of the lock: on a remote home what changed goes back first, under the lease."""
+    """Let go of the lock (and of the lease, on a home in a store)."""
     hold = _held[path]
     try:
         if hold.lease is not None and not hold.lease.ended:
             try:
-                hold.lease.check()  # raises LEASE_LOST when lost: nothing goes back
-                remote_home.push_job(home, job)
+                hold.lease.check()  # a holder that lost its lease ends with LEASE_LOST
             finally:
                 hold.lease.release()
     finally:

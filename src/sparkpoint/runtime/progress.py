@@ -11,10 +11,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from sparkpoint.storage.local import write_atomic
+from sparkpoint.storage.location import Location, write_atomic
 
 PROGRESS_FILE = "progress.json"
 
@@ -25,11 +24,11 @@ def ran_a_batch(progress: Mapping[str, Any]) -> bool:
     return "addBatch" in (progress.get("durationMs") or {})
 
 
-def write_progress(job_dir: Path, progress: Mapping[str, Any]) -> None:
+def write_progress(job_dir: Location, progress: Mapping[str, Any]) -> None:
     write_atomic(job_dir / PROGRESS_FILE, (json.dumps(progress, indent=2) + "\n").encode())
 
 
-def read_progress(job_dir: Path) -> dict[str, Any] | None:
+def read_progress(job_dir: Location) -> dict[str, Any] | None:
     path = job_dir / PROGRESS_FILE
     try:
         data: dict[str, Any] = json.loads(path.read_text("utf-8"))
@@ -118,6 +117,6 @@ class ProgressSummary:
         )
 
 
-def clear_progress(job_dir: Path) -> None:
+def clear_progress(job_dir: Location) -> None:
     """A new run starts without the previous run's last progress."""
     (job_dir / PROGRESS_FILE).unlink(missing_ok=True)

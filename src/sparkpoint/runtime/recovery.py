@@ -39,7 +39,6 @@ from sparkpoint.spark.version import installed_pyspark_version
 from sparkpoint.startpoints.apply import apply, require_applicable
 from sparkpoint.startpoints.resolve import Resolved
 from sparkpoint.startpoints.store import Startpoint, StartpointStore
-from sparkpoint.storage import remote_home
 from sparkpoint.storage.home import Home
 
 Echo = Callable[[str], None]
@@ -54,15 +53,6 @@ def snapshot_job(home: Home, job: str, name: str, echo: Echo,
                    operator_windows=record.operator_windows(), job_file=record.job_file,
                    params=record.params, spark_version=installed_pyspark_version())
     checkpoint = registry.checkpoint(job)
-    if home.remote:
-        # From a home on S3 or HDFS, only the state the export reads: version K+1 of the
-        # batch K asked for, else of the newest committed batch (a newer batch committed
-        # meanwhile is fetched too).
-        remote_home.pull_job(home, job, with_state=False)
-        committed = checkpoint.latest_committed_batch() if checkpoint.exists() else None
-        exported = batch if batch is not None else committed
-        remote_home.pull_job(home, job, state_version=None if exported is None
-                             else exported + 1)
     return open_snapshot_store(home).create(name, checkpoint, info, progress=echo, batch=batch)
 
 
@@ -75,7 +65,6 @@ def finish_drain(home: Home, job: str, intent: DrainIntent, echo: Echo) -> Drain
     crash_point("drain.watermark_restored")
     record = registry.get(job)
     names = record.operator_names()
-    remote_home.pull_job(home, job, state_version=batch.batch_id + 1)  # the state counted
     operators = [
         DrainedOperator(name=names.get(op.operator_id, str(op.operator_id)),
                         operator_id=op.operator_id, spark_operator_name=op.spark_operator_name,

@@ -11,7 +11,7 @@ import json
 import os
 import shutil
 import uuid
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -20,16 +20,19 @@ from pydantic import ValidationError as PydanticValidationError
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import CorruptRecordError, UnknownJobError
-from sparkpoint.storage import remote_home
 from sparkpoint.storage.fileio import join
 from sparkpoint.storage.home import Home, name_problem
-from sparkpoint.storage.local import write_atomic
+from sparkpoint.storage.location import Location, StorePath, write_atomic
 from sparkpoint.storage.processes import pid_alive, this_host
 from sparkpoint.windows import WindowSpec
 
 JOB_FILE = "job.json"
 STOP_REQUEST = "stop"
 DELETED_PREFIX = ".deleted."
+# Written first by a delete of a job in a store: the job is gone, whatever files remain.
+TOMBSTONE = "deleted"
+# A listing of a home in a store looks at this many jobs at once (each costs round trips).
+JOBS_LOOKED_AT_ONCE = 8
 
 Status = Literal["new", "running", "stopped", "failed", "drained"]
 
@@ -169,19 +172,24 @@ class JobRegistry:
     def __init__(self, home: Home) -> None:
         self.home = home
 
-    def record_path(self, job: str) -> Path:
+    def record_path(self, job: str) -> Location:
         return self.home.job_dir(job) / JOB_FILE
 
     def exists(self, job: str) -> bool:
-        return self.record_path(job).is_file()
+        if not self.record_path(job).is_file():
+            return False
+        return not self.home.remote or not (self.home.job_dir(job) / TOMBSTONE).is_file()
 
     def names(self) -> list[str]:
-        if not self.home.jobs_dir.is_dir():
+        jobs = self.home.jobs_dir
+        if not jobs.is_dir():
             return []
-        return sorted(
-            entry.name for entry in self.home.jobs_dir.iterdir()
-            if name_problem(entry.name, "job") is None and (entry / JOB_FILE).is_file()
-        )
+        candidates = [entry.name for entry in jobs.iterdir()
+                      if name_problem(entry.name, "job") is None]
+        # In a store each check is a round trip: the jobs are looked at several at once.
+        with ThreadPoolExecutor(max_workers=JOBS_LOOKED_AT_ONCE) as pool:
+            present = list(pool.map(self.exists, candidates))
+        return sorted(name for name, there in zip(candidates, present, strict=True) if there)
 
     def get(self, job: str) -> JobRecord:
         path = self.record_path(job)
@@ -213,7 +221,7 @@ class JobRegistry:
         return record
 
     @staticmethod
-    def _corrupt(path: Path, found: str) -> CorruptRecordError:
+    def _corrupt(path: Location, found: str) -> CorruptRecordError:
         return CorruptRecordError(
             f"{path}: expected a sparkpoint job record, found unreadable content ({found}); "
             "restore the file from a backup, or remove the job's directory and start the job "
@@ -222,44 +230,63 @@ class JobRegistry:
     def save(self, record: JobRecord) -> None:
         text = json.dumps(record.model_dump(mode="json"), indent=2) + "\n"
         write_atomic(self.record_path(record.name), text.encode("utf-8"))
-        remote_home.write_through(self.home, record.name, self.record_path(record.name))
 
     def checkpoint(self, job: str) -> Checkpoint:
         return Checkpoint(self.home.checkpoint_dir(job))
 
-    def control_dir(self, job: str) -> Path:
+    def control_dir(self, job: str) -> Location:
         return self.home.job_dir(job) / "control"
 
     def request_stop(self, job: str) -> None:
         write_atomic(self.control_dir(job) / STOP_REQUEST, now_iso().encode())
-        remote_home.write_through(self.home, job, self.control_dir(job) / STOP_REQUEST)
 
     def stop_requested(self, job: str) -> bool:
-        if self.home.remote:  # asked from another process, maybe another machine
-            return remote_home.remote_exists(self.home, job, f"control/{STOP_REQUEST}")
         return (self.control_dir(job) / STOP_REQUEST).is_file()
 
     def clear_stop_request(self, job: str) -> None:
         (self.control_dir(job) / STOP_REQUEST).unlink(missing_ok=True)
-        remote_home.remove_through(self.home, job, self.control_dir(job) / STOP_REQUEST)
 
     def delete(self, job: str) -> None:
-        """Remove the job's directory (record, checkpoint, control files).
+        """Remove the job's directory (record, checkpoint, control files), so that a crash
+        while its files are removed leaves no half-deleted job: the next command that lists
+        the jobs removes what is left.
 
-        The directory is renamed aside first, to a hidden name no listing shows, so that a
-        crash while its files are removed leaves no half-deleted job; the next command that
-        looks removes what is left.
+        On local disk the directory is first renamed aside, to a hidden name no listing
+        shows. A store has no atomic rename of a directory: a tombstone file goes first, and
+        a job with one is gone, whatever files remain.
         """
-        remote_home.delete_job(self.home, job)
-        doomed = self.home.jobs_dir / f"{DELETED_PREFIX}{job}.{uuid.uuid4().hex[:8]}"
-        os.rename(self.home.job_dir(job), doomed)
+        job_dir = self.home.job_dir(job)
+        if isinstance(job_dir, StorePath):
+            when = dt.datetime.now(dt.UTC).isoformat()
+            (job_dir / TOMBSTONE).write_bytes(when.encode("utf-8"))
+            crash_point("jobs.delete_tombstoned")
+            self._remove_tombstoned(job_dir, keep_live_lease=False)  # the deleter's own too
+            return
+        doomed = self.home.root / "jobs" / f"{DELETED_PREFIX}{job}.{uuid.uuid4().hex[:8]}"
+        os.rename(job_dir, doomed)
         crash_point("jobs.delete_renamed")
         shutil.rmtree(doomed)
 
     def remove_deleted_leftovers(self) -> None:
         """Finish deletions a crash interrupted."""
-        if not self.home.jobs_dir.is_dir():
+        jobs = self.home.jobs_dir
+        if not jobs.is_dir():
             return
-        for entry in self.home.jobs_dir.iterdir():
-            if entry.name.startswith(DELETED_PREFIX) and entry.is_dir():
+        for entry in jobs.iterdir():
+            if isinstance(entry, StorePath):
+                if name_problem(entry.name, "job") is None and (entry / TOMBSTONE).is_file():
+                    self._remove_tombstoned(entry, keep_live_lease=True)
+            elif entry.name.startswith(DELETED_PREFIX) and entry.is_dir():
                 shutil.rmtree(entry, ignore_errors=True)
+
+    def _remove_tombstoned(self, job_dir: StorePath, keep_live_lease: bool) -> None:
+        """Every file of a tombstoned job, the tombstone last; with ``keep_live_lease`` a live
+        lease stays (its holder, maybe this process finishing the deletion, lets it go)."""
+        from sparkpoint.runtime.lock import lease_store  # the lock module builds on this
+
+        lease_live = keep_live_lease and \
+            lease_store(self.home, job_dir.name).holder() is not None
+        for rel in job_dir.io.walk_sizes(job_dir.url):
+            if rel != TOMBSTONE and not (lease_live and rel.startswith("lease/")):
+                job_dir.io.delete(join(job_dir.url, rel))
+        job_dir.io.delete(join(job_dir.url, TOMBSTONE))

@@ -31,7 +31,6 @@ from sparkpoint.runtime.jobfile import (
 )
 from sparkpoint.runtime.lock import held_lease, job_lock
 from sparkpoint.runtime.progress import (
-    PROGRESS_FILE,
     clear_progress,
     ran_a_batch,
     write_progress,
@@ -54,7 +53,6 @@ from sparkpoint.spark.plan import PlannedOperator, stateful_operators
 from sparkpoint.spark.s3a import s3a_conf
 from sparkpoint.spark.session import apply_query_conf, create_session, session_log_file
 from sparkpoint.spark.sink import file_sink_path
-from sparkpoint.storage import remote_home
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.lease import Lease
 from sparkpoint.storage.processes import this_host
@@ -243,9 +241,8 @@ class _ProgressKeeper:
             if key != self.written:
                 if self.lease is not None:
                     self.lease.fence()
+                # In the home itself: other machines' 'jobs show' read it there.
                 write_progress(self.job_dir, data)
-                # Other machines' 'jobs show' read it in the home (one small write a batch).
-                remote_home.write_through(self.home, self.job, self.job_dir / PROGRESS_FILE)
                 self.written = key
             return
 
@@ -339,8 +336,6 @@ def run_job(
             if lineage is not None:
                 record.lineage = lineage
             checkpoint = registry.checkpoint(job)
-            # Spark reads the checkpoint in the home: what was built or changed here first.
-            remote_home.push_job(home, job)
             first_batch = checkpoint.latest_committed_batch()
             run = RunRecord(run_id=str(uuid.uuid4()), started_at=now_iso(), status="running",
                             first_batch=first_batch)
@@ -363,7 +358,6 @@ def run_job(
             registry.save(record)
             if on_recorded is not None:
                 on_recorded()
-                remote_home.push_job(home, job)
             echo(f"job '{job}' run {run.run_id} starting at batch "
                  f"{0 if first_batch is None else first_batch + 1}")
             writer = writer.option("checkpointLocation", home.checkpoint_location(job)) \
@@ -416,8 +410,6 @@ def run_job(
                     # writes nothing more (the record is the new holder's now).
                     lease.check()
                 registry.clear_stop_request(job)
-                # The batches Spark wrote in the home (logs and offsets; state stays there).
-                remote_home.pull_job(home, job, with_state=False)
                 last = checkpoint.latest_committed_batch()
                 run.ended_at, run.last_batch = now_iso(), last
                 run.status = "failed" if error else "stopped"
@@ -441,7 +433,6 @@ def wait_until_stopped(registry: JobRegistry, job: str, timeout_s: float) -> Job
 
     deadline = time.monotonic() + timeout_s
     while True:
-        remote_home.pull_job(registry.home, job, with_state=False)
         record = registry.get(job)
         if record.effective_status() != "running":
             return record

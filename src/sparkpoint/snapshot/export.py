@@ -33,6 +33,7 @@ from sparkpoint.checkpoint.logs import (
 from sparkpoint.checkpoint.retained import describe_range, snapshottable_batches
 from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER, locate_version
 from sparkpoint.checkpoint.source_log import file_source_log_offset
+from sparkpoint.checkpoint.state_files import readable_partition
 from sparkpoint.crash_points import crash_point, steps
 from sparkpoint.errors import BatchNotHeldError, CheckpointFormatError, StateRetentionError
 from sparkpoint.snapshot.manifest import (
@@ -45,12 +46,8 @@ from sparkpoint.snapshot.manifest import (
     StoreEntry,
     operator_kind,
 )
-from sparkpoint.storage.local import (
-    checksum_of,
-    is_hidden_or_temp,
-    link_or_copy,
-    write_atomic,
-)
+from sparkpoint.storage.local import checksum_of, is_hidden_or_temp, write_atomic
+from sparkpoint.storage.location import Location, StorePath, copy_into
 from sparkpoint.windows import WindowSpec
 
 # Listings of a state store directory before giving up on files deleted under our feet.
@@ -64,7 +61,7 @@ EXPORT_ATTEMPTS = 3
 class _Plan:
     """Files to copy (source -> path relative to the snapshot's checkpoint dir)."""
 
-    copies: list[tuple[Path, str]] = field(default_factory=list)
+    copies: list[tuple[Location, str]] = field(default_factory=list)
     written: list[str] = field(default_factory=list)
 
 
@@ -85,12 +82,15 @@ class JobInfo:
     source_names: Mapping[str, str] = field(default_factory=dict)
 
 
-def _trimmed_source_log(source_dir: Path, offset: str | None) -> list[Path]:
+def _trimmed_source_log(source_dir: Location, offset: str | None) -> list[Location]:
     """Source log files up to the committed offset (later ones belong to uncommitted batches)."""
     limit = file_source_log_offset(offset)
     keep = []
-    for entry in sorted(source_dir.iterdir()):
-        if not entry.is_file() or is_hidden_or_temp(entry.name):
+    entries: list[Location] = list(source_dir.iterdir())
+    for entry in sorted(entries, key=lambda p: p.name):
+        # Spark's source log directories hold files only: no look at each (a request each
+        # in a store).
+        if is_hidden_or_temp(entry.name):
             continue
         stem = entry.name.removesuffix(".compact")
         # A compact file folds earlier entries in; it must stay even past the limit.
@@ -105,12 +105,13 @@ def _plan_metadata_files(operator: OperatorDir, rel: str, plan: _Plan) -> None:
         base = operator.path / sub
         if not base.is_dir():
             continue
-        for path in sorted(base.rglob("*")):
-            if path.is_file() and not path.name.startswith("."):
-                plan.copies.append((path, f"{rel}/{path.relative_to(operator.path).as_posix()}"))
+        files: list[Location] = list(base.rglob("*"))
+        for path in sorted(files, key=str):
+            if not path.name.startswith(".") and (isinstance(path, StorePath) or path.is_file()):
+                plan.copies.append((path, f"{rel}/{str(path)[len(str(operator.path)) + 1:]}"))
 
 
-def _link_hdfs_version(pdir: Path, out_dir: Path, version: int) -> hdfs_state.VersionFiles:
+def _link_hdfs_version(pdir: Location, out_dir: Path, version: int) -> hdfs_state.VersionFiles:
     """Link the files Spark reads to load ``version`` (a snapshot file and the deltas after
     it, or the whole delta chain), unchanged, into ``out_dir``.
 
@@ -119,14 +120,11 @@ def _link_hdfs_version(pdir: Path, out_dir: Path, version: int) -> hdfs_state.Ve
     """
     for _attempt in range(_RELIST_ATTEMPTS):
         files = hdfs_state.files_for_version(pdir, version)
-        linked: list[Path] = []
         try:
-            for name in files.names():
-                link_or_copy(pdir / name, out_dir / name)
-                linked.append(out_dir / name)
+            copy_into([(pdir / name, out_dir / name) for name in files.names()])
         except FileNotFoundError:
-            for path in linked:
-                path.unlink()
+            for name in files.names():
+                (out_dir / name).unlink(missing_ok=True)
             continue
         return files
     raise CheckpointFormatError(
@@ -157,14 +155,14 @@ def _export_operator(
             if schema.is_file():
                 plan.copies.append((schema, f"{prel}/_metadata/schema"))
             if rocksdb:
-                located = locate_version(pdir, version)
+                located = locate_version(readable_partition(pdir, version), version)
+                # Linked at once, not with the other copies: from now on Spark's cleanup
+                # cannot take the files from us.
+                copy_into([(pdir / name, out_checkpoint / prel / name)
+                           for name in located.relative_files()])
                 for name in located.relative_files():
-                    # Linked at once, not with the other copies: from now on Spark's
-                    # cleanup cannot take the file from us.
-                    held = out_checkpoint / prel / name
-                    link_or_copy(pdir / name, held)
                     plan.written.append(f"{prel}/{name}")
-                    state_bytes += held.stat().st_size
+                    state_bytes += (out_checkpoint / prel / name).stat().st_size
                 if rows is not None and located.num_keys is not None:
                     rows += located.num_keys
                 else:
@@ -287,7 +285,9 @@ def _export_batch(
     source_offsets = offsets.source_offsets()
     sources_root = checkpoint.root / "sources"
     if sources_root.is_dir():
-        for source_dir in sorted(p for p in sources_root.iterdir() if p.is_dir()):
+        source_dirs: list[Location] = [p for p in sources_root.iterdir()
+                                       if not p.name.startswith(".")]
+        for source_dir in sorted(source_dirs, key=lambda p: p.name):
             name = renamed.get(source_dir.name, source_dir.name)
             for path in _trimmed_source_log(source_dir, source_offsets.get(source_dir.name)):
                 plan.copies.append((path, f"sources/{name}/{path.name}"))
@@ -323,10 +323,7 @@ def _export_batch(
         )
 
     steps.info("copying %s files", len(plan.copies))
-    for source, rel in plan.copies:
-        # Spark writes every checkpoint file once (a new name, or a rename over the old
-        # one) and never in place, so a link is as good as a copy and costs no I/O.
-        link_or_copy(source, out / rel)
+    copy_into([(source, out / rel) for source, rel in plan.copies])
     crash_point("snapshot.files_copied")
     files = []
     for rel in [rel for _source, rel in plan.copies] + plan.written:

@@ -23,6 +23,7 @@ from sparkpoint.checkpoint.boundedness import (
 from sparkpoint.checkpoint.layout import Checkpoint, OperatorDir, StoreLayout
 from sparkpoint.checkpoint.rocksdb_keys import KeyEncoding
 from sparkpoint.checkpoint.rocksdb_state import locate_version
+from sparkpoint.checkpoint.state_files import readable_partition
 from sparkpoint.checkpoint.unsafe_row import read_field, read_fields
 from sparkpoint.snapshot.manifest import operator_kind
 
@@ -235,7 +236,7 @@ def inspect_operator(operator: OperatorDir, name: str, version: int, rocksdb: bo
     for partition in range(operator.partitions):
         rows = size = 0
         for store in operator.stores():
-            pdir = store.partition_dir(operator.path, partition)
+            pdir = readable_partition(store.partition_dir(operator.path, partition), version)
             schema = operator.schema(store)
             size += _version_bytes(pdir, version, rocksdb)
             # A store without a schema v2 file (transformWithState) is counted, not decoded.

@@ -175,14 +175,14 @@ def prune_snapshot(
     scratch = scratch_root / f"{os.getpid()}.{new_snapshot}.{uuid.uuid4().hex[:8]}"
     try:
         checkpoint = Checkpoint(scratch / "checkpoint")
-        _link_tree(store.checkpoint_path(snapshot), checkpoint.root)
+        _link_tree(store.checkpoint_path(snapshot), checkpoint.local_root)
         crash_point("prune.scratch_linked")
         key_schema = op.stores[0].key_schema
         assert key_schema is not None
         say(f"finding the keys of operator '{op.name}' where {where}")
-        matched = matching_keys(spark, checkpoint.root, batch, op.operator_id, key_schema,
+        matched = matching_keys(spark, checkpoint.local_root, batch, op.operator_id, key_schema,
                                 where, op.name)
-        state_root = checkpoint.root / "state"
+        state_root = checkpoint.local_root / "state"
         removed = 0
         for partition, keys in sorted(matched.by_partition.items()):
             if manifest.state_store_provider == ROCKSDB_PROVIDER:

@@ -169,8 +169,8 @@ def state_layout(
         for operator in Checkpoint(scratch).operators():
             v2_files = {}
             if operator.metadata.version == 2:
-                for path in sorted(operator.path.rglob("*")):
-                    rel = path.relative_to(operator.path).as_posix()
+                for path in sorted(operator.local_path.rglob("*")):
+                    rel = path.relative_to(operator.local_path).as_posix()
                     if path.is_file() and rel.startswith(("_metadata/v2/", "_stateSchema/")) \
                             and not path.name.startswith("."):
                         v2_files[rel] = path.read_bytes()

@@ -15,7 +15,7 @@ from sparkpoint.checkpoint.logs import OffsetLogEntry, SourceOffset
 from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import PreconditionError
 from sparkpoint.startpoints.resolve import Resolved
-from sparkpoint.storage.local import replace_file, write_atomic
+from sparkpoint.storage.location import replace_file, write_atomic
 
 
 def require_applicable(checkpoint: Checkpoint, batch: int | None = None) -> int:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -55,10 +54,6 @@ class StartpointStore:
     def __init__(self, home: Home) -> None:
         self.home = home
         self.io: FileIO = file_io(home.location)
-
-    def directory(self, job: str) -> Path:
-        """The local directory of a local home's pending startpoints."""
-        return self.home.job_dir(job) / "startpoints"
 
     def _url(self, job: str) -> str:
         return join(self.home.job_url(job), "startpoints")

@@ -128,6 +128,15 @@ class FileIO:
     def size(self, location: str) -> int:
         return int(self.fs.size(self.path(location)))
 
+    def stat(self, location: str) -> tuple[int, float | None]:
+        """(bytes, the store's own modification time) of one file."""
+        info = self.fs.info(self.path(location))
+        return int(info.get("size") or 0), _modified(info)
+
+    def makedirs(self, location: str) -> None:
+        """A directory and its parents (nothing to do on stores without directories)."""
+        self.fs.makedirs(self.path(location), exist_ok=True)
+
     def list_names(self, location: str) -> list[str]:
         """Names directly under a directory (files and directories; on local disk a directory
         emptied by ``delete`` stays listed); [] when absent."""

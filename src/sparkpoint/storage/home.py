@@ -11,11 +11,12 @@ from pathlib import Path
 from sparkpoint.errors import InvalidNameError
 from sparkpoint.storage.fileio import file_io, is_local, join, spark_url
 from sparkpoint.storage.local import to_path
+from sparkpoint.storage.location import Location, StorePath
 
 DEFAULT_HOME = ".sparkpoint"
 HOME_ENV = "SPARKPOINT_HOME"
 SNAPSHOTS_ENV = "SPARKPOINT_SNAPSHOTS"
-# Where a home on S3 or HDFS keeps its local working copy (default ~/.cache/sparkpoint).
+# Where a home on S3 or HDFS keeps this machine's local space (default ~/.cache/sparkpoint).
 SCRATCH_ENV = "SPARKPOINT_SCRATCH"
 # Names that become a file or directory name under the home. Spark's source names
 # (DataStreamReader.name: ASCII letters, digits, '_') all fit; the length leaves room for the
@@ -63,7 +64,7 @@ def validate_operator_name(name: str) -> str:
 
 
 def local_copy_dir(url: str) -> Path:
-    """The local working copy of a home on S3 or HDFS: one directory per home URL."""
+    """This machine's local space for a home on S3 or HDFS: one directory per home URL."""
     base = os.environ.get(SCRATCH_ENV) or str(Path("~/.cache/sparkpoint").expanduser())
     digest = hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
     return to_path(base) / digest
@@ -71,8 +72,8 @@ def local_copy_dir(url: str) -> Path:
 
 @dataclass(frozen=True)
 class Home:
-    # A local home's directory; for a home on S3 or HDFS, its local working copy, where
-    # sparkpoint's path-based code reads and writes what storage/remote_home.py syncs.
+    # A local home's directory; for a home on S3 or HDFS, this machine's local space for it
+    # (logs, scratch, the kernel locks of its processes): never a copy of the home's files.
     root: Path
     # Where snapshots live when not in the home (--snapshots / $SPARKPOINT_SNAPSHOTS): a
     # path or a URL of any store sparkpoint can use (storage/fileio.py).
@@ -109,9 +110,7 @@ class Home:
 
     def job_url(self, job: str) -> str:
         """The job's directory in the home (a URL for a home on S3 or HDFS)."""
-        if self.url is None:
-            return str(self.job_dir(job))
-        return join(self.url, "jobs", validate_name(job, "job"))
+        return str(self.job_dir(job))
 
     def checkpoint_location(self, job: str) -> str:
         """The checkpointLocation Spark is given: in the home itself, s3:// as s3a://."""
@@ -126,8 +125,11 @@ class Home:
         return self.root / "scratch"
 
     @property
-    def jobs_dir(self) -> Path:
-        return self.root / "jobs"
+    def jobs_dir(self) -> Location:
+        """Where the jobs are: read and written there, whatever the store."""
+        if self.url is None:
+            return self.root / "jobs"
+        return StorePath.of(join(self.url, "jobs"))
 
     @property
     def snapshots_dir(self) -> Path:
@@ -143,11 +145,18 @@ class Home:
         # Inside snapshots/ so that publishing is a rename within one filesystem.
         return self.snapshots_dir / ".staging"
 
-    def job_dir(self, job: str) -> Path:
+    def job_dir(self, job: str) -> Location:
         return self.jobs_dir / validate_name(job, "job")
 
-    def checkpoint_dir(self, job: str) -> Path:
+    def checkpoint_dir(self, job: str) -> Location:
         return self.job_dir(job) / "checkpoint"
+
+    def local_job_dir(self, job: str) -> Path:
+        """This machine's own directory for a job: the job's directory of a local home; for a
+        home on S3 or HDFS, where its processes here meet (kernel locks), nothing shared."""
+        if self.url is None:
+            return self.root / "jobs" / validate_name(job, "job")
+        return self.root / "local" / validate_name(job, "job")
 
     def snapshot_dir(self, snapshot: str) -> Path:
         return self.snapshots_dir / validate_name(snapshot, "snapshot")

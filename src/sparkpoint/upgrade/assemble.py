@@ -221,7 +221,7 @@ def _write(
         if row.action != "resume" or row.origin is None:
             continue
         snap = snapshots[row.origin["snapshot"]]
-        log = snap.checkpoint.root / "sources" / row.origin["source"]
+        log = snap.checkpoint.local_root / "sources" / row.origin["source"]
         if log.is_dir():
             for path in sorted(log.iterdir()):
                 if path.is_file():
@@ -238,7 +238,7 @@ def _write(
             old = snap.manifest.operator(op_row.origin["operator"])
             assert old is not None and op_row.operator_id is not None
             shift = batch - snap.manifest.batch_id
-            _copy_operator(snap.checkpoint.root / "state" / str(old.operator_id),
+            _copy_operator(snap.checkpoint.local_root / "state" / str(old.operator_id),
                            out / "state" / str(op_row.operator_id), op_row.operator_id, shift)
         elif op_row.action == "initialize":
             layout = new_operators[op_row.name]

@@ -44,7 +44,7 @@ def partition_key_fields(operator_name: str, store: str, num_cols_prefix_key: in
 
 
 def _partition_dirs(operator: OperatorDir) -> list[int]:
-    return sorted(int(p.name) for p in operator.path.iterdir()
+    return sorted(int(p.name) for p in operator.local_path.iterdir()
                   if p.is_dir() and p.name.isdigit())
 
 
@@ -60,8 +60,8 @@ def repartition_hdfs_state(checkpoint: Path, batch: int, partitions: int) -> Non
                                old_partitions, version, partitions)
         for old in old_partitions:
             if old >= partitions:
-                shutil.rmtree(operator.path / str(old))
-        meta = operator.path / "_metadata" / "metadata"
+                shutil.rmtree(operator.local_path / str(old))
+        meta = operator.local_path / "_metadata" / "metadata"
         write_atomic(meta, operator.metadata.with_partitions(partitions).to_bytes())
     for offsets_batch in (batch - 1, batch):
         path = checkpoint / "offsets" / str(offsets_batch)
@@ -76,37 +76,39 @@ def repartition_hdfs_state(checkpoint: Path, batch: int, partitions: int) -> Non
 
 def _repartition_store(operator: OperatorDir, store_name: str, prefix: int,
                        old_partitions: list[int], version: int, partitions: int) -> None:
+    op_dir = operator.local_path
     layout = next(s for s in operator.stores() if s.name == store_name)
     if _repartition_fixed(operator, layout, prefix, old_partitions, version, partitions):
         return
     records: dict[bytes, bytes] = {}
     for old in old_partitions:
-        records.update(hdfs_state.load_version(layout.partition_dir(operator.path, old), version))
+        records.update(hdfs_state.load_version(layout.partition_dir(op_dir, old), version))
     targets: list[dict[bytes, bytes]] = [{} for _ in range(partitions)]
     if records:
         schema = operator.schema(layout)
         if schema is None:
             raise CheckpointFormatError(
-                f"{layout.partition_dir(operator.path, 0)}: expected the store's schema file "
+                f"{layout.partition_dir(op_dir, 0)}: expected the store's schema file "
                 "_metadata/schema to find its key columns, found none")
         # Parsed once: the schema property decodes its JSON on every access.
         key_fields = schema.key_schema["fields"]
         fields = partition_key_fields(operator.operator_name, store_name, prefix, key_fields)
         types = [f["type"] for f in fields]
-        where = str(layout.partition_dir(operator.path, 0))
+        where = str(layout.partition_dir(op_dir, 0))
         for key, value in records.items():
             values = read_fields(key, key_fields, where)[:len(fields)]
             targets[partition_of(values, types, partitions)][key] = value
     _remove_state_files(operator, layout, old_partitions)
     for partition, state in enumerate(targets):
-        hdfs_state.write_snapshot(layout.partition_dir(operator.path, partition), version, state)
+        hdfs_state.write_snapshot(layout.partition_dir(op_dir, partition), version, state)
         crash_point("restore.hdfs_partition_moved")
 
 
 def _remove_state_files(operator: OperatorDir, layout: StoreLayout,
                         old_partitions: list[int]) -> None:
+    op_dir = operator.local_path
     for old in old_partitions:
-        directory = layout.partition_dir(operator.path, old)
+        directory = layout.partition_dir(op_dir, old)
         for path in directory.iterdir():
             if path.is_file() and _STATE_FILE.match(path.name):
                 path.unlink()
@@ -118,11 +120,12 @@ def _repartition_fixed(operator: OperatorDir, layout: StoreLayout, prefix: int,
     """The same move with numpy when every key has one length and every value another and
     the partition key columns are of types hashed column-wise; False (nothing changed)
     otherwise, and the row-by-row move runs."""
+    op_dir = operator.local_path
     from sparkpoint.checkpoint.murmur3_columns import hash_columns  # numpy: imported late
 
     states = []
     for old in old_partitions:
-        state = hdfs_state.load_fixed_version(layout.partition_dir(operator.path, old), version)
+        state = hdfs_state.load_fixed_version(layout.partition_dir(op_dir, old), version)
         if state is None:
             return False
         states.append(state)
@@ -145,7 +148,7 @@ def _repartition_fixed(operator: OperatorDir, layout: StoreLayout, prefix: int,
     for partition in range(partitions):
         chosen = (targets == partition).nonzero()[0] if count else slice(0, 0)
         state = hdfs_state.FixedState(merged.keys[chosen], merged.values[chosen])
-        hdfs_state.write_fixed_snapshot(layout.partition_dir(operator.path, partition),
+        hdfs_state.write_fixed_snapshot(layout.partition_dir(op_dir, partition),
                                         version, state)
         crash_point("restore.hdfs_partition_moved")
     return True

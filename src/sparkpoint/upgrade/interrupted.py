@@ -24,21 +24,21 @@ from pathlib import Path
 from sparkpoint.checkpoint.logs import QueryMetadata
 from sparkpoint.errors import CheckpointFormatError
 from sparkpoint.sinks.gaps import Gap, remove_filled
-from sparkpoint.storage.local import write_atomic
+from sparkpoint.storage.location import Location, StorePath, remove_tree, write_atomic
 
 INTENT_SUFFIX = ".restoring"
 
 
-def staging_prefix(target: Path) -> str:
+def staging_prefix(target: Location) -> str:
     """Names of the staging directories of ``target`` start with this (and end in .tmp)."""
     return f".{target.name}."
 
 
-def intent_path(target: Path) -> Path:
+def intent_path(target: Location) -> Location:
     return target.parent / f"{target.name}{INTENT_SUFFIX}"
 
 
-def _query_id(checkpoint: Path) -> str | None:
+def _query_id(checkpoint: Location) -> str | None:
     path = checkpoint / "metadata"
     try:
         return QueryMetadata.parse(path.read_bytes(), str(path)).query_id
@@ -46,13 +46,13 @@ def _query_id(checkpoint: Path) -> str | None:
         return None
 
 
-def record_intent(target: Path, staging: Path) -> None:
+def record_intent(target: Location, staging: Path) -> None:
     """Before publishing ``staging`` at ``target``: remember which checkpoint it is."""
     query_id = _query_id(staging)
     write_atomic(intent_path(target), json.dumps({"query_id": query_id}).encode())
 
 
-def record_sink_fill(target: Path, gap: Gap) -> None:
+def record_sink_fill(target: Location, gap: Gap) -> None:
     """Before the new job's output gets the sink log entries it lacks: name them in the
     intent, so that a start cut off before its job record takes them back (a retry numbers
     its batches from the snapshot again, and would find them in its way)."""
@@ -63,7 +63,7 @@ def record_sink_fill(target: Path, gap: Gap) -> None:
     write_atomic(path, json.dumps(intent).encode())
 
 
-def _take_back_sink_fill(target: Path) -> list[Path]:
+def _take_back_sink_fill(target: Location) -> list[Path]:
     try:
         fill = json.loads(intent_path(target).read_text("utf-8")).get("sink_log")
     except (OSError, ValueError, AttributeError):
@@ -75,12 +75,12 @@ def _take_back_sink_fill(target: Path) -> list[Path]:
     return remove_filled(output, entries, through)
 
 
-def clear_intent(target: Path) -> None:
+def clear_intent(target: Location) -> None:
     """The job record now owns the published checkpoint."""
     intent_path(target).unlink(missing_ok=True)
 
 
-def _intended_query_id(target: Path) -> str | None:
+def _intended_query_id(target: Location) -> str | None:
     try:
         value = json.loads(intent_path(target).read_text("utf-8")).get("query_id")
     except (OSError, ValueError, AttributeError):
@@ -88,33 +88,36 @@ def _intended_query_id(target: Path) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def is_own_orphan(target: Path) -> bool:
+def is_own_orphan(target: Location) -> bool:
     """A published checkpoint that an interrupted start built and no job record owns yet
-    (the caller checks the record)."""
+    (the caller checks the record). In a store the checkpoint's ``metadata`` is uploaded
+    first: whatever part of it an upload left is recognised by it."""
     intended = _intended_query_id(target)
-    return intended is not None and target.is_dir() and _query_id(target) == intended
+    return intended is not None and _query_id(target) == intended
 
 
-def _staging_dirs(target: Path) -> list[Path]:
-    if not target.parent.is_dir():
+def _staging_dirs(target: Location) -> list[Path]:
+    # A checkpoint for a home in a store is built in local temporary space, never beside it.
+    if isinstance(target, StorePath) or not target.parent.is_dir():
         return []
     prefix = staging_prefix(target)
     return sorted(p for p in target.parent.iterdir()
                   if p.name.startswith(prefix) and p.name.endswith(".tmp"))
 
 
-def roll_back(target: Path, has_record: bool, echo: Callable[[str], None]) -> list[Path]:
+def roll_back(target: Location, has_record: bool,
+              echo: Callable[[str], None]) -> list[Location]:
     """Remove what an interrupted start left; return the removed paths.
 
     Call it holding the job's lock: staging directories of a live start must not vanish.
     With a job record the checkpoint is the job's own and is never touched.
     """
-    removed = []
+    removed: list[Location] = []
     for staging in _staging_dirs(target):
         shutil.rmtree(staging, ignore_errors=True)
         removed.append(staging)
     if not has_record and is_own_orphan(target):
-        shutil.rmtree(target)
+        remove_tree(target)
         removed.append(target)
     intent = intent_path(target)
     if intent.exists() and not has_record:

@@ -45,7 +45,9 @@ from sparkpoint.spark.inspect import (
 from sparkpoint.spark.plan import PlannedOperator
 from sparkpoint.spark.sink import file_sink_path, sink_format
 from sparkpoint.spark.version import installed_pyspark_version
-from sparkpoint.storage.local import copy_file, fsync_dir
+from sparkpoint.storage.fileio import join
+from sparkpoint.storage.local import copy_file, fsync_dir, walk_files
+from sparkpoint.storage.location import Location, StorePath
 from sparkpoint.upgrade.assemble import (
     AssembleResult,
     NewOperatorLayout,
@@ -257,8 +259,20 @@ def _empty_state_writer(
     return write
 
 
+def upload_checkpoint(staging: Path, target: StorePath) -> None:
+    """Publish a checkpoint built here in a store: its ``metadata`` (the query id the intent
+    names) first, so that whatever part a cut-off upload leaves is recognised as this
+    start's and rolled back by the next; then every other file, several at once."""
+    files = sorted(p for p in walk_files(staging) if p.is_file())
+    first = [p for p in files if p == staging / "metadata"]
+    rest = [p for p in files if p != staging / "metadata"]
+    for batch in (first, rest):
+        target.io.put_files([(p, join(target.url, p.relative_to(staging).as_posix()))
+                             for p in batch])
+
+
 def build_new_checkpoint(
-    planned: PlannedJob, resolution: Resolution, target: Path, echo: Echo,
+    planned: PlannedJob, resolution: Resolution, target: Location, echo: Echo,
     publish: bool = True, spark_location: str | None = None,
 ) -> AssembleResult:
     """Assemble, repartition if asked, let Spark check, then publish at ``target``.
@@ -273,7 +287,7 @@ def build_new_checkpoint(
         raise NameTakenError(f"{target}: a checkpoint already exists; choose a new job name")
     provider = next((s.manifest.state_store_provider for s in resolution.snapshots.values()),
                     ROCKSDB_PROVIDER)
-    if publish:
+    if publish and isinstance(target, Path):
         # Beside the target, so that publishing is one rename and an interrupted start's
         # debris is found (and rolled back) by the next one.
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -321,13 +335,17 @@ def build_new_checkpoint(
             # transformWithState's schema paths must name where the checkpoint will live.
             # ``spark_location``: the URL Spark will be given when the checkpoint is built
             # here for a home in a store (it reads the schemas there, from any machine).
-            relocate_schema_paths(staging, spark_location or target)
-            fsync_dir(staging)
-            record_intent(target, staging)
-            if target.exists():
-                target.rmdir()
-            os.rename(staging, target)
-            fsync_dir(target.parent)
+            relocate_schema_paths(staging, spark_location or str(target))
+            if isinstance(target, Path):
+                fsync_dir(staging)
+                record_intent(target, staging)
+                if target.exists():
+                    target.rmdir()
+                os.rename(staging, target)
+                fsync_dir(target.parent)
+            else:
+                record_intent(target, staging)
+                upload_checkpoint(staging, target)
             crash_point("restore.published")
         return result
     finally:
