@@ -136,10 +136,12 @@ def test_job_with_its_home_on_hdfs_runs_snapshots_continues_takes_a_startpoint_a
     assert any(rel.startswith("state/") for rel in in_hdfs)
     snapshot = api.snapshot_create(home, "v1", "s1")
     assert snapshot.job == "v1"
-    # Only the state version the snapshot holds came down to the working copy.
+    # Only the state version the snapshot holds came down to this machine (its cache of
+    # immutable state files); nothing else of the job is kept here.
     zips_there = {rel.rsplit("/", 1)[1] for rel in in_hdfs if rel.endswith(".zip")}
-    zips_here = {path.name for path in (home.checkpoint_dir("v1") / "state").rglob("*.zip")}
+    zips_here = {path.name for path in (tmp_path / "scratch").rglob("*.zip")}
     assert zips_here == {f"{snapshot.batch_id + 1}.zip"} and len(zips_there) > 1
+    assert not list((tmp_path / "scratch").rglob("job.json"))
 
     events += write_clicks(inp, range(3, 6))
     run("v2", "out2", from_snapshot="s1")

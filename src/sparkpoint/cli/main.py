@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,6 +30,9 @@ from sparkpoint.storage.home import Home
 F = TypeVar("F", bound=Callable[..., Any])
 # rehearse --fail-on-diff: the new version's output differs from the old job's.
 EXIT_DIFFERENCE = 5
+
+# Set to print the traceback of an unexpected error (for a bug report).
+TRACEBACK_ENV = "SPARKPOINT_TRACEBACK"
 
 
 def _echo(message: str) -> None:
@@ -81,6 +86,8 @@ def handle_errors(func: F) -> F:
         except Exception as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             message = f"unexpected {exc.__class__.__name__}: {first}"
+            if os.environ.get(TRACEBACK_ENV):
+                traceback.print_exc(file=sys.stderr)
             if as_json:
                 _json_error("UNEXPECTED", message, EXIT_UNEXPECTED)
             click.echo(f"error: {message}", err=True)

@@ -167,7 +167,8 @@ class FileIO:
         stats = {}
         for full, info in found.items():
             rel = str(full)[len(base):].lstrip("/")
-            if rel and info.get("type") != "directory":
+            # S3A writes empty "<dir>/" objects as directory markers: not files.
+            if rel and not rel.endswith("/") and info.get("type") != "directory":
                 stats[rel] = (int(info.get("size") or 0), _modified(info))
         return stats
 
