@@ -18,6 +18,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from sparkpoint.drain.synthetic import DrainBatch
 from sparkpoint.errors import CorruptRecordError
+from sparkpoint.runtime.lock import fence
 from sparkpoint.startpoints.resolve import Resolved
 from sparkpoint.startpoints.store import Startpoint
 from sparkpoint.storage.home import Home
@@ -85,6 +86,7 @@ def _path(home: Home, job: str, name: str) -> Location:
 def save(home: Home, job: str, intent: DrainIntent | StartpointIntent) -> None:
     name = DRAIN_INTENT if isinstance(intent, DrainIntent) else STARTPOINT_INTENT
     text = json.dumps(intent.model_dump(mode="json"), indent=2) + "\n"
+    fence(home, job)  # every step of a protocol starts from its intent: none when fenced out
     write_atomic(_path(home, job, name), text.encode("utf-8"))
 
 

@@ -151,6 +151,15 @@ def held_lease(home: Home, job: str) -> Lease | None:
     return hold.lease if hold is not None and hold.thread == threading.get_ident() else None
 
 
+def fence(home: Home, job: str) -> None:
+    """Before a write to a job this thread holds: raise LEASE_LOST when its lease is lost or
+    past its deadline (no I/O; the renewing thread asks the store every third of the
+    lease). Nothing on a local home, or for a job this thread does not hold."""
+    lease = held_lease(home, job)
+    if lease is not None:
+        lease.fence()
+
+
 def _enter(home: Home, path: Path, job: str, echo: Callable[[str], None],
            wait: bool = True) -> bool:
     """Take the lock for this thread, or count one more hold; True when already held."""

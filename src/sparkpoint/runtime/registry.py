@@ -12,6 +12,7 @@ import os
 import shutil
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -20,6 +21,7 @@ from pydantic import ValidationError as PydanticValidationError
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import CorruptRecordError, UnknownJobError
+from sparkpoint.runtime.lock import fence, lease_store
 from sparkpoint.storage.fileio import join
 from sparkpoint.storage.home import Home, name_problem
 from sparkpoint.storage.location import Location, StorePath, write_atomic
@@ -181,26 +183,39 @@ class JobRegistry:
         return not self.home.remote or not (self.home.job_dir(job) / TOMBSTONE).is_file()
 
     def names(self) -> list[str]:
+        """The jobs of the home. In a store, a job's deletion that was cut off after its
+        tombstone is finished here: every listing finishes it."""
         jobs = self.home.jobs_dir
-        if not jobs.is_dir():
-            return []
-        candidates = [entry.name for entry in jobs.iterdir()
-                      if name_problem(entry.name, "job") is None]
-        # In a store each check is a round trip: the jobs are looked at several at once.
+        candidates = [entry for entry in jobs.iterdir()
+                      if name_problem(entry.name, "job") is None] if jobs.is_dir() else []
+        # In a store each look is a round trip: the jobs are looked at several at once, one
+        # listing of each job's directory telling its record and its tombstone apart.
         with ThreadPoolExecutor(max_workers=JOBS_LOOKED_AT_ONCE) as pool:
-            present = list(pool.map(self.exists, candidates))
-        return sorted(name for name, there in zip(candidates, present, strict=True) if there)
+            present = list(pool.map(self._listed_job, candidates))
+        return sorted(entry.name for entry, there in zip(candidates, present, strict=True)
+                      if there)
+
+    def _listed_job(self, job_dir: Location) -> bool:
+        if isinstance(job_dir, Path):
+            return (job_dir / JOB_FILE).is_file()
+        names = set(job_dir.io.list_names(job_dir.url))
+        if TOMBSTONE in names:
+            self._remove_tombstoned(job_dir, keep_live_lease=True)
+            return False
+        return JOB_FILE in names
 
     def get(self, job: str) -> JobRecord:
         path = self.record_path(job)
-        if not path.is_file():
+        try:
+            text = path.read_text("utf-8")  # one request in a store: no look before
+        except FileNotFoundError:
             known = ", ".join(self.names()) or "none"
             raise UnknownJobError(
                 f"job '{job}' not found in {join(self.home.location, 'jobs')} (jobs: {known}); "
                 "start it with 'sparkpoint run JOB.py --job NAME'"
-            )
+            ) from None
         try:
-            data: Any = json.loads(path.read_text("utf-8"))
+            data: Any = json.loads(text)
             record = JobRecord.model_validate(data)
         except PydanticValidationError as exc:
             first = exc.errors()[0]
@@ -212,8 +227,6 @@ class JobRegistry:
         if record.name != job:
             raise self._corrupt(path, f"it names job {record.name!r}")
         if self.home.remote and record.status == "running" and record.host != this_host():
-            from sparkpoint.runtime.lock import lease_store  # the lock module builds on this
-
             holder = lease_store(self.home, job).holder()
             # Live for the run the record names: its host and pid hold the lease.
             record._lease_live = holder is not None and (holder.host, holder.pid) == \
@@ -229,6 +242,7 @@ class JobRegistry:
 
     def save(self, record: JobRecord) -> None:
         text = json.dumps(record.model_dump(mode="json"), indent=2) + "\n"
+        fence(self.home, record.name)  # a holder fenced out writes nothing more
         write_atomic(self.record_path(record.name), text.encode("utf-8"))
 
     def checkpoint(self, job: str) -> Checkpoint:
@@ -268,22 +282,18 @@ class JobRegistry:
         shutil.rmtree(doomed)
 
     def remove_deleted_leftovers(self) -> None:
-        """Finish deletions a crash interrupted."""
+        """Finish deletions a crash interrupted (in a store: every listing of the jobs does,
+        see ``names``)."""
         jobs = self.home.jobs_dir
-        if not jobs.is_dir():
+        if not isinstance(jobs, Path) or not jobs.is_dir():
             return
         for entry in jobs.iterdir():
-            if isinstance(entry, StorePath):
-                if name_problem(entry.name, "job") is None and (entry / TOMBSTONE).is_file():
-                    self._remove_tombstoned(entry, keep_live_lease=True)
-            elif entry.name.startswith(DELETED_PREFIX) and entry.is_dir():
+            if entry.name.startswith(DELETED_PREFIX) and entry.is_dir():
                 shutil.rmtree(entry, ignore_errors=True)
 
     def _remove_tombstoned(self, job_dir: StorePath, keep_live_lease: bool) -> None:
         """Every file of a tombstoned job, the tombstone last; with ``keep_live_lease`` a live
         lease stays (its holder, maybe this process finishing the deletion, lets it go)."""
-        from sparkpoint.runtime.lock import lease_store  # the lock module builds on this
-
         lease_live = keep_live_lease and \
             lease_store(self.home, job_dir.name).holder() is not None
         for rel in job_dir.io.walk_sizes(job_dir.url):
