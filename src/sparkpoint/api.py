@@ -21,16 +21,11 @@ from sparkpoint.checkpoint.sink_log import (
     seed_empty_history,
 )
 from sparkpoint.checkpoint.source_log import (
-    DEFAULT_SOURCE_COMPACT_INTERVAL,
     file_source_log_offset,
     read_source_log,
 )
 from sparkpoint.crash_points import crash_point
-from sparkpoint.drain.synthetic import (
-    plan_drain_batch,
-    remove_unrun_drain_offsets,
-    write_drain_offsets,
-)
+from sparkpoint.drain.protocol import drain_locked
 from sparkpoint.errors import (
     JobFileError,
     JobRunningError,
@@ -40,9 +35,7 @@ from sparkpoint.errors import (
     SinkAheadError,
     SnapshotDamagedError,
     SparkpointError,
-    SparkQueryError,
     UnknownOperatorError,
-    UnknownSourceError,
     UsageError,
     ValidationError,
 )
@@ -50,17 +43,9 @@ from sparkpoint.rehearse.run import Rehearsal as Rehearsal
 from sparkpoint.rehearse.run import rehearse as rehearse
 from sparkpoint.runtime.intents import DrainIntent
 from sparkpoint.runtime.intents import load as load_intent
-from sparkpoint.runtime.intents import remove as remove_intent
-from sparkpoint.runtime.intents import save as save_intent
 from sparkpoint.runtime.lock import held_lease, job_lock, lock_holder
 from sparkpoint.runtime.progress import ProgressSummary, read_progress
-from sparkpoint.runtime.recovery import (
-    finish_drain,
-    finish_startpoints,
-    record_startpoints,
-    recover,
-    snapshot_job,
-)
+from sparkpoint.runtime.recovery import recover
 from sparkpoint.runtime.registry import (
     JOBS_LOOKED_AT_ONCE,
     DrainRecord,
@@ -70,6 +55,7 @@ from sparkpoint.runtime.registry import (
     now_iso,
 )
 from sparkpoint.runtime.runner import (
+    CANCEL_TIMEOUT_S,
     PlannedJob,
     RunOptions,
     RunResult,
@@ -91,13 +77,14 @@ from sparkpoint.sinks.rewind import rewind as rewind_output_to
 from sparkpoint.snapshot.export import JobInfo
 from sparkpoint.snapshot.inspect import InspectReport, inspect_checkpoint, operator_checks
 from sparkpoint.snapshot.manifest import Manifest
-from sparkpoint.snapshot.past import batch_at, parse_time, require_held
+from sparkpoint.snapshot.past import parse_time
 from sparkpoint.snapshot.prune import PruneResult, check_prunable, prune_snapshot
 from sparkpoint.snapshot.store import Problem, Sharing, SnapshotStore, open_snapshot_store
+from sparkpoint.snapshot.take import past_batch, snapshot_job, stop_for_snapshot
 from sparkpoint.sources.file_input import input_files, local_directory
-from sparkpoint.sources.positions import SourceDescription
 from sparkpoint.spark.session import DEFAULT_MASTER
 from sparkpoint.spark.version import installed_pyspark_version, require_supported_pyspark
+from sparkpoint.startpoints.protocol import apply_pending, compact_interval, source_description
 from sparkpoint.startpoints.resolve import Resolved
 from sparkpoint.startpoints.resolve import resolve as resolve_startpoints
 from sparkpoint.startpoints.store import WHOLE_SOURCE, PositionKind, Startpoint, StartpointStore
@@ -121,7 +108,6 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
 Echo = Callable[[str], None]
-CANCEL_TIMEOUT_S = 300.0
 COMPACT_INTERVAL_CONF = "spark.sql.streaming.fileSink.log.compactInterval"
 
 
@@ -290,7 +276,7 @@ def run(
     with job_lock(home, job, echo, wait=False):
         if registry.exists(job):
             recover(home, job, echo)
-            _apply_startpoints(home, options, spark, echo)
+            apply_pending(home, options, spark, echo)
         return run_job(home, options, spark=spark, prepare=check_output, echo=echo,
                        on_started=on_started)
 
@@ -313,10 +299,6 @@ def _close_sink_gap(planned: PlannedJob, target: Location, batch: int,
     echo(f"gave the output {planned.file_sink} empty sink log entries for batches "
          f"{first}..{last}, which write nothing to it (so that it has no hole)")
     crash_point("restore.sink_seeded")
-
-
-# How a job record names a build function given by a Python caller instead of a job file.
-PYTHON_BUILD_PREFIX = "python:"
 
 
 def _merged(stored: Mapping[str, str], given: Mapping[str, str], what: str,
@@ -546,15 +528,9 @@ def snapshot_create(
         )
     if cancel and (batch is not None or moment is not None):
         # Refused before the job is stopped: a refusal changes nothing.
-        _past_batch(job, registry.checkpoint(job), batch, moment)
+        past_batch(job, registry.checkpoint(job), batch, moment)
     if cancel:
-        if record.effective_status() == "running":
-            echo(f"asking job '{job}' (pid {record.pid}) to stop after its last committed batch")
-            registry.request_stop(job)
-            record = wait_until_stopped(registry, job, CANCEL_TIMEOUT_S)
-            echo(f"job '{job}' is {record.effective_status()}")
-        else:
-            echo(f"job '{job}' is not running ({record.effective_status()}); snapshotting it")
+        record = stop_for_snapshot(registry, job, record, echo)
     checkpoint = registry.checkpoint(job)
     if not checkpoint.exists():
         raise PreconditionError(
@@ -570,22 +546,11 @@ def snapshot_create(
         except JobRunningError:
             pass
     if moment is not None:
-        batch = _past_batch(job, checkpoint, batch, moment)
+        batch = past_batch(job, checkpoint, batch, moment)
         echo(f"batch {batch} is the newest committed at or before {iso_utc(moment)}")
     elif batch is not None:
-        _past_batch(job, checkpoint, batch, moment)
+        past_batch(job, checkpoint, batch, moment)
     return snapshot_job(home, job, snapshot, echo, batch)
-
-
-def _past_batch(job: str, checkpoint: Checkpoint, batch: int | None,
-                moment: dt.datetime | None) -> int:
-    if not checkpoint.exists():
-        raise PreconditionError(
-            f"job '{job}' has no checkpoint yet at {checkpoint.root}; run it first")
-    if moment is not None:
-        return batch_at(job, checkpoint, moment)
-    assert batch is not None
-    return require_held(job, checkpoint, batch)
 
 
 def snapshot_import(
@@ -900,59 +865,7 @@ def drain(
                 record.drain = recovered.drain
                 registry.save(record)
             return recovered.drain
-        return _drain_locked(home, job, snapshot, spark, echo, build)
-
-
-def _drain_locked(home: Home, job: str, snapshot: str | None, spark: SparkSession | None,
-                  echo: Echo, build: Callable[..., Any] | None) -> DrainRecord:
-    registry = JobRegistry(home)
-    record = registry.get(job)
-    if record.effective_status() == "drained" and record.drain is not None:
-        raise PreconditionError(
-            f"job '{job}' is already drained (batch {record.drain.batch}, "
-            f"{record.drain.drained_at}); run it again to process new input, or snapshot it")
-    checkpoint = registry.checkpoint(job)
-    if not checkpoint.exists() or checkpoint.latest_committed_batch() is None:
-        raise NoCommittedBatchError(
-            f"job '{job}' has no committed batch in {checkpoint.root}; there is nothing to drain")
-    if build is None and record.job_file.startswith(PYTHON_BUILD_PREFIX):
-        raise UsageError(
-            f"job '{job}' was started from a Python function ({record.job_file}), not a job "
-            "file: drain it from Python with sparkpoint.drain_job(spark, job, build=...)")
-    options = RunOptions(job=job, job_file=Path(record.job_file), params=record.params,
-                         conf=record.conf, master=record.master, max_batches=1,
-                         pending_batch_only=True, build=build)
-    in_flight = checkpoint.uncommitted_batch()
-    if in_flight is not None:
-        echo(f"completing in-flight batch {in_flight}")
-        run_job(home, options, spark=spark, echo=echo)
-    intent = DrainIntent(
-        drain=plan_drain_batch(checkpoint, checkpoint.require_latest_committed_batch()),
-        snapshot=snapshot, started_at=now_iso())
-    batch = intent.drain
-    save_intent(home, job, intent)
-    crash_point("drain.intent_recorded")
-
-    def prepare(_planned: PlannedJob) -> None:
-        write_drain_offsets(checkpoint, batch)
-        crash_point("drain.offsets_written")
-        echo(f"drain batch {batch.batch_id}: watermark and clock at their maximum, "
-             "no new input")
-
-    try:
-        run_job(home, options, spark=spark, prepare=prepare, echo=echo)
-    finally:
-        if checkpoint.latest_committed_batch() != batch.batch_id:
-            if remove_unrun_drain_offsets(checkpoint, batch):
-                echo("the drain batch did not complete; its offsets entry was removed")
-            remove_intent(home, job, DrainIntent)
-    if checkpoint.latest_committed_batch() != batch.batch_id:
-        raise SparkQueryError(f"job '{job}': the drain batch did not complete; nothing changed")
-    crash_point("drain.batch_committed")
-    return finish_drain(home, job, intent, echo)
-
-
-SOURCE_COMPACT_CONF = "spark.sql.streaming.fileSource.log.compactInterval"
+        return drain_locked(home, job, snapshot, spark, echo, build)
 
 
 @dataclass(frozen=True)
@@ -971,18 +884,6 @@ class StartpointPreview:
                 "state_not_rewound": self.stateful_operators}
 
 
-def _source_description(record: JobRecord, source: str) -> SourceDescription:
-    for known in record.sources:
-        if known.name == source:
-            return SourceDescription(known.name, known.kind, known.path, dict(known.options))
-    names = ", ".join(s.name for s in record.sources) or "none recorded; run the job once"
-    raise UnknownSourceError(f"job '{record.name}' has no source '{source}' (sources: {names})")
-
-
-def _compact_interval(record: JobRecord) -> int:
-    return int(record.conf.get(SOURCE_COMPACT_CONF, DEFAULT_SOURCE_COMPACT_INTERVAL))
-
-
 def startpoint_set(
     home: Home, job: str, source: str, kind: PositionKind, value: str | None = None,
     partition: str | None = None, dry_run: bool = False,
@@ -992,7 +893,7 @@ def startpoint_set(
     validate_name(source, "source")
     registry = JobRegistry(home)
     record = registry.get(job)
-    info = _source_description(record, source)
+    info = source_description(record, source)
     checkpoint = registry.checkpoint(job)
     if not checkpoint.exists() or checkpoint.latest_committed_batch() is None:
         raise NoCommittedBatchError(
@@ -1004,7 +905,7 @@ def startpoint_set(
     kept = [] if new.partition == WHOLE_SOURCE else [
         s for s in store.get(job, source) if s.partition != new.partition]
     merged = [*kept, new]
-    resolved = resolve_startpoints(info, merged, checkpoint, _compact_interval(record))
+    resolved = resolve_startpoints(info, merged, checkpoint, compact_interval(record))
     if not dry_run:
         store.set(job, new)  # at the home's URL: no lease needed, see startpoints/store.py
     return StartpointPreview(job, source, merged, resolved, not dry_run,
@@ -1022,35 +923,8 @@ def startpoint_clear(home: Home, job: str, source: str) -> None:
     cleared = StartpointStore(home).clear(job, source)
     if not cleared:
         pending = ", ".join(StartpointStore(home).all(job)) or "none"
-        _source_description(record, source)  # an unknown source says so first
+        source_description(record, source)  # an unknown source says so first
         raise PreconditionError(
             f"job '{job}' has no startpoint for source '{source}' (pending: {pending})")
 
 
-def _apply_startpoints(home: Home, options: RunOptions, spark: SparkSession | None,
-                       echo: Echo) -> None:
-    """Apply pending startpoints to the job's checkpoint, once, before the job starts.
-
-    The caller holds the job's lock. What is applied is recorded first (an intent), so a
-    crash at any step is finished by the next start from the record, never resolved twice.
-    """
-    registry = JobRegistry(home)
-    store = StartpointStore(home)
-    job = options.job
-    pending, consumed = store.all_with_ids(job)
-    if not pending:
-        return
-    record = registry.get(job)
-    checkpoint = registry.checkpoint(job)
-    in_flight = checkpoint.uncommitted_batch()
-    if checkpoint.latest_committed_batch() is not None and in_flight is not None:
-        echo(f"completing batch {in_flight}, planned before the startpoints were set")
-        run_job(home, replace(options, max_batches=1, until_caught_up=False,
-                              pending_batch_only=True), spark=spark, echo=echo)
-        record = registry.get(job)
-    batch = checkpoint.require_latest_committed_batch()
-    resolved = [resolve_startpoints(_source_description(record, source), entries, checkpoint,
-                                    _compact_interval(record))
-                for source, entries in pending.items()]
-    intent = record_startpoints(home, job, batch, pending, resolved, consumed)
-    finish_startpoints(home, job, intent, echo)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkpoint import api
 from sparkpoint.errors import JobRunningError, UsageError
+from sparkpoint.runtime.jobfile import PYTHON_BUILD_PREFIX
 from sparkpoint.runtime.runner import RunResult
 from sparkpoint.snapshot.inspect import InspectReport
 from sparkpoint.snapshot.manifest import Manifest
@@ -64,7 +65,7 @@ def _job_source(build: Build | str | Path) -> tuple[Path, Build | None]:
     """A job file, or a build function named as the job record keeps it."""
     if callable(build):
         name = f"{getattr(build, '__module__', '?')}.{getattr(build, '__qualname__', '?')}"
-        return Path(f"{api.PYTHON_BUILD_PREFIX}{name}"), build
+        return Path(f"{PYTHON_BUILD_PREFIX}{name}"), build
     return Path(build), None
 
 

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
+# How a job record names a build function given by a Python caller instead of a job file.
+PYTHON_BUILD_PREFIX = "python:"
+
 
 BUILD = "build"
 REQUIRE_PARAM = "require_param"

@@ -65,6 +65,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 1
+# How long a command waits for a job asked to stop (snapshot --cancel, drain, jobs stop --wait).
+CANCEL_TIMEOUT_S = 300.0
 # Processing-time triggers fire at multiples of the interval since the epoch: the first at
 # once, the next one in 2070.
 HOLD_TRIGGER_INTERVAL = "36500 days"

@@ -1,0 +1,63 @@
+"""Taking a snapshot of a job: of its newest committed batch, of an earlier one still held
+(``--batch``, ``--at``), or of a job asked to stop first (``--cancel``).
+
+The snapshot itself is one step of the snapshot store (``SnapshotStore.create``: exported,
+then published by its manifest). Before it, a stopped job's checkpoint is recovered (see
+``runtime/recovery.py``) so that what a cut-off drain left never reaches a snapshot.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+
+from sparkpoint.checkpoint.layout import Checkpoint
+from sparkpoint.errors import PreconditionError
+from sparkpoint.runtime.registry import JobRecord, JobRegistry
+from sparkpoint.runtime.runner import CANCEL_TIMEOUT_S, wait_until_stopped
+from sparkpoint.snapshot.export import JobInfo
+from sparkpoint.snapshot.manifest import Manifest
+from sparkpoint.snapshot.past import batch_at, require_held
+from sparkpoint.snapshot.store import open_snapshot_store
+from sparkpoint.spark.version import installed_pyspark_version
+from sparkpoint.storage.home import Home
+
+Echo = Callable[[str], None]
+
+
+def snapshot_job(home: Home, job: str, name: str, echo: Echo,
+                 batch: int | None = None) -> Manifest:
+    """Snapshot the job's latest committed batch (or the earlier ``batch``) under ``name``."""
+    registry = JobRegistry(home)
+    record = registry.get(job)
+    info = JobInfo(job=job, operator_names=record.operator_names(),
+                   operator_windows=record.operator_windows(), job_file=record.job_file,
+                   params=record.params, spark_version=installed_pyspark_version())
+    checkpoint = registry.checkpoint(job)
+    return open_snapshot_store(home).create(name, checkpoint, info, progress=echo, batch=batch)
+
+
+def past_batch(job: str, checkpoint: Checkpoint, batch: int | None,
+                moment: dt.datetime | None) -> int:
+    if not checkpoint.exists():
+        raise PreconditionError(
+            f"job '{job}' has no checkpoint yet at {checkpoint.root}; run it first")
+    if moment is not None:
+        return batch_at(job, checkpoint, moment)
+    assert batch is not None
+    return require_held(job, checkpoint, batch)
+
+
+
+
+def stop_for_snapshot(registry: JobRegistry, job: str, record: JobRecord,
+                      echo: Echo) -> JobRecord:
+    """``--cancel``: ask a running job to stop after its last committed batch and wait."""
+    if record.effective_status() == "running":
+        echo(f"asking job '{job}' (pid {record.pid}) to stop after its last committed batch")
+        registry.request_stop(job)
+        record = wait_until_stopped(registry, job, CANCEL_TIMEOUT_S)
+        echo(f"job '{job}' is {record.effective_status()}")
+    else:
+        echo(f"job '{job}' is not running ({record.effective_status()}); snapshotting it")
+    return record

@@ -1,0 +1,121 @@
+"""Applying pending startpoints at a job's start: the protocol, its intent and its recovery.
+
+Startpoints are set at any time, from any machine (``startpoints/store.py``: one file per
+set, never rewritten). Under the job's lock, before its query starts, every pending set is
+resolved against the checkpoint and the resolution recorded in the home (a
+``StartpointIntent``, naming exactly the sets it consumes); then the checkpoint's offsets are
+moved (``startpoints/apply.py``), the consumed sets removed (a set made meanwhile stays
+pending) and the application recorded in the job record. A start cut off after the intent
+is finished from it by the next command, never resolved again: each startpoint is applied
+exactly once. ``runtime/recovery.py`` hands intents here.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from sparkpoint.checkpoint.source_log import DEFAULT_SOURCE_COMPACT_INTERVAL
+from sparkpoint.crash_points import crash_point
+from sparkpoint.errors import UnknownSourceError
+from sparkpoint.runtime import intents
+from sparkpoint.runtime.intents import ResolvedSource, StartpointIntent
+from sparkpoint.runtime.registry import AppliedStartpoint, JobRecord, JobRegistry, now_iso
+from sparkpoint.runtime.runner import RunOptions, run_job
+from sparkpoint.sources.positions import SourceDescription
+from sparkpoint.startpoints.apply import apply, require_applicable
+from sparkpoint.startpoints.resolve import Resolved
+from sparkpoint.startpoints.resolve import resolve as resolve_startpoints
+from sparkpoint.startpoints.store import Startpoint, StartpointStore
+from sparkpoint.storage.home import Home
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+Echo = Callable[[str], None]
+SOURCE_COMPACT_CONF = "spark.sql.streaming.fileSource.log.compactInterval"
+
+
+def source_description(record: JobRecord, source: str) -> SourceDescription:
+    for known in record.sources:
+        if known.name == source:
+            return SourceDescription(known.name, known.kind, known.path, dict(known.options))
+    names = ", ".join(s.name for s in record.sources) or "none recorded; run the job once"
+    raise UnknownSourceError(f"job '{record.name}' has no source '{source}' (sources: {names})")
+
+
+def compact_interval(record: JobRecord) -> int:
+    return int(record.conf.get(SOURCE_COMPACT_CONF, DEFAULT_SOURCE_COMPACT_INTERVAL))
+
+
+def apply_pending(home: Home, options: RunOptions, spark: SparkSession | None,
+                       echo: Echo) -> None:
+    """Apply pending startpoints to the job's checkpoint, once, before the job starts.
+
+    The caller holds the job's lock. What is applied is recorded first (an intent), so a
+    crash at any step is finished by the next start from the record, never resolved twice.
+    """
+    registry = JobRegistry(home)
+    store = StartpointStore(home)
+    job = options.job
+    pending, consumed = store.all_with_ids(job)
+    if not pending:
+        return
+    record = registry.get(job)
+    checkpoint = registry.checkpoint(job)
+    in_flight = checkpoint.uncommitted_batch()
+    if checkpoint.latest_committed_batch() is not None and in_flight is not None:
+        echo(f"completing batch {in_flight}, planned before the startpoints were set")
+        run_job(home, replace(options, max_batches=1, until_caught_up=False,
+                              pending_batch_only=True), spark=spark, echo=echo)
+        record = registry.get(job)
+    batch = checkpoint.require_latest_committed_batch()
+    resolved = [resolve_startpoints(source_description(record, source), entries, checkpoint,
+                                    compact_interval(record))
+                for source, entries in pending.items()]
+    intent = record_startpoints(home, job, batch, pending, resolved, consumed)
+    finish_startpoints(home, job, intent, echo)
+
+
+def record_startpoints(home: Home, job: str, batch: int, pending: dict[str, list[Startpoint]],
+                       resolved: list[Resolved],
+                       consumed: dict[str, list[str]]) -> StartpointIntent:
+    """Record what is about to be applied; from here on it is applied exactly once."""
+    require_applicable(JobRegistry(home).checkpoint(job), batch)
+    intent = StartpointIntent(intent_id=uuid.uuid4().hex, batch=batch, recorded_at=now_iso(),
+                              pending=pending, consumed=consumed,
+                              resolved=[ResolvedSource.of(r) for r in resolved])
+    intents.save(home, job, intent)
+    crash_point("startpoint.intent_recorded")
+    return intent
+
+
+def finish_startpoints(home: Home, job: str, intent: StartpointIntent, echo: Echo) -> None:
+    """Apply a recorded intent: checkpoint, pending startpoints, job record, in that order."""
+    registry = JobRegistry(home)
+    resolved = [source.to_resolved() for source in intent.resolved]
+    apply(registry.checkpoint(job), resolved, intent.batch)
+    crash_point("startpoint.offsets_moved")
+    store = StartpointStore(home)
+    for source, entries in intent.pending.items():
+        if intent.consumed is None:
+            store.clear_if_unchanged(job, source, entries)
+        else:
+            # Exactly the sets applied: one made meanwhile (anywhere) stays pending.
+            store.remove_applied(job, source, intent.consumed.get(source, []))
+    crash_point("startpoint.cleared")
+    record = registry.get(job)
+    if not any(a.intent_id == intent.intent_id for a in record.startpoints_applied):
+        for result in resolved:
+            audit = result.to_dict()
+            record.startpoints_applied.append(AppliedStartpoint(
+                source=result.source, intent_id=intent.intent_id,
+                startpoints=[s.model_dump(mode="json") for s in intent.pending[result.source]],
+                applied_at=now_iso(), batch=intent.batch,
+                offset_before=audit["offset_before"], offset_after=audit["offset_after"],
+                positions=audit["positions"]))
+            echo(f"startpoint applied to source '{result.source}': " + "; ".join(result.lines))
+        registry.save(record)
+    intents.remove(home, job, StartpointIntent)
