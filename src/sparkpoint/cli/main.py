@@ -8,6 +8,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -65,6 +66,17 @@ def _fail_usage(exc: click.ClickException, as_json: bool) -> None:
     _json_error("USAGE", exc.format_message(), exc.exit_code)
 
 
+@dataclass(frozen=True)
+class Output:
+    """What a command prints: ``data`` as one JSON document under --json, else the text
+    ``text`` makes; then the exit code, when it is not 0. Commands return it and
+    ``handle_errors`` prints it, so each command says what it has to show once."""
+
+    data: Any
+    text: Callable[[], str]
+    exit_code: int | None = None
+
+
 def handle_errors(func: F) -> F:
     """Typed errors become one line and their exit code; anything else exit 1, one line.
     With --json the same error is a JSON object on stdout."""
@@ -73,7 +85,14 @@ def handle_errors(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         as_json = bool(kwargs.get("as_json"))
         try:
-            return func(*args, **kwargs)
+            result = func(*args, **kwargs)
+            if isinstance(result, Output):
+                # The one place that chooses between the JSON document and the text.
+                click.echo(render.as_json(result.data) if as_json else result.text())
+                if result.exit_code is not None:
+                    sys.exit(result.exit_code)
+                return None
+            return result
         except SparkpointError as exc:
             _fail(exc, as_json)
         except click.ClickException as exc:
@@ -238,15 +257,14 @@ def _job_options(func: F) -> F:
 def plan_command(ctx: click.Context, job_file: Path, from_snapshot: str | None,
                  resume_point: Path | None, params: tuple[str, ...], confs: tuple[str, ...],
                  master: str | None, renumber_batches: bool, first_batch: int | None,
-                 rewind_output: bool, as_json: bool) -> None:
+                 rewind_output: bool, as_json: bool) -> Output:
     """Dry run: what resumes, initializes, is dropped, and every problem (exit 3 if any)."""
     result = api.plan(_home(ctx), job_file, params=_pairs(params, "--param"),
                       conf=_pairs(confs, "--conf"), master=master, from_snapshot=from_snapshot,
                       resume_point=resume_point, echo=_echo, renumber_batches=renumber_batches,
                       first_batch=first_batch, rewind_output=rewind_output)
-    click.echo(render.as_json(result.to_dict()) if as_json else render.plan_text(result))
-    if not result.ok:
-        sys.exit(EXIT_VALIDATION)
+    return Output(result.to_dict(), lambda: render.plan_text(result),
+                  None if result.ok else EXIT_VALIDATION)
 
 
 @cli.command("rehearse")
@@ -270,7 +288,7 @@ def rehearse_command(ctx: click.Context, job_file: Path, against: str,
                      from_snapshot: str | None, resume_point: Path | None,
                      params: tuple[str, ...], confs: tuple[str, ...], master: str | None,
                      keep: bool, fail_on_diff: bool, float_tolerance: str | None,
-                     as_json: bool) -> None:
+                     as_json: bool) -> Output:
     """Run JOB_FILE from a snapshot over the input job JOB read after it, in scratch space,
     and compare its output with JOB's. Params, conf and master default to JOB's."""
     from sparkpoint.cli.rehearse_text import rehearsal_text
@@ -282,9 +300,8 @@ def rehearse_command(ctx: click.Context, job_file: Path, against: str,
                           resume_point=resume_point, params=_pairs(params, "--param"),
                           conf=_pairs(confs, "--conf"), master=master, keep=keep, echo=_echo,
                           float_tolerance=tolerance)
-    click.echo(render.as_json(result.to_dict()) if as_json else rehearsal_text(result))
-    if fail_on_diff and result.equal is False:
-        sys.exit(EXIT_DIFFERENCE)
+    return Output(result.to_dict(), lambda: rehearsal_text(result),
+                  EXIT_DIFFERENCE if fail_on_diff and result.equal is False else None)
 
 
 @cli.group("resume-point")
@@ -323,12 +340,9 @@ def jobs() -> None:
 @json_option
 @click.pass_context
 @handle_errors
-def jobs_list(ctx: click.Context, as_json: bool) -> None:
+def jobs_list(ctx: click.Context, as_json: bool) -> Output:
     views = api.jobs_list(_home(ctx))
-    if as_json:
-        click.echo(render.as_json([view.to_dict() for view in views]))
-    else:
-        click.echo(render.job_list_text(views))
+    return Output([view.to_dict() for view in views], lambda: render.job_list_text(views))
 
 
 @jobs.command("show")
@@ -336,9 +350,9 @@ def jobs_list(ctx: click.Context, as_json: bool) -> None:
 @json_option
 @click.pass_context
 @handle_errors
-def jobs_show(ctx: click.Context, name: str, as_json: bool) -> None:
+def jobs_show(ctx: click.Context, name: str, as_json: bool) -> Output:
     view = api.job_view(_home(ctx), name)
-    click.echo(render.as_json(view.to_dict()) if as_json else render.job_show_text(view))
+    return Output(view.to_dict(), lambda: render.job_show_text(view))
 
 
 @jobs.command("stop")
@@ -347,15 +361,14 @@ def jobs_show(ctx: click.Context, name: str, as_json: bool) -> None:
 @json_option
 @click.pass_context
 @handle_errors
-def jobs_stop(ctx: click.Context, name: str, wait: bool, as_json: bool) -> None:
+def jobs_stop(ctx: click.Context, name: str, wait: bool, as_json: bool) -> Output:
     """Ask job NAME to stop after its last committed batch (exit 4 if it is not running)."""
     result = api.jobs_stop(_home(ctx), name, wait=wait, echo=_echo)
-    if as_json:
-        click.echo(render.as_json(result))
-    elif result["stopped"]:
-        click.echo(f"job '{name}' {result['status']} at batch {result['batch']}")
-    else:
-        click.echo(f"job '{name}' asked to stop; 'sparkpoint jobs show {name}' tells when")
+    if result["stopped"]:
+        return Output(result, lambda: f"job '{name}' {result['status']} at batch "
+                      f"{result['batch']}")
+    return Output(result, lambda: f"job '{name}' asked to stop; 'sparkpoint jobs show {name}' "
+                  "tells when")
 
 
 @jobs.command("delete")
@@ -363,14 +376,12 @@ def jobs_stop(ctx: click.Context, name: str, wait: bool, as_json: bool) -> None:
 @json_option
 @click.pass_context
 @handle_errors
-def jobs_delete(ctx: click.Context, name: str, as_json: bool) -> None:
+def jobs_delete(ctx: click.Context, name: str, as_json: bool) -> Output:
     """Remove job NAME and its checkpoint (refused while it runs); its snapshots stay."""
     result = api.jobs_delete(_home(ctx), name)
-    if as_json:
-        click.echo(render.as_json(result))
-    else:
-        click.echo(f"job '{name}' deleted ({render.human_bytes(result['checkpoint_bytes'])} of "
-                   "checkpoint removed); its snapshots are kept")
+    return Output(result, lambda: f"job '{name}' deleted "
+                  f"({render.human_bytes(result['checkpoint_bytes'])} of checkpoint removed); "
+                  "its snapshots are kept")
 
 
 @cli.group()
@@ -393,15 +404,13 @@ def snapshot() -> None:
 @click.pass_context
 @handle_errors
 def snapshot_create(ctx: click.Context, job: str, name: str, cancel: bool, batch: int | None,
-                    at: str | None, as_json: bool) -> None:
+                    at: str | None, as_json: bool) -> Output:
     """Snapshot JOB's latest committed batch as NAME (the job may keep running)."""
     manifest = api.snapshot_create(_home(ctx), job, name, cancel=cancel, echo=_echo,
                                    batch=batch, at=at)
-    if as_json:
-        click.echo(render.as_json(render.snapshot_row(manifest)))
-    else:
-        click.echo(f"snapshot '{manifest.name}' of job '{job}' at batch {manifest.batch_id}: "
-                   f"{render.human_bytes(manifest.total_bytes)}, {len(manifest.files)} files")
+    return Output(render.snapshot_row(manifest), lambda: f"snapshot '{manifest.name}' of job "
+                  f"'{job}' at batch {manifest.batch_id}: "
+                  f"{render.human_bytes(manifest.total_bytes)}, {len(manifest.files)} files")
 
 
 @snapshot.command("import")
@@ -415,7 +424,7 @@ def snapshot_create(ctx: click.Context, job: str, name: str, cancel: bool, batch
 @handle_errors
 def snapshot_import(ctx: click.Context, checkpoint: Path, name: str, job_file: Path,
                     params: tuple[str, ...], confs: tuple[str, ...], master: str | None,
-                    as_json: bool) -> None:
+                    as_json: bool) -> Output:
     """Snapshot CHECKPOINT, written by a query that plain Spark ran, as NAME.
 
     Its sources and stateful operators are matched with JOB_FILE's by position, kind and
@@ -424,12 +433,10 @@ def snapshot_import(ctx: click.Context, checkpoint: Path, name: str, job_file: P
     manifest = api.snapshot_import(
         _home(ctx), checkpoint, name, job_file, params=_pairs(params, "--param"),
         conf=_pairs(confs, "--conf"), master=master, echo=_echo)
-    if as_json:
-        click.echo(render.as_json(render.snapshot_row(manifest)))
-    else:
-        click.echo(f"snapshot '{manifest.name}' imported from {checkpoint} at batch "
+    return Output(render.snapshot_row(manifest), lambda: (
+                   f"snapshot '{manifest.name}' imported from {checkpoint} at batch "
                    f"{manifest.batch_id}: {render.human_bytes(manifest.total_bytes)}, "
-                   f"{len(manifest.files)} files")
+                   f"{len(manifest.files)} files"))
 
 
 @snapshot.command("prune")
@@ -444,21 +451,18 @@ def snapshot_import(ctx: click.Context, checkpoint: Path, name: str, job_file: P
 @click.pass_context
 @handle_errors
 def snapshot_prune(ctx: click.Context, name: str, new_name: str, operator: str, where: str,
-                   as_json: bool) -> None:
+                   as_json: bool) -> Output:
     """Write NEW_NAME: snapshot NAME without OPERATOR's keys that match --where.
 
     NAME is left unchanged; NEW_NAME holds the same batch, offsets and other state, so a job
     started from it behaves as if those keys had never been there."""
     result = api.snapshot_prune(_home(ctx), name, new_name, operator, where, echo=_echo)
-    if as_json:
-        click.echo(render.as_json(result.to_dict()))
-    else:
-        click.echo(
-            f"snapshot '{result.new_snapshot}' written from '{result.snapshot}' (batch "
-            f"{result.batch}): operator '{result.operator}' {result.rows_before} -> "
-            f"{result.rows_after} rows ({result.rows_removed} removed), "
-            f"{render.human_bytes(result.bytes_before)} -> "
-            f"{render.human_bytes(result.bytes_after)}")
+    return Output(result.to_dict(), lambda: (
+        f"snapshot '{result.new_snapshot}' written from '{result.snapshot}' (batch "
+        f"{result.batch}): operator '{result.operator}' {result.rows_before} -> "
+        f"{result.rows_after} rows ({result.rows_removed} removed), "
+        f"{render.human_bytes(result.bytes_before)} -> "
+        f"{render.human_bytes(result.bytes_after)}"))
 
 
 @snapshot.command("list")
@@ -466,12 +470,10 @@ def snapshot_prune(ctx: click.Context, name: str, new_name: str, operator: str, 
 @json_option
 @click.pass_context
 @handle_errors
-def snapshot_list(ctx: click.Context, job: str | None, as_json: bool) -> None:
+def snapshot_list(ctx: click.Context, job: str | None, as_json: bool) -> Output:
     manifests = api.snapshot_list(_home(ctx), job)
-    if as_json:
-        click.echo(render.as_json([render.snapshot_row(m) for m in manifests]))
-    else:
-        click.echo(render.snapshot_list_text(manifests))
+    return Output([render.snapshot_row(m) for m in manifests],
+                  lambda: render.snapshot_list_text(manifests))
 
 
 @snapshot.command("show")
@@ -479,14 +481,12 @@ def snapshot_list(ctx: click.Context, job: str | None, as_json: bool) -> None:
 @json_option
 @click.pass_context
 @handle_errors
-def snapshot_show(ctx: click.Context, name: str, as_json: bool) -> None:
+def snapshot_show(ctx: click.Context, name: str, as_json: bool) -> Output:
     manifest = api.snapshot_show(_home(ctx), name)
     sharing = api.snapshot_sharing(_home(ctx), name)
     where = _home(ctx).snapshots_location
-    if as_json:
-        click.echo(render.as_json(render.snapshot_show_dict(manifest, sharing, where)))
-    else:
-        click.echo(render.snapshot_show_text(manifest, sharing, where))
+    return Output(render.snapshot_show_dict(manifest, sharing, where),
+                  lambda: render.snapshot_show_text(manifest, sharing, where))
 
 
 @snapshot.command("inspect")
@@ -501,12 +501,11 @@ def snapshot_show(ctx: click.Context, name: str, as_json: bool) -> None:
 @click.pass_context
 @handle_errors
 def snapshot_inspect(ctx: click.Context, name: str, operator: str | None, rows: int,
-                     all_partitions: bool, as_json: bool) -> None:
+                     all_partitions: bool, as_json: bool) -> Output:
     """What snapshot NAME's state holds: rows, bytes and key skew per operator and partition,
     the event-time range of the keys, and state that no watermark, timeout or TTL bounds."""
     report = api.snapshot_inspect(_home(ctx), name, operator=operator, rows=rows)
-    click.echo(render.as_json(report.to_dict()) if as_json
-               else render.inspect_text(report, all_partitions))
+    return Output(report.to_dict(), lambda: render.inspect_text(report, all_partitions))
 
 
 @snapshot.command("verify")
@@ -514,17 +513,12 @@ def snapshot_inspect(ctx: click.Context, name: str, operator: str | None, rows: 
 @json_option
 @click.pass_context
 @handle_errors
-def snapshot_verify(ctx: click.Context, name: str, as_json: bool) -> None:
+def snapshot_verify(ctx: click.Context, name: str, as_json: bool) -> Output:
     problems = api.snapshot_verify(_home(ctx), name)
-    if as_json:
-        click.echo(render.as_json(render.problems_dict(name, problems)))
-    elif problems:
-        for problem in problems:
-            click.echo(f"DAMAGED {problem.path}: {problem.message}")
-    else:
-        click.echo(f"snapshot '{name}' is complete and intact")
-    if problems:
-        sys.exit(EXIT_VALIDATION)
+    return Output(render.problems_dict(name, problems), lambda: "\n".join(
+        f"DAMAGED {problem.path}: {problem.message}" for problem in problems)
+        or f"snapshot '{name}' is complete and intact",
+        EXIT_VALIDATION if problems else None)
 
 
 @snapshot.command("delete")
@@ -553,12 +547,11 @@ def snapshot_delete(ctx: click.Context, name: str, yes: bool) -> None:
 @json_option
 @click.pass_context
 @handle_errors
-def drain(ctx: click.Context, job: str, snapshot_name: str | None, as_json: bool) -> None:
+def drain(ctx: click.Context, job: str, snapshot_name: str | None, as_json: bool) -> Output:
     """Stop JOB with every event-time window and timer fired and nothing in flight."""
     record = api.drain(_home(ctx), job, snapshot=snapshot_name,
                        echo=_echo)
-    click.echo(render.as_json(render.drain_dict(job, record)) if as_json
-               else render.drain_text(job, record))
+    return Output(render.drain_dict(job, record), lambda: render.drain_text(job, record))
 
 
 @cli.group()
@@ -583,7 +576,7 @@ def startpoint() -> None:
 @handle_errors
 def startpoint_set(ctx: click.Context, job: str, source: str, offset: str | None,
                    timestamp: str | None, earliest: bool, latest: bool, partition: str | None,
-                   dry_run: bool, as_json: bool) -> None:
+                   dry_run: bool, as_json: bool) -> Output:
     """Set where SOURCE of JOB starts at the job's next start."""
     given: list[tuple[PositionKind, str | None]] = []
     if offset is not None:
@@ -599,10 +592,7 @@ def startpoint_set(ctx: click.Context, job: str, source: str, offset: str | None
                          "--latest")
     kind, value = given[0]
     preview = api.startpoint_set(_home(ctx), job, source, kind, value, partition, dry_run)
-    if as_json:
-        click.echo(render.as_json(preview.to_dict()))
-    else:
-        click.echo(render.startpoint_text(preview))
+    return Output(preview.to_dict(), lambda: render.startpoint_text(preview))
 
 
 @startpoint.command("list")
@@ -610,18 +600,13 @@ def startpoint_set(ctx: click.Context, job: str, source: str, offset: str | None
 @json_option
 @click.pass_context
 @handle_errors
-def startpoint_list(ctx: click.Context, job: str, as_json: bool) -> None:
+def startpoint_list(ctx: click.Context, job: str, as_json: bool) -> Output:
     """Startpoints waiting for JOB's next start."""
     pending = api.startpoint_list(_home(ctx), job)
-    if as_json:
-        click.echo(render.as_json([s.model_dump(mode="json")
-                                   for entries in pending.values() for s in entries]))
-    elif not pending:
-        click.echo(f"no startpoints pending for job '{job}'")
-    else:
-        for entries in pending.values():
-            for entry in entries:
-                click.echo(f"{entry.describe()}  (set {entry.set_at})")
+    return Output([s.model_dump(mode="json") for entries in pending.values() for s in entries],
+                  lambda: "\n".join(f"{entry.describe()}  (set {entry.set_at})"
+                                    for entries in pending.values() for entry in entries)
+                  or f"no startpoints pending for job '{job}'")
 
 
 @startpoint.command("clear")

@@ -207,7 +207,7 @@ class JobRegistry:
     def get(self, job: str) -> JobRecord:
         path = self.record_path(job)
         try:
-            text = path.read_text("utf-8")  # one request in a store: no look before
+            raw = path.read_bytes()  # one request in a store: no look before
         except FileNotFoundError:
             known = ", ".join(self.names()) or "none"
             raise UnknownJobError(
@@ -215,7 +215,7 @@ class JobRegistry:
                 "start it with 'sparkpoint run JOB.py --job NAME'"
             ) from None
         try:
-            data: Any = json.loads(text)
+            data: Any = json.loads(raw.decode("utf-8"))
             record = JobRecord.model_validate(data)
         except PydanticValidationError as exc:
             first = exc.errors()[0]
