@@ -329,7 +329,7 @@ def _merged(stored: Mapping[str, str], given: Mapping[str, str], what: str,
     return {**stored, **given}
 
 
-def _lock_writers(stack: contextlib.ExitStack[Any], home: Home, output: Path,
+def _lock_writers(stack: contextlib.ExitStack[Any], home: Home, output: str,
                   snapshot_jobs: set[str], echo: Echo) -> None:
     """Hold, on ``stack``, the lock of every job of the home that may write ``output``: the
     snapshots' jobs and every job whose latest run wrote it. A running one refuses the rewind
@@ -357,7 +357,8 @@ def _output_of_existing_job(
     output) gets an empty history up to the job's last batch, as a job started from a
     snapshot does. A log that ends before the job's last batch, or more than one batch after
     it, is another job's output (or an older one of this job): the run is refused, since
-    Spark would fail at its next compaction or silently skip batches.
+    Spark would fail at its next compaction or silently skip batches. The output may be
+    local, on S3 or HDFS.
     """
 
     def prepare(planned: PlannedJob) -> None:
@@ -398,7 +399,7 @@ def _output_of_existing_job(
     return prepare
 
 
-def _refuse_rewound_history(record: JobRecord, output: Path, ours: int) -> None:
+def _refuse_rewound_history(record: JobRecord, output: str, ours: int) -> None:
     """A rewind that moved this job's batches out of the output, after its last run, gave
     the table to the job that rewound it: this job running on would write into that job's
     history (and Spark's sink would skip whichever batch ids they share)."""
