@@ -14,11 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.retained import RetainedBatch, iso_utc, snapshottable_batches
-from sparkpoint.checkpoint.sink_log import (
-    DEFAULT_COMPACT_INTERVAL,
-    latest_batch,
-    seed_empty_history,
-)
+from sparkpoint.checkpoint.sink_log import DEFAULT_COMPACT_INTERVAL, latest_batch
 from sparkpoint.checkpoint.source_log import (
     DEFAULT_SOURCE_COMPACT_INTERVAL,
     file_source_log_offset,
@@ -76,6 +72,7 @@ from sparkpoint.runtime.runner import (
     wait_until_stopped,
 )
 from sparkpoint.sinks.gaps import fill_gap, find_gap, is_repartition_batch
+from sparkpoint.sinks.history import finish_seeding, seed_history
 from sparkpoint.sinks.ownership import (
     refuse_output_with_history,
     refuse_start_outside_lineage,
@@ -355,10 +352,10 @@ def _output_of_existing_job(
     Spark's file sink skips every batch its log already has and compacts from the entries of
     earlier batches. An output directory without a log (the job was given a new, empty
     output) gets an empty history up to the job's last batch, as a job started from a
-    snapshot does. A log that ends before the job's last batch, or more than one batch after
-    it, is another job's output (or an older one of this job): the run is refused, since
-    Spark would fail at its next compaction or silently skip batches. The output may be
-    local, on S3 or HDFS.
+    snapshot does (``sinks/history.py``: a start cut off while writing it is finished here).
+    A log that ends before the job's last batch, or more than one batch after it, is another
+    job's output (or an older one of this job): the run is refused, since Spark would fail
+    at its next compaction or silently skip batches. The output may be local, on S3 or HDFS.
     """
 
     def prepare(planned: PlannedJob) -> None:
@@ -367,10 +364,14 @@ def _output_of_existing_job(
         last = registry.checkpoint(job).latest_committed_batch()
         ours = -1 if last is None else last
         _refuse_rewound_history(registry.get(job), planned.file_sink, ours)
+        finished = finish_seeding(planned.file_sink, job)
+        if finished is not None:
+            echo(f"finished giving the new output {planned.file_sink} an empty sink history "
+                 f"up to batch {finished.through} (an earlier start was cut off doing it)")
         sink_last = latest_batch(planned.file_sink)
         if sink_last is None:
             interval = int(conf.get(COMPACT_INTERVAL_CONF, DEFAULT_COMPACT_INTERVAL))
-            if last is not None and seed_empty_history(planned.file_sink, last, interval):
+            if last is not None and seed_history(planned.file_sink, job, last, interval):
                 echo(f"gave the new output {planned.file_sink} an empty sink history up to "
                      f"batch {last}")
             return
