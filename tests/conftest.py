@@ -19,6 +19,8 @@ use_fast_start_jvms()
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 SHUFFLE_PARTITIONS = "2"
+# hadoop-aws and the AWS SDK (scripts/test-deps.sh), so that the session reaches s3a://.
+S3A_JARS = REPO / ".cache" / "s3a" / "lib"
 
 
 @pytest.fixture(scope="session")
@@ -27,16 +29,18 @@ def spark() -> Iterator[object]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from sparkpoint.spark.session import create_session
 
-    session = create_session(
-        "local[2]",
-        {
-            "spark.sql.shuffle.partitions": SHUFFLE_PARTITIONS,
-            # The state store maintenance thread keeps the interval of the first stateful query
-            # in the JVM; a short one lets HDFS-provider tests see Spark write snapshot files.
-            "spark.sql.streaming.stateStore.maintenanceInterval": "500ms",
-        },
-        "sparkpoint-tests",
-    )
+    conf = {
+        "spark.sql.shuffle.partitions": SHUFFLE_PARTITIONS,
+        # The state store maintenance thread keeps the interval of the first stateful query
+        # in the JVM; a short one lets HDFS-provider tests see Spark write snapshot files.
+        "spark.sql.streaming.stateStore.maintenanceInterval": "500ms",
+    }
+    s3a_jars = sorted(str(jar) for jar in S3A_JARS.glob("*.jar"))
+    if s3a_jars:
+        # On the driver's class path (the executors of local[2] are in the same JVM): read
+        # from there when s3a:// is first used, nothing copied at startup as spark.jars is.
+        conf["spark.driver.extraClassPath"] = os.pathsep.join(s3a_jars)
+    session = create_session("local[2]", conf, "sparkpoint-tests")
     yield session
     session.stop()
 

@@ -15,11 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.retained import RetainedBatch, iso_utc, snapshottable_batches
-from sparkpoint.checkpoint.sink_log import (
-    DEFAULT_COMPACT_INTERVAL,
-    latest_batch,
-    seed_empty_history,
-)
+from sparkpoint.checkpoint.sink_log import DEFAULT_COMPACT_INTERVAL, latest_batch
 from sparkpoint.checkpoint.source_log import (
     file_source_log_offset,
     read_source_log,
@@ -64,6 +60,7 @@ from sparkpoint.runtime.runner import (
     wait_until_stopped,
 )
 from sparkpoint.sinks.gaps import fill_gap, find_gap, is_repartition_batch
+from sparkpoint.sinks.history import finish_seeding, seed_history
 from sparkpoint.sinks.ownership import (
     refuse_output_with_history,
     refuse_start_outside_lineage,
@@ -310,7 +307,7 @@ def _merged(stored: Mapping[str, str], given: Mapping[str, str], what: str,
     return {**stored, **given}
 
 
-def _lock_writers(stack: contextlib.ExitStack[Any], home: Home, output: Path,
+def _lock_writers(stack: contextlib.ExitStack[Any], home: Home, output: str,
                   snapshot_jobs: set[str], echo: Echo) -> None:
     """Hold, on ``stack``, the lock of every job of the home that may write ``output``: the
     snapshots' jobs and every job whose latest run wrote it. A running one refuses the rewind
@@ -336,9 +333,10 @@ def _output_of_existing_job(
     Spark's file sink skips every batch its log already has and compacts from the entries of
     earlier batches. An output directory without a log (the job was given a new, empty
     output) gets an empty history up to the job's last batch, as a job started from a
-    snapshot does. A log that ends before the job's last batch, or more than one batch after
-    it, is another job's output (or an older one of this job): the run is refused, since
-    Spark would fail at its next compaction or silently skip batches.
+    snapshot does (``sinks/history.py``: a start cut off while writing it is finished here).
+    A log that ends before the job's last batch, or more than one batch after it, is another
+    job's output (or an older one of this job): the run is refused, since Spark would fail
+    at its next compaction or silently skip batches. The output may be local, on S3 or HDFS.
     """
 
     def prepare(planned: PlannedJob) -> None:
@@ -347,10 +345,14 @@ def _output_of_existing_job(
         last = registry.checkpoint(job).latest_committed_batch()
         ours = -1 if last is None else last
         _refuse_rewound_history(registry.get(job), planned.file_sink, ours)
+        finished = finish_seeding(planned.file_sink, job)
+        if finished is not None:
+            echo(f"finished giving the new output {planned.file_sink} an empty sink history "
+                 f"up to batch {finished.through} (an earlier start was cut off doing it)")
         sink_last = latest_batch(planned.file_sink)
         if sink_last is None:
             interval = int(conf.get(COMPACT_INTERVAL_CONF, DEFAULT_COMPACT_INTERVAL))
-            if last is not None and seed_empty_history(planned.file_sink, last, interval):
+            if last is not None and seed_history(planned.file_sink, job, last, interval):
                 echo(f"gave the new output {planned.file_sink} an empty sink history up to "
                      f"batch {last}")
             return
@@ -379,7 +381,7 @@ def _output_of_existing_job(
     return prepare
 
 
-def _refuse_rewound_history(record: JobRecord, output: Path, ours: int) -> None:
+def _refuse_rewound_history(record: JobRecord, output: str, ours: int) -> None:
     """A rewind that moved this job's batches out of the output, after its last run, gave
     the table to the job that rewound it: this job running on would write into that job's
     history (and Spark's sink would skip whichever batch ids they share)."""

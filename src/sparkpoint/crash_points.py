@@ -48,6 +48,12 @@ CRASH_POINTS: dict[str, str] = {
     # named in the start's intent, then written in batch order
     "sink_gap.recorded": "missing sink log entries named in the intent, none written",
     "sink_gap.entry_written": "one missing sink log entry written, later ones not",
+    # run of a job of the home into a new, empty output: its empty sink history is recorded
+    # under the output, then written in batch order (sinks/history.py); the job's next
+    # start writes what is missing
+    "sink_seed.recorded": "new output's empty sink history recorded, no entry written",
+    "sink_seed.entry_written": "one entry of a new output's empty sink history written, "
+                               "later ones not",
     # run --from-snapshot --rewind-output: after the new checkpoint is published, the
     # output's abandoned batches are moved aside under an intent in the output; the next run
     # into that output finishes the renames

@@ -239,7 +239,7 @@ def _batches_to_replay(old: Checkpoint, job: str, snapshot_batch: int,
 
 
 def _old_output(session: SparkSession, user_build: Any, job_file: Path, job: str,
-                params: Mapping[str, str], conf: Mapping[str, str]) -> Path | None:
+                params: Mapping[str, str], conf: Mapping[str, str]) -> str | None:
     """Where the old job wrote: the file sink the job file builds with the old job's params
     (None when it is no file sink, or no sink log is there)."""
     # Named sources need the query confs, as for any run; set in a copy of the session, so
@@ -344,7 +344,7 @@ def _check_same_history(store: SnapshotStore, old: Checkpoint, rows: list[Any]) 
 
 
 def _summarize(session: SparkSession, job: str, names: list[str], batches: tuple[int, int],
-               old_output: Path | None, snapshot_batch: int, new: _NewVersion,
+               old_output: str | None, snapshot_batch: int, new: _NewVersion,
                float_tolerance: float) -> Rehearsal:
     if new.file_format is not None:
         new_files = sorted(committed_files(new.output))
@@ -381,7 +381,7 @@ def _summarize(session: SparkSession, job: str, names: list[str], batches: tuple
                      compare(old_side, new_side, new.operator_keys, float_tolerance))
 
 
-def _read(session: SparkSession, fmt: str, paths: list[str], base: Path | None,
+def _read(session: SparkSession, fmt: str, paths: list[str], base: Path | str | None,
           options: dict[str, str]) -> Output:
     if not paths:
         return Output([], [])

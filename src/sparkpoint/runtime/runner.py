@@ -78,7 +78,7 @@ class PlannedJob:
     spark: SparkSession
     writer: DataStreamWriter
     operators: list[PlannedOperator]
-    file_sink: Path | None
+    file_sink: str | None  # a file sink's output: a local path or a URL (spark/sink.py)
     conf: Mapping[str, str]
     sources: list[PlannedSource] = field(default_factory=list)
 

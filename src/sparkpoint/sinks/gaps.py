@@ -15,30 +15,28 @@ anything else leaves a hole as soon as Spark writes the next one:
 Before such a checkpoint runs, every batch id the output's log lacks up to the checkpoint's
 batch gets the entry the sink would have written had the batch emitted no rows: ``v1`` alone,
 or, at a compaction batch, ``<id>.compact`` repeating the files of the entries it folds in (as
-``CompactibleFileStreamLog.compact`` does). Entries are written in order, one atomic rename
-each, so a reader or a crash sees a log without holes at every moment.
+``CompactibleFileStreamLog.compact`` does). Entries are written in order, each in one atomic
+step that never replaces an entry (``SinkLog.create``), so a reader or a crash sees a log
+without holes at every moment. The output may be a local directory or a URL on S3 or HDFS.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.sink_log import (
     COMPACT_SUFFIX,
-    SINK_LOG_DIR,
     SINK_LOG_VERSION,
-    added_files,
+    Location,
+    SinkLog,
     batches_to_seed,
-    entry_lines,
-    files_up_to,
+    entry_batch,
+    entry_name,
     is_compaction_batch,
-    log_entries,
 )
 from sparkpoint.errors import CheckpointFormatError, OutputHasHistoryError
-from sparkpoint.storage.local import write_atomic
 
 
 def derive_compact_interval(default: int, latest_compact: int) -> int:
@@ -52,12 +50,9 @@ def derive_compact_interval(default: int, latest_compact: int) -> int:
     return latest_compact + 1
 
 
-def compact_interval(output_dir: Path, default: int) -> int:
-    """The interval Spark's sink uses on this log (``CompactibleFileStreamLog.compactInterval``):
-    the distance of the two newest ``.compact`` entries, else derived from the one there is,
-    else the configured default."""
-    compacts = sorted((b for b, p in log_entries(output_dir).items()
-                       if p.name.endswith(COMPACT_SUFFIX)), reverse=True)
+def _interval(entries: dict[int, str], default: int) -> int:
+    compacts = sorted((b for b, name in entries.items() if name.endswith(COMPACT_SUFFIX)),
+                      reverse=True)
     if len(compacts) >= 2:
         return compacts[0] - compacts[1]
     if len(compacts) == 1:
@@ -65,15 +60,18 @@ def compact_interval(output_dir: Path, default: int) -> int:
     return default
 
 
-def entry_name(batch: int, interval: int) -> str:
-    return f"{batch}{COMPACT_SUFFIX}" if is_compaction_batch(batch, interval) else str(batch)
+def compact_interval(output: Location, default: int) -> int:
+    """The interval Spark's sink uses on this log (``CompactibleFileStreamLog.compactInterval``):
+    the distance of the two newest ``.compact`` entries, else derived from the one there is,
+    else the configured default."""
+    return _interval(SinkLog(output).entries(), default)
 
 
 @dataclass(frozen=True)
 class Gap:
     """The entries ``output`` lacks up to ``through``: batch ids and file names, in order."""
 
-    output: Path
+    output: str
     through: int
     interval: int
     batches: tuple[int, ...]
@@ -83,87 +81,93 @@ class Gap:
         return [entry_name(b, self.interval) for b in self.batches]
 
 
-def find_gap(output_dir: Path, through: int, default_interval: int) -> Gap:
+def find_gap(output: Location, through: int, default_interval: int) -> Gap:
     """What the output's log lacks for a checkpoint whose latest committed batch is
     ``through``: nothing when the log reaches it; from the log's latest on otherwise; for a
     log with no entries, what Spark reads up to ``through`` (from its compaction window)."""
-    interval = compact_interval(output_dir, default_interval)
-    entries = log_entries(output_dir)
+    log = SinkLog(output)
+    entries = log.entries()
+    interval = _interval(entries, default_interval)
     if not entries:
         batches = batches_to_seed(through, interval)
     else:
         batches = list(range(max(entries) + 1, through + 1))
-    return Gap(output_dir, through, interval, tuple(batches))
+    return Gap(log.output, through, interval, tuple(batches))
 
 
-def _compaction_lines(log_dir: Path, batch: int, interval: int) -> list[str]:
+def _compaction_lines(log: SinkLog, batch: int, interval: int) -> list[str]:
     """The files a compaction entry at ``batch`` repeats: those of the entries
     ``max(0, batch - interval) .. batch - 1`` (``getValidBatchesBeforeCompactionBatch``).
     A missing one is left out: it is only missing in a fresh log's seeded window, where
     everything before it is empty too."""
+    names = set(log.names())
     lines: list[str] = []
     for earlier in range(max(0, batch - interval), batch):
-        path = log_dir / entry_name(earlier, interval)
-        if path.is_file():
-            lines += entry_lines(path)
+        name = entry_name(earlier, interval)
+        if name in names:
+            lines += log.lines(name)
     return lines
 
 
-def fill_gap(gap: Gap, after_each: Callable[[], None] | None = None) -> list[Path]:
-    """Write the gap's entries in batch order, each by one atomic rename; return them.
+def fill_gap(gap: Gap, after_each: Callable[[], None] | None = None) -> list[str]:
+    """Write the gap's entries in batch order, each in one atomic step that never replaces
+    an entry; return their names.
 
     An entry that is already there (a fill cut off and done again) is kept: it is the same
     entry. ``after_each`` runs after each entry written (a crash point)."""
-    log_dir = gap.output / SINK_LOG_DIR
-    log_dir.mkdir(parents=True, exist_ok=True)
+    log = SinkLog(gap.output)
+    present = set(log.names())
     written = []
     for batch, name in zip(gap.batches, gap.names, strict=True):
-        path = log_dir / name
-        if path.exists() and adds_files(gap.output, batch, path):
-            raise OutputHasHistoryError(
-                f"{path}: a job wrote batch {batch} into the output {gap.output} while its sink "
-                "log was being brought up to the new checkpoint's batch; the output has "
-                "another writer: stop it, or give this job a new, empty output directory")
-        if not path.exists():
-            lines = (_compaction_lines(log_dir, batch, gap.interval)
-                     if is_compaction_batch(batch, gap.interval) else [])
-            write_atomic(path, "\n".join([SINK_LOG_VERSION, *lines]).encode("utf-8"))
-            if after_each is not None:
-                after_each()
-        written.append(path)
+        if name in present or not _create(log, batch, name, gap.interval):
+            if adds_files(log, batch, name):
+                raise OutputHasHistoryError(
+                    f"{log.location(name)}: a job wrote batch {batch} into the output "
+                    f"{gap.output} while its sink log was being brought up to the new "
+                    "checkpoint's batch; the output has another writer: stop it, or give this "
+                    "job a new, empty output directory")
+        elif after_each is not None:
+            after_each()
+        written.append(name)
     return written
 
 
-def adds_files(output_dir: Path, batch: int, entry: Path) -> bool:
-    """The entry of ``batch`` names a file no earlier entry names: a batch that wrote rows,
-    never an entry a fill wrote (empty, or a compaction repeating earlier files only).
+def _create(log: SinkLog, batch: int, name: str, interval: int) -> bool:
+    lines = _compaction_lines(log, batch, interval) if is_compaction_batch(batch, interval) \
+        else []
+    return log.create(name, "\n".join([SINK_LOG_VERSION, *lines]).encode("utf-8"))
+
+
+def adds_files(log: SinkLog, batch: int, name: str) -> bool:
+    """The entry ``name`` of ``batch`` names a file no earlier entry names: a batch that wrote
+    rows, never an entry a fill wrote (empty, or a compaction repeating earlier files only).
     Unknown earlier files (entries Spark's cleanup removed) count as added."""
-    added = set(added_files(entry))
+    added = set(log.added(name))
     if not added:
         return False
-    earlier = files_up_to(output_dir, batch - 1)
+    earlier = log.files_up_to(batch - 1)
     return earlier is None or not added <= earlier
 
 
-def remove_filled(output_dir: Path, names: list[str], through: int) -> list[Path]:
+def remove_filled(output: Location, names: list[str], through: int) -> list[str]:
     """Take back the entries a fill wrote, newest first, so the log stays without holes at
     every step; nothing is removed once the log has moved past ``through`` (a job ran into
     the output since, and the entries are part of its history), and an entry that names
     files of its own is a batch another job wrote in its place: it and everything below it
-    stay."""
-    entries = log_entries(output_dir)
+    stay. Returns the names removed."""
+    log = SinkLog(output)
+    listed = log.names()
+    entries = {b: n for n in listed if (b := entry_batch(n)) is not None}
     if not entries or max(entries) > through:
         return []
     removed = []
     for name in sorted(names, key=lambda n: int(n.removesuffix(COMPACT_SUFFIX)), reverse=True):
-        path = output_dir / SINK_LOG_DIR / name
-        if path.is_file() and adds_files(output_dir, int(name.removesuffix(COMPACT_SUFFIX)),
-                                         path):
+        if name not in listed:
+            continue
+        if adds_files(log, int(name.removesuffix(COMPACT_SUFFIX)), name):
             break
-        if path.is_file():
-            (path.parent / f".{name}.crc").unlink(missing_ok=True)
-            path.unlink()
-            removed.append(path)
+        log.remove(name, listed)
+        removed.append(name)
     return removed
 
 

@@ -18,37 +18,45 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
-from pathlib import Path
+from urllib.parse import urlparse
 
-from sparkpoint.checkpoint.sink_log import latest_batch
+from sparkpoint.checkpoint.sink_log import Location, latest_batch, output_location
 from sparkpoint.errors import OutputHasHistoryError, UsageError
 from sparkpoint.runtime.registry import JobRecord, JobRegistry
 from sparkpoint.snapshot.store import SnapshotStore
+from sparkpoint.storage.fileio import scheme_of
 from sparkpoint.storage.local import to_path
 
 
-def _same_dir(a: Path, b: Path) -> bool:
-    return a.absolute().resolve() == b.absolute().resolve()
+def _key(location: Location) -> tuple[str, str, str]:
+    """What makes two spellings of one output the same: a local directory with its links
+    resolved; a URL's store (s3 and s3a are one, host names in any case) and its path."""
+    text = output_location(location)
+    scheme = scheme_of(text)
+    if scheme == "file":
+        return ("file", "", str(to_path(text).resolve()))
+    parsed = urlparse(text)
+    return (scheme, parsed.netloc.lower(), parsed.path.rstrip("/") or "/")
 
 
-def writes_to(record: JobRecord, output: Path) -> bool:
+def same_output(a: Location, b: Location) -> bool:
+    try:
+        return _key(a) == _key(b)
+    except (OSError, ValueError, UsageError):
+        return False
+
+
+def writes_to(record: JobRecord, output: Location) -> bool:
     """The record names ``output`` as its sink; records written before sinks were recorded
     are matched by a parameter naming that directory."""
     if record.output is not None:
-        return _same_dir(Path(record.output), output)
+        return same_output(record.output, output)
     if "output" in record.model_fields_set:
-        return False  # recorded as writing no local file sink (Kafka, foreachBatch...)
-    for value in record.params.values():
-        if value and ("://" not in value or value.startswith("file:")):
-            try:
-                if _same_dir(to_path(value), output):
-                    return True
-            except (OSError, ValueError, UsageError):
-                continue
-    return False
+        return False  # recorded as writing no file sink (Kafka, foreachBatch...)
+    return any(value and same_output(value, output) for value in record.params.values())
 
 
-def writers_of(registry: JobRegistry, output: Path) -> list[str]:
+def writers_of(registry: JobRegistry, output: Location) -> list[str]:
     """Names of the jobs of this home whose file sink is ``output``."""
     writers = []
     for name in registry.names():
@@ -66,7 +74,7 @@ def nearest_name(name: str, names: list[str]) -> str | None:
     return close[0] if close else None
 
 
-def refuse_output_with_history(registry: JobRegistry, job: str, output: Path) -> None:
+def refuse_output_with_history(registry: JobRegistry, job: str, output: str) -> None:
     """Refuse to start the new job ``job`` into ``output`` when its sink log holds batches."""
     latest = latest_batch(output)
     if latest is None:
@@ -136,7 +144,7 @@ def _quoted(names: Iterable[str]) -> str:
     return ", ".join(f"'{n}'" for n in names)
 
 
-def start_outside_lineage(registry: JobRegistry, store: SnapshotStore, output: Path | None,
+def start_outside_lineage(registry: JobRegistry, store: SnapshotStore, output: str | None,
                           snapshots: Iterable[str]) -> str | None:
     """Why a start from ``snapshots`` must not write into ``output``, or None: the output's
     sink log holds batches of a job of this home and none of the snapshots is of its
@@ -165,7 +173,7 @@ def start_outside_lineage(registry: JobRegistry, store: SnapshotStore, output: P
 
 
 def refuse_start_outside_lineage(registry: JobRegistry, store: SnapshotStore, job: str,
-                                 output: Path | None, snapshots: Iterable[str]) -> None:
+                                 output: str | None, snapshots: Iterable[str]) -> None:
     problem = start_outside_lineage(registry, store, output, snapshots)
     if problem is not None:
         raise OutputHasHistoryError(f"job '{job}' not started, nothing was created: {problem}")

@@ -27,6 +27,13 @@ reader can read whole; then the data files; then the intent is renamed to ``_rew
 the record of what was done. A process cut off on the way leaves the intent: the next
 command that runs a job into this output does the remaining renames (each one already done
 is skipped), so the rewind is completed, never half applied.
+
+Only a local output is rewound. On S3 a rename is a copy and a delete, and on HDFS the moves
+would go through WebHDFS one request each; both could be made resumable under the same intent,
+but they are not done yet: a start with --rewind-output into an output on S3 or HDFS is
+refused before anything changes (``refuse_remote_rewind``), naming the ways that work there.
+Reading what a rewind left (``pending``, ``finished``) works on every store, so the checks
+every run makes cost one listing there.
 """
 
 from __future__ import annotations
@@ -43,9 +50,10 @@ from urllib.parse import unquote, urlparse
 from pydantic import BaseModel, ConfigDict
 from pydantic import ValidationError as PydanticValidationError
 
-from sparkpoint.checkpoint.sink_log import SINK_LOG_DIR, added_files, files_up_to, log_entries
+from sparkpoint.checkpoint.sink_log import SINK_LOG_DIR, Location, SinkLog, output_location
 from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import CorruptRecordError, SinkRewindError
+from sparkpoint.storage.fileio import file_io, is_local, join
 from sparkpoint.storage.local import fsync_dir, write_atomic
 
 REWOUND_DIR = "_sparkpoint_rewound"
@@ -107,14 +115,30 @@ def _relative_to_output(output: Path, location: str) -> str:
     return relative.as_posix()
 
 
-def plan_rewind(output: Path, to_batch: int, reason: str) -> RewindPlan | None:
+def refuse_remote_rewind(output: str, snapshot_batch: int, latest: int | None) -> None:
+    """--rewind-output moves files under the output: only a local one (see the module)."""
+    if is_local(output):
+        return
+    raise SinkRewindError(
+        f"--rewind-output: the output {output} is on S3 or HDFS, expected a local directory "
+        "(sparkpoint moves a rewound output's files aside only on a local filesystem); "
+        "nothing was changed: write the new job to a new output directory, or pass "
+        "--renumber-batches to number its batches past the output's "
+        f"{'latest batch ' + str(latest) if latest is not None else 'sink log'} (the old "
+        f"run's batches after {snapshot_batch} then stay in the table)")
+
+
+def plan_rewind(output: Location, to_batch: int, reason: str) -> RewindPlan | None:
     """What rewinding ``output`` to ``to_batch`` moves; None when its log ends at or before
     that batch already. Reads only."""
-    entries = log_entries(output)
+    log = SinkLog(output)
+    entries = log.entries()
     abandoned = sorted((b for b in entries if b > to_batch), reverse=True)
     if not abandoned:
         return None
-    kept = files_up_to(output, to_batch)
+    refuse_remote_rewind(log.output, to_batch, abandoned[0])
+    output = Path(log.output)
+    kept = log.files_up_to(to_batch)
     if kept is None:
         raise SinkRewindError(
             f"{output / SINK_LOG_DIR}: the sink log no longer holds the entries that tell "
@@ -127,7 +151,7 @@ def plan_rewind(output: Path, to_batch: int, reason: str) -> RewindPlan | None:
     files: list[str] = []
     seen: set[str] = set()
     for batch in abandoned:
-        for location in added_files(entries[batch]):
+        for location in log.added(entries[batch]):
             if location in kept or location in seen:
                 continue
             seen.add(location)
@@ -136,7 +160,7 @@ def plan_rewind(output: Path, to_batch: int, reason: str) -> RewindPlan | None:
     return RewindPlan(
         rewind_id=f"{stamp}-to-batch-{to_batch}-{uuid.uuid4().hex[:6]}", output=str(output),
         to_batch=to_batch, latest_batch=abandoned[0],
-        log_entries=[entries[b].name for b in abandoned], files=files, reason=reason,
+        log_entries=[entries[b] for b in abandoned], files=files, reason=reason,
         recorded_at=dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"))
 
 
@@ -185,24 +209,29 @@ def rewind(plan: RewindPlan) -> None:
     _finish(plan)
 
 
-def pending(output: Path) -> list[RewindPlan]:
+def pending(output: Location) -> list[RewindPlan]:
     """Rewinds of ``output`` that a cut-off process left unfinished, oldest first."""
     return _plans(output, INTENT_FILE)
 
 
-def finished(output: Path) -> list[RewindPlan]:
+def finished(output: Location) -> list[RewindPlan]:
     """Rewinds of ``output`` that were completed, oldest first."""
     return _plans(output, RECORD_FILE)
 
 
-def _plans(output: Path, file_name: str) -> list[RewindPlan]:
-    root = output / REWOUND_DIR
-    if not root.is_dir():
-        return []
+def _plans(output: Location, file_name: str) -> list[RewindPlan]:
+    location = output_location(output)
+    io = file_io(location)
+    root = join(location, REWOUND_DIR)
     plans = []
-    for intent in sorted(root.glob(f"*/{file_name}")):
+    for rewind_id in io.list_names(root):
+        intent = join(root, rewind_id, file_name)
         try:
-            plan = RewindPlan.model_validate(json.loads(intent.read_text("utf-8")))
+            data = io.read_bytes(intent)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            continue  # a rewind with the other kind of record (intent or record)
+        try:
+            plan = RewindPlan.model_validate(json.loads(data.decode("utf-8")))
         except (OSError, ValueError, PydanticValidationError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise CorruptRecordError(
@@ -214,7 +243,7 @@ def _plans(output: Path, file_name: str) -> list[RewindPlan]:
     return sorted(plans, key=lambda p: p.recorded_at)
 
 
-def finish_pending(output: Path, echo: Echo) -> list[RewindPlan]:
+def finish_pending(output: Location, echo: Echo) -> list[RewindPlan]:
     """Complete every rewind of ``output`` a cut-off process left; return them."""
     done = []
     for plan in pending(output):

@@ -49,7 +49,7 @@ def format_of_files(files: list[str], default: str) -> str:
     return default
 
 
-def read_rows(spark: SparkSession, fmt: str, paths: list[str], base: Path | None,
+def read_rows(spark: SparkSession, fmt: str, paths: list[str], base: Path | str | None,
               options: dict[str, str] | None = None
               ) -> tuple[list[str], list[tuple[Any, ...]], frozenset[str]]:
     """Columns, rows and numeric columns of the given output files (or directories).

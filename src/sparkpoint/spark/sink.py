@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkpoint.storage.local import to_path
+from sparkpoint.checkpoint.sink_log import output_location
+from sparkpoint.errors import UsageError
+from sparkpoint.storage.fileio import file_io
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.readwriter import DataStreamWriter
@@ -33,8 +34,11 @@ def sink_format(writer: DataStreamWriter) -> str:
     return str(source) if source is not None else "unknown"
 
 
-def file_sink_path(writer: DataStreamWriter) -> Path | None:
-    """The output directory of a file sink, or None for any other sink."""
+def file_sink_path(writer: DataStreamWriter) -> str | None:
+    """The output directory of a file sink: a local one as its absolute path, one on S3 or
+    HDFS as the URL Spark writes it at (``s3a://``, ``s3://``, ``hdfs://``, ``webhdfs://``).
+    None for any other sink, and for a file sink on a store sparkpoint cannot read (a scheme
+    ``storage/fileio.py`` has no FileIO for): that sink's log cannot be checked."""
     jwriter = writer._jwrite
     source = private_field(jwriter, "source")
     if source is None or str(source).lower() not in FILE_FORMATS:
@@ -43,7 +47,9 @@ def file_sink_path(writer: DataStreamWriter) -> Path | None:
     path = options.get("path") if options is not None else None
     if path is None or not path.isDefined():
         return None
-    location = str(path.get())
-    if "://" in location and not location.startswith("file:"):
+    location = output_location(str(path.get()))
+    try:
+        file_io(location)
+    except UsageError:
         return None
-    return to_path(location)
+    return location

@@ -13,11 +13,11 @@ cannot read it warns, and the user may choose the first batch id.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from sparkpoint.checkpoint.sink_log import latest_batch
+from sparkpoint.checkpoint.sink_log import Location, latest_batch
 from sparkpoint.errors import UsageError
+from sparkpoint.sinks.rewind import refuse_remote_rewind
 
 RENUMBER_OPTION = "--renumber-batches"
 FIRST_BATCH_OPTION = "--first-batch"
@@ -49,10 +49,11 @@ class BatchChoice:
 
 @dataclass(frozen=True)
 class SinkInfo:
-    """The new job's sink: its format and, for a local file sink, its output directory."""
+    """The new job's sink: its format and, for a file sink, its output directory (a local
+    path or a URL)."""
 
     format: str
-    file_path: Path | None
+    file_path: Location | None
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,8 @@ def number_batches(snapshot_batch: int, sink: SinkInfo, choice: BatchChoice) -> 
     first = choice.first_batch if choice.first_batch is not None else snapshot_batch + 1
     if choice.rewind:
         ahead = latest is not None and latest > snapshot_batch
+        if ahead:
+            refuse_remote_rewind(str(sink.file_path), snapshot_batch, latest)
         return SinkCheck(BatchNumbering(snapshot_batch, first, False, latest,
                                         rewind_to_batch=snapshot_batch if ahead else None))
     if choice.renumber and latest is not None and latest >= first:
@@ -121,7 +124,7 @@ def number_batches(snapshot_batch: int, sink: SinkInfo, choice: BatchChoice) -> 
         "input"))
 
 
-def _kept_rows_warning(output: Path, snapshot_batch: int, latest: int) -> str:
+def _kept_rows_warning(output: Location, snapshot_batch: int, latest: int) -> str:
     return (f"the output {output} keeps the old run's batches {snapshot_batch + 1}..{latest} "
             "(after the snapshot's batch): the table will hold their rows and the new job's "
             "rows for the same input, both; pass "
@@ -131,15 +134,14 @@ def _kept_rows_warning(output: Path, snapshot_batch: int, latest: int) -> str:
 def _unreadable_sink(snapshot_batch: int, sink: SinkInfo, choice: BatchChoice) -> SinkCheck:
     if choice.rewind:
         raise UsageError(
-            f"{REWIND_OPTION} takes a local file sink's output back to the snapshot's batch, "
-            f"and this job's sink ({sink.format}) is not one (a file sink on s3a:// or "
-            "hdfs:// is not supported); write to a new output, or choose the first batch id "
-            f"with {FIRST_BATCH_OPTION} K")
+            f"{REWIND_OPTION} takes a file sink's output back to the snapshot's batch, "
+            f"and this job's sink ({sink.format}) is not one sparkpoint can read; write to a "
+            f"new output, or choose the first batch id with {FIRST_BATCH_OPTION} K")
     if choice.renumber:
         raise UsageError(
             f"{RENUMBER_OPTION} reads the batches a file sink already holds, and this job's "
-            f"sink ({sink.format}) is not a local file sink; choose the first batch id with "
-            f"{FIRST_BATCH_OPTION} K instead")
+            f"sink ({sink.format}) is not a file sink sparkpoint can read; choose the first "
+            f"batch id with {FIRST_BATCH_OPTION} K instead")
     if choice.first_batch is not None:
         return SinkCheck(BatchNumbering(snapshot_batch, choice.first_batch,
                                         choice.first_batch != snapshot_batch + 1))

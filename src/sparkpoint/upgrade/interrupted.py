@@ -22,8 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sparkpoint.checkpoint.logs import QueryMetadata
+from sparkpoint.checkpoint.sink_log import SINK_LOG_DIR
 from sparkpoint.errors import CheckpointFormatError
 from sparkpoint.sinks.gaps import Gap, remove_filled
+from sparkpoint.storage.fileio import join
 from sparkpoint.storage.location import Location, StorePath, remove_tree, write_atomic
 
 INTENT_SUFFIX = ".restoring"
@@ -63,16 +65,17 @@ def record_sink_fill(target: Location, gap: Gap) -> None:
     write_atomic(path, json.dumps(intent).encode())
 
 
-def _take_back_sink_fill(target: Location) -> list[Path]:
+def _take_back_sink_fill(target: Location) -> list[str]:
+    """The sink log entries a cut-off start wrote, taken back; their locations."""
     try:
         fill = json.loads(intent_path(target).read_text("utf-8")).get("sink_log")
     except (OSError, ValueError, AttributeError):
         return []
     try:
-        output, entries, through = Path(fill["output"]), list(fill["entries"]), int(fill["through"])
+        output, entries, through = str(fill["output"]), list(fill["entries"]), int(fill["through"])
     except (TypeError, KeyError, ValueError):
         return []  # not a fill this version wrote: nothing of it is taken back
-    return remove_filled(output, entries, through)
+    return [join(output, SINK_LOG_DIR, name) for name in remove_filled(output, entries, through)]
 
 
 def clear_intent(target: Location) -> None:
@@ -106,13 +109,13 @@ def _staging_dirs(target: Location) -> list[Path]:
 
 
 def roll_back(target: Location, has_record: bool,
-              echo: Callable[[str], None]) -> list[Location]:
+              echo: Callable[[str], None]) -> list[Location | str]:
     """Remove what an interrupted start left; return the removed paths.
 
     Call it holding the job's lock: staging directories of a live start must not vanish.
     With a job record the checkpoint is the job's own and is never touched.
     """
-    removed: list[Location] = []
+    removed: list[Location | str] = []
     for staging in _staging_dirs(target):
         shutil.rmtree(staging, ignore_errors=True)
         removed.append(staging)
