@@ -3,7 +3,6 @@ jobs."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import shutil
 import tempfile
@@ -15,12 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.retained import RetainedBatch, iso_utc, snapshottable_batches
-from sparkpoint.checkpoint.sink_log import DEFAULT_COMPACT_INTERVAL, latest_batch
 from sparkpoint.checkpoint.source_log import (
     file_source_log_offset,
     read_source_log,
 )
-from sparkpoint.crash_points import crash_point
 from sparkpoint.drain.protocol import drain_locked
 from sparkpoint.errors import (
     JobFileError,
@@ -28,8 +25,6 @@ from sparkpoint.errors import (
     NameTakenError,
     NoCommittedBatchError,
     PreconditionError,
-    SinkAheadError,
-    SnapshotDamagedError,
     SparkpointError,
     UnknownOperatorError,
     UsageError,
@@ -59,24 +54,17 @@ from sparkpoint.runtime.runner import (
     run_job,
     wait_until_stopped,
 )
-from sparkpoint.sinks.gaps import fill_gap, find_gap, is_repartition_batch
-from sparkpoint.sinks.history import finish_seeding, seed_history
+from sparkpoint.sinks.output_check import output_of_existing_job, output_of_new_job
 from sparkpoint.sinks.ownership import (
-    refuse_output_with_history,
-    refuse_start_outside_lineage,
     start_outside_lineage,
-    writers_of,
 )
-from sparkpoint.sinks.rewind import finished as finished_rewinds
 from sparkpoint.sinks.rewind import pending as pending_rewinds
-from sparkpoint.sinks.rewind import plan_rewind
-from sparkpoint.sinks.rewind import rewind as rewind_output_to
 from sparkpoint.snapshot.export import JobInfo
 from sparkpoint.snapshot.inspect import InspectReport, inspect_checkpoint, operator_checks
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.past import parse_time
 from sparkpoint.snapshot.prune import PruneResult, check_prunable, prune_snapshot
-from sparkpoint.snapshot.store import Problem, Sharing, SnapshotStore, open_snapshot_store
+from sparkpoint.snapshot.store import Problem, Sharing, open_snapshot_store
 from sparkpoint.snapshot.take import past_batch, snapshot_job, stop_for_snapshot
 from sparkpoint.sources.file_input import input_files, local_directory
 from sparkpoint.spark.session import DEFAULT_MASTER
@@ -86,18 +74,16 @@ from sparkpoint.startpoints.resolve import Resolved
 from sparkpoint.startpoints.resolve import resolve as resolve_startpoints
 from sparkpoint.startpoints.store import WHOLE_SOURCE, PositionKind, Startpoint, StartpointStore
 from sparkpoint.storage.home import Home, validate_name
-from sparkpoint.storage.location import Location, tree_bytes
+from sparkpoint.storage.location import tree_bytes
 from sparkpoint.upgrade.adopt import adopt
 from sparkpoint.upgrade.assemble import used_snapshots
 from sparkpoint.upgrade.batches import BatchChoice, check_first_batch
 from sparkpoint.upgrade.interrupted import (
-    clear_intent,
     is_own_orphan,
-    record_sink_fill,
-    roll_back,
 )
 from sparkpoint.upgrade.restore import build_new_checkpoint, job_shape, resolve
-from sparkpoint.upgrade.resume_point import flow_mapping, load_resume_point, read_resume_point
+from sparkpoint.upgrade.resume_point import flow_mapping, read_resume_point
+from sparkpoint.upgrade.start import check_snapshots_intact, start_from_snapshots
 from sparkpoint.upgrade.validate import UpgradePlan, default_resume_point
 
 if TYPE_CHECKING:
@@ -105,7 +91,6 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
 Echo = Callable[[str], None]
-COMPACT_INTERVAL_CONF = "spark.sql.streaming.fileSink.log.compactInterval"
 
 
 def _quiet(_message: str) -> None:
@@ -117,19 +102,6 @@ def _needs_spark(spark: SparkSession | None) -> None:
     itself (a session lent by the caller is the caller's choice)."""
     if spark is None:
         require_supported_pyspark()
-
-
-def _check_snapshots_intact(store: SnapshotStore, names: list[str]) -> None:
-    """Refuse damaged snapshots before any JVM starts (unknown ones are validation's job)."""
-    for name in names:
-        if not store.exists(name):
-            continue
-        problems = store.verify(name)
-        if problems:
-            raise SnapshotDamagedError(
-                f"snapshot '{name}' is damaged: {problems[0].path}: {problems[0].message}; "
-                f"run 'sparkpoint snapshot verify {name}'"
-            )
 
 
 def run(
@@ -183,86 +155,17 @@ def run(
             # A record without a master ran on the default one: the same master given
             # explicitly (spark-submit always gives one) is no change.
             echo(f"master: {record.master or DEFAULT_MASTER} -> {master}")
-        check_output = _output_of_existing_job(registry, job, conf, echo)
+        check_output = output_of_existing_job(registry, job, conf, echo)
     elif from_snapshot is None and resume_point is None:
-        check_output = _output_of_new_job(registry, job)
+        check_output = output_of_new_job(registry, job)
     options = RunOptions(
         job=job, job_file=job_file.absolute() if build is None else job_file, params=params,
         conf=conf, master=master, until_caught_up=until_caught_up, max_batches=max_batches,
         ui=ui, build=build,
     )
     if from_snapshot is not None or resume_point is not None:
-        store = open_snapshot_store(home)
-        point = load_resume_point(resume_point) if resume_point is not None else None
-        if from_snapshot is not None:
-            check_first_batch(first_batch, store.get(from_snapshot).batch_id)
-        target = registry.checkpoint(job).root
-        # A checkpoint that an interrupted start built and no record owns is rolled back
-        # below, under the job's lock; any other makes the name taken.
-        if registry.exists(job) or (target.exists() and not is_own_orphan(target)):
-            raise NameTakenError(
-                f"job '{job}' already exists; a job started from snapshots must be new: choose "
-                "another --job name (or drop --from-snapshot/--resume-point to continue it)"
-            )
-        _check_snapshots_intact(store, point.snapshots() if point else [from_snapshot or ""])
-
-        def prepare(planned: PlannedJob) -> Lineage:
-            crash_point("restore.job_locked")
-            # A checkpoint left by a cut-off start goes whole.
-            roll_back(target, registry.exists(job), lambda line: echo(f"job '{job}': {line}"))
-            resolution = resolve(store, planned, point, from_snapshot, choice)
-            refuse_start_outside_lineage(registry, store, job, planned.file_sink,
-                                         used_snapshots(resolution.plan))
-            for warning in resolution.plan.warnings:
-                echo(f"warning: {warning}")
-            if resolution.sink_problem is not None and \
-                    resolution.plan.problems == [resolution.sink_problem]:
-                raise SinkAheadError(f"job '{job}' not started, nothing was created: "
-                                     f"{resolution.sink_problem}")
-            if not resolution.plan.ok:
-                raise ValidationError(
-                    f"the job cannot resume ({len(resolution.plan.problems)} problem(s)); "
-                    "nothing was created:\n  " + "\n  ".join(resolution.plan.problems))
-            numbering = resolution.plan.batches
-            rewind_to = numbering.rewind_to_batch if numbering is not None else None
-            with contextlib.ExitStack() as writers:
-                rewind_plan = None
-                if rewind_to is not None and planned.file_sink is not None:
-                    # Nobody may write the output from here until its files are moved.
-                    snapshot_jobs = {s.manifest.job for s in resolution.snapshots.values()}
-                    _lock_writers(writers, home, planned.file_sink, snapshot_jobs, echo)
-                    rewind_plan = plan_rewind(
-                        planned.file_sink, rewind_to,
-                        f"job '{job}' started from {from_snapshot or resume_point} "
-                        "with --rewind-output")
-                result = build_new_checkpoint(
-                    planned, resolution, target, echo,
-                    spark_location=home.checkpoint_location(job) if home.remote else None)
-                if rewind_plan is not None and result.batch_id is not None:
-                    rewind_output_to(rewind_plan)
-                    echo(f"job '{job}': {rewind_plan.summary()}")
-            used = sorted(resolution.snapshots)
-            if result.batch_id is not None:
-                echo(f"built checkpoint for job '{job}' from {', '.join(used)} "
-                     f"(batch {result.batch_id})")
-                if numbering is not None and numbering.renumbered:
-                    echo(f"batch ids renumbered: snapshot batch {numbering.snapshot_batch} "
-                         f"continues as batch {numbering.checkpoint_batch}")
-                if planned.file_sink is not None:
-                    _close_sink_gap(planned, target, result.batch_id, echo)
-            first = resolution.snapshots[used[0]].manifest if used else None
-            return Lineage(
-                from_snapshot=from_snapshot or (",".join(used) or None),
-                snapshot_job=first.job if first else None,
-                snapshot_batch=result.batch_id,
-                resume_point=str(resume_point) if resume_point is not None else None,
-            )
-
-        def on_recorded() -> None:
-            clear_intent(target)
-
-        return run_job(home, options, spark=spark, prepare=prepare, echo=echo,
-                       on_recorded=on_recorded)
+        return start_from_snapshots(home, options, from_snapshot, resume_point, choice,
+                                    first_batch, spark, echo)
     target = registry.checkpoint(job).root
     if not registry.exists(job) and is_own_orphan(target):
         raise PreconditionError(
@@ -278,26 +181,6 @@ def run(
                        on_started=on_started)
 
 
-def _close_sink_gap(planned: PlannedJob, target: Location, batch: int,
-                    echo: Echo) -> None:
-    """Give the new job's output the sink log entries of every batch up to the new
-    checkpoint's ``batch`` that it lacks (Spark's repartition batch, batch ids skipped by
-    --first-batch, a new output's history), before Spark writes the next one; they are named
-    in the start's intent first, so that a cut-off start takes them back."""
-    assert planned.file_sink is not None
-    interval = int(planned.conf.get(COMPACT_INTERVAL_CONF, DEFAULT_COMPACT_INTERVAL))
-    gap = find_gap(planned.file_sink, batch, interval)
-    if not gap.batches:
-        return
-    record_sink_fill(target, gap)
-    crash_point("sink_gap.recorded")
-    fill_gap(gap, lambda: crash_point("sink_gap.entry_written"))
-    first, last = gap.batches[0], gap.batches[-1]
-    echo(f"gave the output {planned.file_sink} empty sink log entries for batches "
-         f"{first}..{last}, which write nothing to it (so that it has no hole)")
-    crash_point("restore.sink_seeded")
-
-
 def _merged(stored: Mapping[str, str], given: Mapping[str, str], what: str,
             echo: Echo) -> dict[str, str]:
     """Stored values updated by the given ones; each change is reported."""
@@ -305,106 +188,6 @@ def _merged(stored: Mapping[str, str], given: Mapping[str, str], what: str,
         if stored.get(key) != value:
             echo(f"{what} {key}: {stored.get(key, '(unset)')} -> {value}")
     return {**stored, **given}
-
-
-def _lock_writers(stack: contextlib.ExitStack[Any], home: Home, output: str,
-                  snapshot_jobs: set[str], echo: Echo) -> None:
-    """Hold, on ``stack``, the lock of every job of the home that may write ``output``: the
-    snapshots' jobs and every job whose latest run wrote it. A running one refuses the rewind
-    (its query would go on writing files and log entries beside the moved ones)."""
-    registry = JobRegistry(home)
-    writers = set(writers_of(registry, output)) | (snapshot_jobs & set(registry.names()))
-    for writer in sorted(writers):
-        holder = lock_holder(home, writer)
-        if holder is not None:
-            raise JobRunningError(
-                f"job '{writer}' writes the output {output} and is running (pid {holder}); "
-                f"its files cannot be moved aside under it: stop it first ('sparkpoint jobs "
-                f"stop {writer} --wait'), then start again with --rewind-output; nothing was "
-                "changed")
-        stack.enter_context(job_lock(home, writer, echo))
-
-
-def _output_of_existing_job(
-    registry: JobRegistry, job: str, conf: Mapping[str, str], echo: Echo
-) -> Callable[[PlannedJob], None]:
-    """Check, before the query starts, that a file sink's log matches the job's checkpoint.
-
-    Spark's file sink skips every batch its log already has and compacts from the entries of
-    earlier batches. An output directory without a log (the job was given a new, empty
-    output) gets an empty history up to the job's last batch, as a job started from a
-    snapshot does (``sinks/history.py``: a start cut off while writing it is finished here).
-    A log that ends before the job's last batch, or more than one batch after it, is another
-    job's output (or an older one of this job): the run is refused, since Spark would fail
-    at its next compaction or silently skip batches. The output may be local, on S3 or HDFS.
-    """
-
-    def prepare(planned: PlannedJob) -> None:
-        if planned.file_sink is None:
-            return
-        last = registry.checkpoint(job).latest_committed_batch()
-        ours = -1 if last is None else last
-        _refuse_rewound_history(registry.get(job), planned.file_sink, ours)
-        finished = finish_seeding(planned.file_sink, job)
-        if finished is not None:
-            echo(f"finished giving the new output {planned.file_sink} an empty sink history "
-                 f"up to batch {finished.through} (an earlier start was cut off doing it)")
-        sink_last = latest_batch(planned.file_sink)
-        if sink_last is None:
-            interval = int(conf.get(COMPACT_INTERVAL_CONF, DEFAULT_COMPACT_INTERVAL))
-            if last is not None and seed_history(planned.file_sink, job, last, interval):
-                echo(f"gave the new output {planned.file_sink} an empty sink history up to "
-                     f"batch {last}")
-            return
-        # Batches Spark's offline repartition committed write nothing to the sink: their
-        # entries are owed, not another run's.
-        if sink_last < ours and all(is_repartition_batch(registry.checkpoint(job), b)
-                                    for b in range(sink_last + 1, ours + 1)):
-            interval = int(conf.get(COMPACT_INTERVAL_CONF, DEFAULT_COMPACT_INTERVAL))
-            gap = find_gap(planned.file_sink, ours, interval)
-            fill_gap(gap)
-            echo(f"gave the output {planned.file_sink} empty sink log entries for Spark's "
-                 f"repartition batches {gap.batches[0]}..{gap.batches[-1]}")
-            return
-        # The sink writes its log entry just before the batch commits: one batch ahead is a
-        # run stopped in between, whose offsets entry for that batch is there. Without it the
-        # entry is another job's (a start into this output cut off after filling its log).
-        in_between = sink_last == ours + 1 and \
-            registry.checkpoint(job).uncommitted_batch() == sink_last
-        if not (sink_last == ours or in_between):
-            raise PreconditionError(
-                f"job '{job}': output {planned.file_sink} holds batches up to {sink_last} of "
-                f"another run, but the job's last committed batch is "
-                f"{'none' if last is None else last}; each job needs an output directory of "
-                "its own: pass a new, empty directory (or the job's previous output)")
-
-    return prepare
-
-
-def _refuse_rewound_history(record: JobRecord, output: str, ours: int) -> None:
-    """A rewind that moved this job's batches out of the output, after its last run, gave
-    the table to the job that rewound it: this job running on would write into that job's
-    history (and Spark's sink would skip whichever batch ids they share)."""
-    last_run = record.runs[-1].started_at if record.runs else ""
-    for done in finished_rewinds(output):
-        if done.to_batch < ours <= done.latest_batch and done.recorded_at > last_run:
-            raise PreconditionError(
-                f"job '{record.name}': its batches after {done.to_batch} in the output {output} "
-                f"were moved aside to {done.directory} ({done.reason}); the table now "
-                f"continues from batch {done.to_batch} without them: run this job into a new, "
-                "empty output directory (--param of its output), or delete it ('sparkpoint "
-                f"jobs delete {record.name}'); nothing was changed")
-
-
-def _output_of_new_job(registry: JobRegistry, job: str) -> Callable[[PlannedJob], None]:
-    """A job new to the home runs batches from 0: an output whose sink log holds batches
-    would skip them all, so it is refused (most often the name is a typo)."""
-
-    def prepare(planned: PlannedJob) -> None:
-        if planned.file_sink is not None:
-            refuse_output_with_history(registry, job, planned.file_sink)
-
-    return prepare
 
 
 def plan(
@@ -435,7 +218,7 @@ def plan(
     store = open_snapshot_store(home)
     if from_snapshot is not None:
         check_first_batch(first_batch, store.get(from_snapshot).batch_id)
-    _check_snapshots_intact(store, point.snapshots() if point else [from_snapshot or ""])
+    check_snapshots_intact(store, point.snapshots() if point else [from_snapshot or ""])
     try:
         planned = plan_job("plan", job_file.absolute(), dict(params or {}), dict(conf or {}),
                            master, spark, log_dir=home.logs_dir, command="plan")
@@ -625,7 +408,7 @@ def snapshot_prune(
     store = open_snapshot_store(home)
     manifest = store.get(snapshot)
     check_prunable(store, manifest, new_snapshot, operator)
-    _check_snapshots_intact(store, [snapshot])
+    check_snapshots_intact(store, [snapshot])
     _needs_spark(spark)
     session = spark or create_session(None, {}, "sparkpoint:prune",
                                       log_file=new_log_file(home.logs_dir, "prune"))

@@ -26,6 +26,9 @@ COMPACT_SUFFIX = ".compact"
 # A file sink's output as a caller names it: a local path, or a URL.
 Location = str | os.PathLike[str]
 
+# Spark's setting of how often the file sink compacts its log.
+COMPACT_INTERVAL_CONF = "spark.sql.streaming.fileSink.log.compactInterval"
+
 
 def output_location(location: Location) -> str:
     """One spelling per output: a local one as its absolute path, a URL without its trailing

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.replay import replay_batch, replayable_batches
 from sparkpoint.checkpoint.sink_log import (
+    COMPACT_INTERVAL_CONF,
     DEFAULT_COMPACT_INTERVAL,
     committed_files,
     files_up_to,
@@ -74,7 +75,6 @@ SCRATCH_JOB = "rehearsal"
 # <home>/scratch/rehearse-<pid>-<random>: the pid tells a running rehearsal's from a dead one's.
 SCRATCH_PREFIX = "rehearse-"
 KEPT_MARKER = "KEPT"
-COMPACT_INTERVAL_CONF = "spark.sql.streaming.fileSink.log.compactInterval"
 
 
 def _quiet(_message: str) -> None:

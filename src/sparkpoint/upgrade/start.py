@@ -1,0 +1,199 @@
+"""Starting a new job from snapshots (``run --from-snapshot`` / ``--resume-point``): the
+protocol, its intent and its recovery.
+
+Under the new job's lock: what a cut-off start left is rolled back (``upgrade/interrupted.py``),
+the resume point is resolved and validated, the output's writers are locked when the output
+is taken back (``--rewind-output``), the checkpoint is built and published
+(``upgrade/restore.py``: an intent first, naming its query id), the output gets the sink log
+entries it lacks (named in the intent first), and the job record is written; the intent goes
+once the record owns the checkpoint. Nothing is created when validation refuses the start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sparkpoint.checkpoint.sink_log import (
+    COMPACT_INTERVAL_CONF,
+    DEFAULT_COMPACT_INTERVAL,
+)
+from sparkpoint.crash_points import crash_point
+from sparkpoint.errors import (
+    JobRunningError,
+    NameTakenError,
+    SinkAheadError,
+    SnapshotDamagedError,
+    ValidationError,
+)
+from sparkpoint.runtime.lock import job_lock, lock_holder
+from sparkpoint.runtime.registry import (
+    JobRegistry,
+    Lineage,
+)
+from sparkpoint.runtime.runner import (
+    PlannedJob,
+    RunOptions,
+    RunResult,
+    run_job,
+)
+from sparkpoint.sinks.gaps import fill_gap, find_gap
+from sparkpoint.sinks.ownership import (
+    refuse_start_outside_lineage,
+    writers_of,
+)
+from sparkpoint.sinks.rewind import plan_rewind
+from sparkpoint.sinks.rewind import rewind as rewind_output_to
+from sparkpoint.snapshot.store import SnapshotStore, open_snapshot_store
+from sparkpoint.storage.home import Home
+from sparkpoint.storage.location import Location
+from sparkpoint.upgrade.assemble import used_snapshots
+from sparkpoint.upgrade.batches import BatchChoice, check_first_batch
+from sparkpoint.upgrade.interrupted import (
+    clear_intent,
+    is_own_orphan,
+    record_sink_fill,
+    roll_back,
+)
+from sparkpoint.upgrade.restore import build_new_checkpoint, resolve
+from sparkpoint.upgrade.resume_point import load_resume_point
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+Echo = Callable[[str], None]
+
+
+def check_snapshots_intact(store: SnapshotStore, names: list[str]) -> None:
+    """Refuse damaged snapshots before any JVM starts (unknown ones are validation's job)."""
+    for name in names:
+        if not store.exists(name):
+            continue
+        problems = store.verify(name)
+        if problems:
+            raise SnapshotDamagedError(
+                f"snapshot '{name}' is damaged: {problems[0].path}: {problems[0].message}; "
+                f"run 'sparkpoint snapshot verify {name}'"
+            )
+
+
+def start_from_snapshots(home: Home, options: RunOptions, from_snapshot: str | None,
+                         resume_point: Path | None, choice: BatchChoice,
+                         first_batch: int | None, spark: SparkSession | None,
+                         echo: Echo) -> RunResult:
+    """Run ``options.job`` as a new job whose checkpoint is built from snapshots."""
+    job = options.job
+    registry = JobRegistry(home)
+    store = open_snapshot_store(home)
+    point = load_resume_point(resume_point) if resume_point is not None else None
+    if from_snapshot is not None:
+        check_first_batch(first_batch, store.get(from_snapshot).batch_id)
+    target = registry.checkpoint(job).root
+    # A checkpoint that an interrupted start built and no record owns is rolled back
+    # below, under the job's lock; any other makes the name taken.
+    if registry.exists(job) or (target.exists() and not is_own_orphan(target)):
+        raise NameTakenError(
+            f"job '{job}' already exists; a job started from snapshots must be new: choose "
+            "another --job name (or drop --from-snapshot/--resume-point to continue it)"
+        )
+    check_snapshots_intact(store, point.snapshots() if point else [from_snapshot or ""])
+
+    def prepare(planned: PlannedJob) -> Lineage:
+        crash_point("restore.job_locked")
+        # A checkpoint left by a cut-off start goes whole.
+        roll_back(target, registry.exists(job), lambda line: echo(f"job '{job}': {line}"))
+        resolution = resolve(store, planned, point, from_snapshot, choice)
+        refuse_start_outside_lineage(registry, store, job, planned.file_sink,
+                                     used_snapshots(resolution.plan))
+        for warning in resolution.plan.warnings:
+            echo(f"warning: {warning}")
+        if resolution.sink_problem is not None and \
+                resolution.plan.problems == [resolution.sink_problem]:
+            raise SinkAheadError(f"job '{job}' not started, nothing was created: "
+                                 f"{resolution.sink_problem}")
+        if not resolution.plan.ok:
+            raise ValidationError(
+                f"the job cannot resume ({len(resolution.plan.problems)} problem(s)); "
+                "nothing was created:\n  " + "\n  ".join(resolution.plan.problems))
+        numbering = resolution.plan.batches
+        rewind_to = numbering.rewind_to_batch if numbering is not None else None
+        with contextlib.ExitStack() as writers:
+            rewind_plan = None
+            if rewind_to is not None and planned.file_sink is not None:
+                # Nobody may write the output from here until its files are moved.
+                snapshot_jobs = {s.manifest.job for s in resolution.snapshots.values()}
+                _lock_writers(writers, home, planned.file_sink, snapshot_jobs, echo)
+                rewind_plan = plan_rewind(
+                    planned.file_sink, rewind_to,
+                    f"job '{job}' started from {from_snapshot or resume_point} "
+                    "with --rewind-output")
+            result = build_new_checkpoint(
+                planned, resolution, target, echo,
+                spark_location=home.checkpoint_location(job) if home.remote else None)
+            if rewind_plan is not None and result.batch_id is not None:
+                rewind_output_to(rewind_plan)
+                echo(f"job '{job}': {rewind_plan.summary()}")
+        used = sorted(resolution.snapshots)
+        if result.batch_id is not None:
+            echo(f"built checkpoint for job '{job}' from {', '.join(used)} "
+                 f"(batch {result.batch_id})")
+            if numbering is not None and numbering.renumbered:
+                echo(f"batch ids renumbered: snapshot batch {numbering.snapshot_batch} "
+                     f"continues as batch {numbering.checkpoint_batch}")
+            if planned.file_sink is not None:
+                _close_sink_gap(planned, target, result.batch_id, echo)
+        first = resolution.snapshots[used[0]].manifest if used else None
+        return Lineage(
+            from_snapshot=from_snapshot or (",".join(used) or None),
+            snapshot_job=first.job if first else None,
+            snapshot_batch=result.batch_id,
+            resume_point=str(resume_point) if resume_point is not None else None,
+        )
+
+    def on_recorded() -> None:
+        clear_intent(target)
+
+    return run_job(home, options, spark=spark, prepare=prepare, echo=echo,
+                   on_recorded=on_recorded)
+
+
+def _close_sink_gap(planned: PlannedJob, target: Location, batch: int,
+                    echo: Echo) -> None:
+    """Give the new job's output the sink log entries of every batch up to the new
+    checkpoint's ``batch`` that it lacks (Spark's repartition batch, batch ids skipped by
+    --first-batch, a new output's history), before Spark writes the next one; they are named
+    in the start's intent first, so that a cut-off start takes them back."""
+    assert planned.file_sink is not None
+    interval = int(planned.conf.get(COMPACT_INTERVAL_CONF, DEFAULT_COMPACT_INTERVAL))
+    gap = find_gap(planned.file_sink, batch, interval)
+    if not gap.batches:
+        return
+    record_sink_fill(target, gap)
+    crash_point("sink_gap.recorded")
+    fill_gap(gap, lambda: crash_point("sink_gap.entry_written"))
+    first, last = gap.batches[0], gap.batches[-1]
+    echo(f"gave the output {planned.file_sink} empty sink log entries for batches "
+         f"{first}..{last}, which write nothing to it (so that it has no hole)")
+    crash_point("restore.sink_seeded")
+
+
+def _lock_writers(stack: contextlib.ExitStack[Any], home: Home, output: str,
+                  snapshot_jobs: set[str], echo: Echo) -> None:
+    """Hold, on ``stack``, the lock of every job of the home that may write ``output``: the
+    snapshots' jobs and every job whose latest run wrote it. A running one refuses the rewind
+    (its query would go on writing files and log entries beside the moved ones)."""
+    registry = JobRegistry(home)
+    writers = set(writers_of(registry, output)) | (snapshot_jobs & set(registry.names()))
+    for writer in sorted(writers):
+        holder = lock_holder(home, writer)
+        if holder is not None:
+            raise JobRunningError(
+                f"job '{writer}' writes the output {output} and is running (pid {holder}); "
+                f"its files cannot be moved aside under it: stop it first ('sparkpoint jobs "
+                f"stop {writer} --wait'), then start again with --rewind-output; nothing was "
+                "changed")
+        stack.enter_context(job_lock(home, writer, echo))
+
+
