@@ -124,3 +124,21 @@ def test_s3a_settings_come_from_the_aws_environment_and_the_users_win(
     assert "spark.jars.packages" not in given
     assert s3a_conf("hdfs://nn:8020/home", {}) == {}
     assert s3a_conf("/local/home", {}) == {}
+
+
+def test_s3a_directory_markers_are_not_files_of_a_listing(
+    s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark's S3A connector (Hadoop 3.4+, kept markers) writes an empty object named
+    ``<dir>/`` for a directory it creates, e.g. ``state/0/0/_metadata/``; fsspec lists it as
+    a file. A listing of a partition that counted it made every export fetch a key that is
+    not a file (NoSuchKey)."""
+    home = _home(s3_server, tmp_path, monkeypatch)
+    _put(s3_server, home, "checkpoint/state/0/0/_metadata/", b"")
+    _put(s3_server, home, "checkpoint/state/0/0/_metadata/schema", b"schema")
+    _put(s3_server, home, "checkpoint/state/0/0/1.delta", b"one")
+    pdir = home.checkpoint_dir("j") / "state" / "0" / "0"
+    assert isinstance(pdir, StorePath)
+    assert set(pdir.io.walk_stats(pdir.url)) == {"_metadata/schema", "1.delta"}
+    local = readable_partition(pdir, 1)
+    assert (local / "_metadata" / "schema").read_bytes() == b"schema"
