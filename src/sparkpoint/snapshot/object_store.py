@@ -248,8 +248,9 @@ class ObjectSnapshotStore(SnapshotStore):
             referenced |= {blob_name(entry) for entry in self._files_of(name)}
         deadline = listed_leases + COLLECTION_WINDOW_S
         remaining = set()
+        kept = referenced | live
         for blob in blobs:
-            if blob in referenced or blob in live or time.monotonic() > deadline:
+            if blob in kept or _uploading(blob) in kept or time.monotonic() > deadline:
                 remaining.add(blob)
             else:
                 self.io.delete(join(self.location, FILES_DIR, blob))
@@ -265,6 +266,17 @@ class ObjectSnapshotStore(SnapshotStore):
             return list(self.read(name).files)
         except UnknownSnapshotError:
             return []
+
+
+def _uploading(blob: str) -> str | None:
+    """The blob a temporary file is being uploaded as (HDFS writes ``.<name>.<hex>.tmp``
+    beside the target and renames it: storage/webhdfs.py), or None for any other file. A
+    live create's upload in flight is its blob, not a leftover."""
+    parent, _, name = blob.rpartition("/")
+    if not (name.startswith(".") and name.endswith(".tmp")):
+        return None
+    stem = name[1:-len(".tmp")].rpartition(".")[0]
+    return f"{parent}/{stem}" if parent else stem
 
 
 def _lease_record(name: str, files: Iterable[FileEntry]) -> bytes:
