@@ -1006,7 +1006,8 @@ def startpoint_set(
     merged = [*kept, new]
     resolved = resolve_startpoints(info, merged, checkpoint, _compact_interval(record))
     if not dry_run:
-        store.set(job, new)  # at the home's URL: no lease needed, see startpoints/store.py
+        # At the home's URL: no lease needed, see startpoints/store.py.
+        merged[-1] = store.set(job, new)
     return StartpointPreview(job, source, merged, resolved, not dry_run,
                              [op.name for op in record.operators])
 
