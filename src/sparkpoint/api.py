@@ -551,7 +551,7 @@ def snapshot_create(
         if record.effective_status() == "running":
             echo(f"asking job '{job}' (pid {record.pid}) to stop after its last committed batch")
             registry.request_stop(job)
-            record = wait_until_stopped(registry, job, CANCEL_TIMEOUT_S)
+            record = wait_until_stopped(registry, job, CANCEL_TIMEOUT_S, record)
             echo(f"job '{job}' is {record.effective_status()}")
         else:
             echo(f"job '{job}' is not running ({record.effective_status()}); snapshotting it")
@@ -832,7 +832,7 @@ def jobs_stop(home: Home, job: str, wait: bool = False, echo: Echo = _quiet) -> 
     registry.request_stop(job)
     echo(f"asked job '{job}' (pid {record.pid}) to stop after its last committed batch")
     if wait:
-        record = wait_until_stopped(registry, job, CANCEL_TIMEOUT_S)
+        record = wait_until_stopped(registry, job, CANCEL_TIMEOUT_S, record)
         status = record.effective_status()
     return {"job": job, "status": status, "stopped": status != "running",
             "batch": registry.checkpoint(job).latest_committed_batch()}
@@ -889,7 +889,7 @@ def drain(
     if record.effective_status() == "running":
         echo(f"asking job '{job}' (pid {record.pid}) to stop: no new input from here")
         registry.request_stop(job)
-        wait_until_stopped(registry, job, CANCEL_TIMEOUT_S)
+        wait_until_stopped(registry, job, CANCEL_TIMEOUT_S, record)
     with job_lock(home, job):
         recovered = recover(home, job, echo)
         if recovered.drain is not None:

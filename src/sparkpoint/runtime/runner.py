@@ -29,7 +29,7 @@ from sparkpoint.runtime.jobfile import (
     described_by_command,
     load_build,
 )
-from sparkpoint.runtime.lock import held_lease, job_lock
+from sparkpoint.runtime.lock import held_lease, holds, job_lock
 from sparkpoint.runtime.progress import (
     clear_progress,
     ran_a_batch,
@@ -427,14 +427,21 @@ def run_job(
             planned.release()
 
 
-def wait_until_stopped(registry: JobRegistry, job: str, timeout_s: float) -> JobRecord:
-    """Poll the record of a job asked to stop until its process reports it stopped."""
+def wait_until_stopped(registry: JobRegistry, job: str, timeout_s: float,
+                       running: JobRecord) -> JobRecord:
+    """Poll the record of a job asked to stop until its process reports it stopped and has
+    let go of the job. ``running``: the record that said it runs, when the stop was asked.
+
+    A run writes its record before it lets go of its lock (and of its lease, which in a store
+    takes round trips): returning on the record alone, a drain that then takes the job is
+    refused by the run it has just stopped."""
     import time
 
     deadline = time.monotonic() + timeout_s
     while True:
         record = registry.get(job)
-        if record.effective_status() != "running":
+        if record.effective_status() != "running" and \
+                not holds(registry.home, job, running.host, running.pid):
             return record
         if time.monotonic() > deadline:
             raise JobRunningError(
