@@ -390,7 +390,12 @@ def run_job(
                             query.stop()
                             break
                         keeper.keep(query)
-                        if stop_signal.requested.is_set() or registry.stop_requested(job):
+                        # A run of one planned batch (a drain's, or one completed before a
+                        # drain or startpoints) is not cut short by a stop request: that batch
+                        # is the last committed one the request stops after; cut off, a drain
+                        # failed with nothing changed. Ctrl-C still stops it.
+                        if stop_signal.requested.is_set() or (
+                                not options.pending_batch_only and registry.stop_requested(job)):
                             echo(f"job '{job}': stop requested, stopping after the last committed "
                                  "batch")
                             query.stop()
