@@ -462,7 +462,7 @@ def jobs_stop(home: Home, job: str, wait: bool = False, echo: Echo = _quiet) -> 
     registry.request_stop(job)
     echo(f"asked job '{job}' (pid {record.pid}) to stop after its last committed batch")
     if wait:
-        record = wait_until_stopped(registry, job, CANCEL_TIMEOUT_S)
+        record = wait_until_stopped(registry, job, CANCEL_TIMEOUT_S, record)
         status = record.effective_status()
     return {"job": job, "status": status, "stopped": status != "running",
             "batch": registry.checkpoint(job).latest_committed_batch()}
@@ -519,7 +519,7 @@ def drain(
     if record.effective_status() == "running":
         echo(f"asking job '{job}' (pid {record.pid}) to stop: no new input from here")
         registry.request_stop(job)
-        wait_until_stopped(registry, job, CANCEL_TIMEOUT_S)
+        wait_until_stopped(registry, job, CANCEL_TIMEOUT_S, record)
     with job_lock(home, job):
         recovered = recover(home, job, echo)
         if recovered.drain is not None:
@@ -572,7 +572,8 @@ def startpoint_set(
     merged = [*kept, new]
     resolved = resolve_startpoints(info, merged, checkpoint, compact_interval(record))
     if not dry_run:
-        store.set(job, new)  # at the home's URL: no lease needed, see startpoints/store.py
+        # At the home's URL: no lease needed, see startpoints/store.py.
+        merged[-1] = store.set(job, new)
     return StartpointPreview(job, source, merged, resolved, not dry_run,
                              [op.name for op in record.operators])
 

@@ -11,19 +11,25 @@ running the job beside the second.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
+import threading
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from sparkpoint import api
+from sparkpoint.errors import SparkpointError
+from sparkpoint.runtime.lock import job_lock
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import output_rows, write_clicks
 from tests.integration.test_remote_home import _reference, _run_args
 from tests.support.cli import _env, command, sparkpoint, wait_for
 from tests.support.s3 import S3Server
+from tests.support.slow_proxy import slow_proxy
 
 pytestmark = pytest.mark.spark
 
@@ -83,3 +89,56 @@ def test_a_job_frozen_past_its_lease_is_taken_over_and_wakes_to_lease_lost(
     again = sparkpoint(home, *_run_args("v1", inp, out), env=_machine(tmp_path, "machine-b"))
     assert again.code == 0, again.err[-3000:]
     assert Counter(output_rows(spark, out)) == Counter(_reference(spark, tmp_path, inp))  # type: ignore[arg-type]
+
+
+def test_once_jobs_stop_wait_says_stopped_the_next_command_can_take_the_job(
+    s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``jobs stop --wait`` (and the stop a drain or ``snapshot create --cancel`` asks for)
+    returns once the stopped run has let go of the job, not as soon as its record says
+    stopped: a run writes its record, then releases its lease, and a drain that took the job
+    in between was refused JOB_RUNNING by the very run it had stopped. Found by the torture
+    test (tests/integration/test_home_torture.py). The run's release of its lease is held at
+    a proxy, which keeps it in that moment for as long as the test needs."""
+    bucket = s3_server.new_bucket()
+    monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "test-machine"))
+    home = Home.resolve(f"s3://{bucket}/home")
+    inp, out = tmp_path / "in", tmp_path / "out"
+    write_clicks(inp, range(0, 2))
+    args = [arg for arg in _run_args("v1", inp, out) if arg != "--until-caught-up"]
+    log = tmp_path / "machine-a.log"
+    outcome: dict[str, str] = {}
+
+    def stop_then_take() -> None:
+        try:
+            api.jobs_stop(home, "v1", wait=True)
+            with job_lock(home, "v1"):  # what a drain or a run takes next
+                outcome["taken"] = "yes"
+        except SparkpointError as exc:
+            outcome["refused"] = str(exc)
+
+    with slow_proxy(s3_server.endpoint, latency=0, bytes_per_second=0) as proxy, \
+            open(log, "wb") as handle:
+        machine_a = {**_machine(tmp_path, "machine-a"), "AWS_ENDPOINT_URL": proxy.endpoint,
+                     "SPARKPOINT_LEASE_SECONDS": "600"}  # no renewal while the test runs
+        first = subprocess.Popen(command(home, *args), stdout=handle, stderr=subprocess.STDOUT,
+                                 env=_env(extra=machine_a))
+        try:
+            wait_for(lambda: len(_commits(s3_server, bucket)) >= 1, 240, "a batch", log)
+            # From here the run's next write of its lease (its release) waits at the proxy.
+            proxy.hold = re.compile(r"^PUT \S*jobs/v1/lease/")
+            stopper = threading.Thread(target=stop_then_take)
+            stopper.start()
+            wait_for(lambda: proxy.held_count() >= 1, 120, "the run letting go", log)
+            # The run's record says stopped and its lease is still live: a stopper that does
+            # not wait for the lease has seen the record by now and tried to take the job.
+            stopper.join(timeout=5)
+            proxy.release()
+            stopper.join(timeout=120)
+            assert first.wait(timeout=120) == 0, log.read_text()[-3000:]
+        finally:
+            proxy.release()
+            if first.poll() is None:
+                first.kill()
+                first.wait(timeout=60)
+    assert outcome == {"taken": "yes"}

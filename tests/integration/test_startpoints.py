@@ -46,7 +46,12 @@ def test_earliest_rereads_everything_once_then_is_cleared(
     assert dry.code == 0, dry.err
     assert "reads 3 files again (log entry 3)" in dry.json()["resolves_to"]["positions"]
     assert sparkpoint(home, "startpoint", "list", "j", "--json").json() == []
-    assert sparkpoint(home, "startpoint", "set", "j", "clicks", "--earliest").code == 0
+    # Set twice: the second replaces the first at the next start, which consumes both.
+    sets = [sparkpoint(home, "startpoint", "set", "j", "clicks", "--earliest", "--json")
+            for _ in range(2)]
+    assert [done.code for done in sets] == [0, 0]
+    set_ids = [done.json()["startpoints"][-1]["set_id"] for done in sets]
+    assert all(set_ids) and set_ids[0] != set_ids[1]
     assert [s["kind"] for s in sparkpoint(home, "startpoint", "list", "j", "--json").json()] \
         == ["earliest"]
     later = write_clicks(tmp_path / "in", range(3, 4))
@@ -57,6 +62,7 @@ def test_earliest_rereads_everything_once_then_is_cleared(
     assert _out(spark, tmp_path) == _rows(first + first + later)
     applied = sparkpoint(home, "jobs", "show", "j", "--json").json()["startpoints_applied"]
     assert [a["source"] for a in applied] == ["clicks"]
+    assert applied[0]["set_ids"] == set_ids  # the replaced set too: consumed, once
     assert "reads 3 files again (log entry 3)" in sparkpoint(home, "jobs", "show", "j").out
 
 

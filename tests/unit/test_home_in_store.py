@@ -118,6 +118,7 @@ def test_s3a_settings_come_from_the_aws_environment_and_the_users_win(
         "spark.hadoop.fs.s3a.secret.key": "secret",
         "spark.hadoop.fs.s3a.endpoint.region": "eu-west-1",
         "spark.hadoop.fs.s3a.optimized.copy.from.local.enabled": "false",
+        "spark.hadoop.fs.s3a.input.stream.type": "classic",
         "spark.jars.packages": S3A_PACKAGES,
     }
     given = s3a_conf("s3://b/home", {"spark.jars": "/jars/hadoop-aws-3.5.0.jar,/jars/b.jar"})

@@ -23,9 +23,9 @@ import pytest
 
 from sparkpoint.errors import JobRunningError, LeaseLostError
 from sparkpoint.runtime.lock import held_lease, job_lock, lease_store, lock_holder
-from sparkpoint.storage.fileio import join
+from sparkpoint.storage.fileio import file_io, join
 from sparkpoint.storage.home import Home
-from sparkpoint.storage.lease import LeaseRecord
+from sparkpoint.storage.lease import LEASE_LOG_ENV, LeaseRecord, LeaseStore
 
 # One contender: waits for "go" on stdin, tries the job's lock once, reports, then holds it
 # until its stdin gives "release" (or reports LEASE_LOST when a fence check fails).
@@ -217,3 +217,32 @@ def test_a_holder_frozen_past_its_lease_is_fenced_out_and_writes_nothing(
         if holder.poll() is None:
             os.kill(holder.pid, signal.SIGCONT)
             holder.kill()
+
+
+def test_the_lease_log_has_each_holding_from_taken_to_let_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPARKPOINT_LEASE_LOG: one line when a lease is taken and one when it is let go,
+    released or found lost to a taker, with its token and times (what the torture test checks
+    for overlaps); without the variable nothing is logged."""
+    store = LeaseStore(file_io(str(tmp_path)), str(tmp_path / "lease"), "j")
+    store.acquire(echo=print, length=60).release()
+    log = tmp_path / "leases.jsonl"
+    monkeypatch.setenv(LEASE_LOG_ENV, str(log))
+    first = store.acquire(echo=print, length=60)
+    first.release()
+    second = store.acquire(echo=print, length=60)
+    # A taker wins the next generation behind the holder's back (as after it froze).
+    taker = LeaseRecord(generation=second.record.generation + 1, token="taker", host="other",
+                        pid=1, expires_at=time.time() + 60)
+    assert store.io.create_exclusive(store._url(taker.generation), taker.to_bytes())
+    second.release()
+
+    lines = [json.loads(text) for text in log.read_text().splitlines()]
+    assert [(line["event"], line["token"], line.get("outcome")) for line in lines] == [
+        ("acquired", first.record.token, None), ("released", first.record.token, "released"),
+        ("acquired", second.record.token, None), ("released", second.record.token, "lost")]
+    assert [line["generation"] for line in lines] == [2, 2, 3, 3]
+    assert all(line["job"] == "j" and line["pid"] == os.getpid() for line in lines)
+    assert lines[0]["wall"] <= lines[1]["held_until"] <= lines[2]["wall"] \
+        <= lines[3]["held_until"] <= time.time()

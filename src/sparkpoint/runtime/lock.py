@@ -144,6 +144,17 @@ def lock_holder(home: Home, job: str) -> int | None:
     return None
 
 
+def holds(home: Home, job: str, host: str | None, pid: int | None) -> bool:
+    """Whether process ``pid`` on ``host`` holds the job (its lease in a store, its kernel
+    lock on a local home)."""
+    if pid is None:
+        return False
+    if home.remote:
+        record = lease_store(home, job).holder()
+        return record is not None and (record.host, record.pid) == (host, pid)
+    return lock_holder(home, job) == pid
+
+
 def held_lease(home: Home, job: str) -> Lease | None:
     """The lease this thread holds on the job (None on a local home or when not held)."""
     with _released:

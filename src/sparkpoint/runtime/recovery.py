@@ -60,5 +60,3 @@ def recover(home: Home, job: str, echo: Echo) -> Recovery:
              f"{pending.recorded_at} (as resolved then)")
         finish_startpoints(home, job, pending, echo)
     return Recovery(drained, rolled_back, pending is not None)
-
-

@@ -115,6 +115,9 @@ class AppliedStartpoint(BaseModel):
     # The apply intent this came from: an apply finished after a crash is recorded once.
     intent_id: str | None = None
     startpoints: list[dict[str, Any]]
+    # Every pending set this application consumed: those folded into ``startpoints`` and
+    # those a later whole-source set replaced (each set is consumed exactly once).
+    set_ids: list[str] = Field(default_factory=list)
     applied_at: str
     batch: int
     offset_before: Any = None

@@ -29,7 +29,7 @@ from sparkpoint.runtime.jobfile import (
     described_by_command,
     load_build,
 )
-from sparkpoint.runtime.lock import held_lease, job_lock
+from sparkpoint.runtime.lock import held_lease, holds, job_lock
 from sparkpoint.runtime.progress import (
     clear_progress,
     ran_a_batch,
@@ -392,7 +392,12 @@ def run_job(
                             query.stop()
                             break
                         keeper.keep(query)
-                        if stop_signal.requested.is_set() or registry.stop_requested(job):
+                        # A run of one planned batch (a drain's, or one completed before a
+                        # drain or startpoints) is not cut short by a stop request: that batch
+                        # is the last committed one the request stops after; cut off, a drain
+                        # failed with nothing changed. Ctrl-C still stops it.
+                        if stop_signal.requested.is_set() or (
+                                not options.pending_batch_only and registry.stop_requested(job)):
                             echo(f"job '{job}': stop requested, stopping after the last committed "
                                  "batch")
                             query.stop()
@@ -429,14 +434,21 @@ def run_job(
             planned.release()
 
 
-def wait_until_stopped(registry: JobRegistry, job: str, timeout_s: float) -> JobRecord:
-    """Poll the record of a job asked to stop until its process reports it stopped."""
+def wait_until_stopped(registry: JobRegistry, job: str, timeout_s: float,
+                       running: JobRecord) -> JobRecord:
+    """Poll the record of a job asked to stop until its process reports it stopped and has
+    let go of the job. ``running``: the record that said it runs, when the stop was asked.
+
+    A run writes its record before it lets go of its lock (and of its lease, which in a store
+    takes round trips): returning on the record alone, a drain that then takes the job is
+    refused by the run it has just stopped."""
     import time
 
     deadline = time.monotonic() + timeout_s
     while True:
         record = registry.get(job)
-        if record.effective_status() != "running":
+        if record.effective_status() != "running" and \
+                not holds(registry.home, job, running.host, running.pid):
             return record
         if time.monotonic() > deadline:
             raise JobRunningError(

@@ -35,6 +35,7 @@ from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER, locate_version
 from sparkpoint.checkpoint.source_log import file_source_log_offset
 from sparkpoint.checkpoint.state_files import readable_partition
 from sparkpoint.crash_points import crash_point, steps
+from sparkpoint.drain.synthetic import MAX_WATERMARK_MS
 from sparkpoint.errors import BatchNotHeldError, CheckpointFormatError, StateRetentionError
 from sparkpoint.snapshot.manifest import (
     CHECKPOINT_SUBDIR,
@@ -201,7 +202,7 @@ def export_checkpoint(
         return _export_past_batch(checkpoint, batch, staging, snapshot_name, info, say)
     lost = ""
     for _attempt in range(EXPORT_ATTEMPTS):
-        batch = checkpoint.require_latest_committed_batch()
+        batch = _latest_exportable(checkpoint)
         try:
             return _export_batch(checkpoint, batch, staging, snapshot_name, info, say)
         except (FileNotFoundError, CheckpointFormatError) as exc:
@@ -220,6 +221,18 @@ def export_checkpoint(
         "with a larger spark.sql.streaming.minBatchesToRetain, or snapshot it with --cancel "
         f"(last lost: {lost})"
     )
+
+
+def _latest_exportable(checkpoint: Checkpoint) -> int:
+    """The latest committed batch, or the one before it while it is a drain batch whose
+    watermark is not put back yet (a drain running in another process, or one cut off):
+    with the drain's maximal watermark, a job started from the snapshot would drop all its
+    input as late. A drain puts the watermark back in place (offsets, then commit) and never
+    raises it again, so a batch found put back here is copied put back."""
+    batch = checkpoint.require_latest_committed_batch()
+    draining = MAX_WATERMARK_MS in (checkpoint.offsets(batch).batch_watermark_ms,
+                                    checkpoint.commit(batch).next_batch_watermark_ms)
+    return batch - 1 if draining and batch > 0 else batch
 
 
 def _export_past_batch(

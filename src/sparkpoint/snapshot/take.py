@@ -56,7 +56,7 @@ def stop_for_snapshot(registry: JobRegistry, job: str, record: JobRecord,
     if record.effective_status() == "running":
         echo(f"asking job '{job}' (pid {record.pid}) to stop after its last committed batch")
         registry.request_stop(job)
-        record = wait_until_stopped(registry, job, CANCEL_TIMEOUT_S)
+        record = wait_until_stopped(registry, job, CANCEL_TIMEOUT_S, record)
         echo(f"job '{job}' is {record.effective_status()}")
     else:
         echo(f"job '{job}' is not running ({record.effective_status()}); snapshotting it")

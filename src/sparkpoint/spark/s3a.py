@@ -49,6 +49,11 @@ def s3a_conf(location: str, conf: Mapping[str, str]) -> dict[str, str]:
     # RocksDB uploads its checkpoint files from local disk; s3a's optimized copy from local
     # fails on them (measured with RocksDB state on s3a), the plain upload works.
     settings[_PREFIX + "optimized.copy.from.local.enabled"] = "false"
+    # hadoop-aws 3.5 reads through the analytics accelerator by default, which turns the
+    # interrupt of a query's stop into a plain IOException: a run stopped while it read a
+    # checkpoint file (jobs stop, a drain) failed instead of stopping. The classic stream's
+    # interrupt is an InterruptedIOException, which Spark takes for the stop it is.
+    settings[_PREFIX + "input.stream.type"] = "classic"
     if not _connector_given(conf):
         settings[PACKAGES_CONF] = S3A_PACKAGES
     return {key: value for key, value in settings.items() if key not in conf}

@@ -113,6 +113,7 @@ def finish_startpoints(home: Home, job: str, intent: StartpointIntent, echo: Ech
             record.startpoints_applied.append(AppliedStartpoint(
                 source=result.source, intent_id=intent.intent_id,
                 startpoints=[s.model_dump(mode="json") for s in intent.pending[result.source]],
+                set_ids=(intent.consumed or {}).get(result.source, []),
                 applied_at=now_iso(), batch=intent.batch,
                 offset_before=audit["offset_before"], offset_after=audit["offset_after"],
                 positions=audit["positions"]))

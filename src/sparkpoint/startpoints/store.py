@@ -114,15 +114,16 @@ class StartpointStore:
     def get(self, job: str, source: str) -> list[Startpoint]:
         return self.pending(job, source)[0]
 
-    def set(self, job: str, startpoint: Startpoint) -> list[Startpoint]:
+    def set(self, job: str, startpoint: Startpoint) -> Startpoint:
         """Store ``startpoint`` as a set of its own; a whole-source one replaces the
-        source's others at the next start, a partition one that partition's."""
+        source's others at the next start, a partition one that partition's. Returns it
+        with its set id (what the job record's ``startpoints_applied`` names once applied)."""
         set_id = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
         entry = startpoint.model_copy(update={"set_id": set_id})
         data = json.dumps(entry.model_dump(mode="json"), indent=2) + "\n"
         self.io.write_bytes(join(self._source_url(job, startpoint.source), f"{set_id}.json"),
                             data.encode())
-        return self.get(job, startpoint.source)
+        return entry
 
     def sources(self, job: str) -> list[str]:
         found = set()

@@ -21,6 +21,13 @@ highest generation is the lease; its holder is live while it has not expired or 
 - **Letting go** marks the holder's generation released (it is not deleted: a holder that was
   fenced out must still find a higher generation than its own).
 
+Audit: with ``SPARKPOINT_LEASE_LOG=<file>`` a process appends one JSON line to the file for each
+lease it takes and lets go (job, generation, token, host, pid, wall and monotonic times), so a
+test can check from every process's log that no two holders' intervals overlapped. Taken is
+stamped after the conditional create won, let go before the release is written (or, for a
+lease found lost, at the holder's own deadline if that came first): the interval is never
+shorter than the time the holder believed it held.
+
 Clocks: a taker compares the recorded expiry with its own wall clock, so machines sharing a
 home must keep their clocks within a small fraction of ``SPARKPOINT_LEASE_SECONDS`` (NTP
 does). A home on local disk does not use this: kernel locks (runtime/lock.py) free a dead
@@ -46,6 +53,7 @@ from sparkpoint.storage.processes import pid_alive, this_host
 LEASE_DIR = "lease"
 DEFAULT_LEASE_SECONDS = 60.0
 LEASE_SECONDS_ENV = "SPARKPOINT_LEASE_SECONDS"
+LEASE_LOG_ENV = "SPARKPOINT_LEASE_LOG"
 # Listing and reading the newest generation can race a taker tidying older ones.
 READ_ATTEMPTS = 5
 
@@ -87,6 +95,18 @@ class LeaseRecord:
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode("utf-8")
+
+
+def _log(event: str, job: str, record: LeaseRecord, **extra: Any) -> None:
+    """One line in $SPARKPOINT_LEASE_LOG, if set (see the module's docs)."""
+    path = os.environ.get(LEASE_LOG_ENV)
+    if not path:
+        return
+    line = {"event": event, "job": job, "generation": record.generation,
+            "token": record.token, "host": record.host, "pid": record.pid,
+            "wall": time.time(), "monotonic": time.monotonic(), **extra}
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(line, sort_keys=True) + "\n")
 
 
 def _name(generation: int) -> str:
@@ -158,6 +178,7 @@ class LeaseStore:
                                pid=os.getpid(), expires_at=time.time() + length)
             if not self.io.create_exclusive(self._url(mine.generation), mine.to_bytes()):
                 continue  # another process took this generation: look again
+            _log("acquired", self.job, mine, length=length, expires_at=mine.expires_at)
             if record is not None and not record.released:
                 echo(f"job '{self.job}': took over the lease left by {record.describe()}, "
                      f"expired {time.time() - record.expires_at:.0f} s ago")
@@ -274,15 +295,24 @@ class Lease:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
 
+    def _log_let_go(self, outcome: str) -> None:
+        # The holder's own deadline, on the wall clock: past it, it believed it held no more.
+        deadline = time.time() - max(0.0, time.monotonic() - self.deadline)
+        _log("released", self.store.job, self.record, outcome=outcome,
+             held_until=min(time.time(), deadline))
+
     def release(self) -> None:
         """Stop renewing and let go (nothing is written once the lease was lost)."""
         self._stop_renewing()
         if self.lost.is_set() or self.ended:
+            self._log_let_go("lost" if self.lost.is_set() else "deleted with the job")
             return
         with self._lock:
             try:
                 self.check()
             except LeaseLostError:
+                self._log_let_go("lost")
                 return
+            self._log_let_go("released")
             released = replace(self.record, released=True)
             self.store.io.write_bytes(self.url, released.to_bytes())

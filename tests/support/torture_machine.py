@@ -1,0 +1,199 @@
+"""One machine of the concurrency torture test (tests/integration/test_home_torture.py).
+
+A process of its own, with the identity the test gives it in its environment
+(``SPARKPOINT_HOST``, ``SPARKPOINT_SCRATCH``, ``SPARKPOINT_LEASE_LOG``), changing one job in one
+home through sparkpoint's API, with one Spark session for all its runs and drains (a JVM per
+command would not fit the suite's time on two cores).
+
+    python -m tests.support.torture_machine HOME JOB INDEX INPUT OUTPUT [S3A_JARS]
+
+Commands come on stdin, one JSON object a line; each is answered on stdout by lines
+``TORTURE {json}``, the last one ``{"done": <command>}``:
+
+- ``{"do": "spark"}``: start its Spark session now (before the torture, not during it).
+- ``{"do": "setup"}``: write the first input files, run the job until caught up.
+- ``{"do": "torture", "seed": S, "ops": [...], "deadline_s": T}``: the operations in order
+  (``create``, ``delete``, ``verify``, ``startpoint``, ``run``, ``stop``, ``drain``), none
+  begun after T seconds; one line per operation with its outcome: ``ok``, the error code of a
+  SparkpointError with its exit code, or ``traceback``.
+- ``{"do": "finish"}``: run the job until caught up, then drain it.
+- ``{"do": "start_from", "snapshot": S, "job": J, "output": DIR}``: start job J from snapshot
+  S into DIR, run it until caught up, drain it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import random
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sparkpoint import api
+from sparkpoint.errors import SparkpointError
+from sparkpoint.storage.home import Home
+from sparkpoint.testing import clicks_for_slice
+
+JOB_FILE = Path(__file__).resolve().parents[1] / "data" / "jobs" / "clicks_counted_once.py"
+QUERY_CONF = {"spark.sql.shuffle.partitions": "2"}
+# Startpoints that change nothing a reference could not predict: each reads every file the
+# job has read again (and skips none), and the job counts every event once however often it
+# is read (tests/data/jobs/clicks_counted_once.py).
+REREAD_EVERYTHING: list[tuple[Any, str | None]] = [
+    ("earliest", None), ("timestamp", "2001-01-01T00:00:00Z"), ("offset", '{"logOffset":-1}')]
+
+
+def say(**line: Any) -> None:
+    print("TORTURE " + json.dumps(line, default=str), flush=True)
+
+
+def log(line: str) -> None:
+    """What a command says on the way, to stderr (the machine's log)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def append_input(input_dir: Path, files: int) -> list[int]:
+    """Write the next ``files`` 20-minute slices of clicks, in event-time order, as any
+    machine's turn comes: under a lock shared by the test's processes, each file strictly
+    newer than the last (Spark's file source reads files in modification-time order, in
+    milliseconds; a slice read after a later one would be late and dropped)."""
+    input_dir.mkdir(parents=True, exist_ok=True)
+    state_file = input_dir.parent / "input-state.json"
+    with open(input_dir.parent / "input.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        state = json.loads(state_file.read_text()) if state_file.exists() else \
+            {"next": 0, "mtime_ns": 0}
+        written = []
+        for _ in range(files):
+            index = state["next"]
+            tmp = input_dir / f".clicks-{index:05d}.json.tmp"
+            tmp.write_text("\n".join(c.to_json() for c in clicks_for_slice(index)) + "\n")
+            mtime = max(time.time_ns(), state["mtime_ns"] + 2_000_000)
+            os.utime(tmp, ns=(mtime, mtime))
+            os.replace(tmp, input_dir / f"clicks-{index:05d}.json")
+            state = {"next": index + 1, "mtime_ns": mtime}
+            written.append(index)
+        state_file.write_text(json.dumps(state))
+    return written
+
+
+class Machine:
+    def __init__(self, home: Home, job: str, index: int, input_dir: Path, output: Path,
+                 jars: str | None) -> None:
+        self.home, self.job, self.index = home, job, index
+        self.input, self.output, self.jars = input_dir, output, jars
+        self._spark: Any = None
+
+    @property
+    def spark(self) -> Any:
+        if self._spark is None:
+            from sparkpoint.spark.s3a import s3a_conf
+            from sparkpoint.spark.session import create_session
+
+            conf = dict(QUERY_CONF)
+            if self.jars:
+                conf = {**conf, **s3a_conf(self.home.location, {"spark.jars": self.jars}),
+                        "spark.jars": self.jars}
+            self._spark = create_session("local[2]", conf, f"torture-{self.index}")
+        return self._spark
+
+    def params(self, output: Path | None = None) -> dict[str, str]:
+        return {"input": str(self.input), "output": str(output or self.output),
+                "files_per_batch": "1"}
+
+    def run(self, job: str | None = None, output: Path | None = None,
+            from_snapshot: str | None = None) -> dict[str, Any]:
+        result = api.run(self.home, JOB_FILE, job or self.job, params=self.params(output),
+                         conf=QUERY_CONF, from_snapshot=from_snapshot, until_caught_up=True,
+                         spark=self.spark, echo=log)
+        return {"first_batch": result.first_batch, "last_batch": result.last_batch,
+                "batches": result.batches_run}
+
+    def drain(self, job: str | None = None, snapshot: str | None = None) -> dict[str, Any]:
+        drained = api.drain(self.home, job or self.job, snapshot=snapshot, spark=self.spark,
+                            echo=log)
+        return {"batch": drained.batch, "snapshot": drained.snapshot}
+
+    def operation(self, op: str, name: str, rng: random.Random) -> dict[str, Any]:
+        """One operation of the torture; returns what it did (raises what it refused)."""
+        if op == "create":
+            manifest = api.snapshot_create(self.home, self.job, name)
+            return {"snapshot": name, "batch": manifest.batch_id}
+        if op in ("delete", "verify"):
+            listed = sorted(m.name for m in api.snapshot_list(self.home))
+            if not listed:
+                return {"snapshot": None}
+            chosen = rng.choice(listed)
+            if op == "delete":
+                api.snapshot_delete(self.home, chosen)
+                return {"snapshot": chosen}
+            problems = api.snapshot_verify(self.home, chosen)
+            return {"snapshot": chosen, "problems": [str(p) for p in problems]}
+        if op == "startpoint":
+            kind, value = rng.choice(REREAD_EVERYTHING)
+            preview = api.startpoint_set(self.home, self.job, "clicks", kind, value)
+            return {"set_id": preview.startpoints[-1].set_id, "kind": kind}
+        if op == "run":
+            return {"input": append_input(self.input, 1), **self.run()}
+        if op == "stop":
+            return api.jobs_stop(self.home, self.job)
+        if op == "drain":
+            return self.drain(snapshot=name if rng.random() < 0.5 else None)
+        raise ValueError(f"unknown operation {op!r}")
+
+    def torture(self, seed: int, ops: list[str], deadline_s: float) -> None:
+        rng = random.Random(seed * 1000 + self.index)
+        began = time.monotonic()
+        for number, op in enumerate(ops):
+            if time.monotonic() - began > deadline_s:
+                say(skipped=ops[number:])
+                return
+            name = f"m{self.index}-{number}"
+            line: dict[str, Any] = {"machine": self.index, "number": number, "op": op,
+                                    "began": time.time()}
+            try:
+                line["result"] = self.operation(op, name, rng)
+                line["outcome"] = "ok"
+            except SparkpointError as exc:
+                line.update(outcome=exc.code, exit_code=exc.exit_code, message=exc.message)
+            except Exception:
+                line.update(outcome="traceback", message=traceback.format_exc())
+            line["ended"] = time.time()
+            say(**line)
+
+
+def main(argv: list[str]) -> None:
+    home_url, job, index, input_dir, output = argv[:5]
+    machine = Machine(Home.resolve(home_url), job, int(index), Path(input_dir), Path(output),
+                      argv[5] if len(argv) > 5 else None)
+    commands: dict[str, Callable[..., Any]] = {
+        "spark": lambda: {"spark": machine.spark.version},
+        "setup": lambda: {"input": append_input(machine.input, 2), **machine.run()},
+        "torture": machine.torture,
+        "finish": lambda: {"run": machine.run(), "drain": machine.drain()},
+        "start_from": lambda snapshot, job, output: {
+            "run": machine.run(job, Path(output), from_snapshot=snapshot),
+            "drain": machine.drain(job)},
+    }
+    for text in sys.stdin:
+        command = json.loads(text)
+        what = command.pop("do")
+        began = time.monotonic()
+        try:
+            result = commands[what](**command)
+            if result is not None:
+                say(result=result, seconds=round(time.monotonic() - began, 1))
+        except SparkpointError as exc:
+            say(outcome=exc.code, exit_code=exc.exit_code, message=exc.message)
+        except Exception:
+            say(outcome="traceback", message=traceback.format_exc())
+        say(done=what)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
