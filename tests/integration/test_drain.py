@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from sparkpoint import api
-from sparkpoint.runtime import recovery, runner
+from sparkpoint.drain import protocol as drain_protocol
+from sparkpoint.runtime import runner
 from sparkpoint.runtime.registry import JobRegistry
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import (
@@ -340,14 +341,14 @@ def test_a_snapshot_taken_while_the_job_is_drained_continues_it_with_nothing_los
     clicks = write_clicks(tmp_path / "in", range(0, 3))
     _run(spark, home, "j", _params(tmp_path, "tumbling"))
     committed, resume = threading.Event(), threading.Event()
-    put_back = recovery.restore_watermark
+    put_back = drain_protocol.restore_watermark
 
     def paused(*args: Any) -> None:
         committed.set()  # the drain batch committed; the watermark is not back yet
         resume.wait(timeout=300)
         put_back(*args)
 
-    monkeypatch.setattr(recovery, "restore_watermark", paused)
+    monkeypatch.setattr(drain_protocol, "restore_watermark", paused)
     drain = threading.Thread(target=api.drain, args=(home, "j"), kwargs={"spark": spark})
     drain.start()
     try:
@@ -378,13 +379,13 @@ def test_a_stop_asked_while_the_drain_batch_runs_does_not_cut_the_drain_short(
     _run(spark, home, "j", _params(tmp_path, "tumbling"))
     # The run looks for stop requests every 50 ms: one is seen before the batch completes.
     monkeypatch.setattr(runner, "POLL_SECONDS", 0.05)
-    write_offsets = api.write_drain_offsets
+    write_offsets = drain_protocol.write_drain_offsets
 
     def then_a_stop_request(*args: Any) -> None:
         write_offsets(*args)
         JobRegistry(home).request_stop("j")  # what jobs stop writes
 
-    monkeypatch.setattr(api, "write_drain_offsets", then_a_stop_request)
+    monkeypatch.setattr(drain_protocol, "write_drain_offsets", then_a_stop_request)
     drained = api.drain(home, "j", spark=spark)  # type: ignore[arg-type]
     assert drained.residual == []
     assert output_rows(spark, tmp_path / "out") == expected_all_windows(  # type: ignore[arg-type]
