@@ -181,9 +181,7 @@ class JobRegistry:
         return self.home.job_dir(job) / JOB_FILE
 
     def exists(self, job: str) -> bool:
-        if not self.record_path(job).is_file():
-            return False
-        return not self.home.remote or not (self.home.job_dir(job) / TOMBSTONE).is_file()
+        return self._present(self.home.job_dir(job), finish_deletion=False)
 
     def names(self) -> list[str]:
         """The jobs of the home. In a store, a job's deletion that was cut off after its
@@ -194,16 +192,19 @@ class JobRegistry:
         # In a store each look is a round trip: the jobs are looked at several at once, one
         # listing of each job's directory telling its record and its tombstone apart.
         with ThreadPoolExecutor(max_workers=JOBS_LOOKED_AT_ONCE) as pool:
-            present = list(pool.map(self._listed_job, candidates))
+            present = list(pool.map(self._present, candidates))
         return sorted(entry.name for entry, there in zip(candidates, present, strict=True)
                       if there)
 
-    def _listed_job(self, job_dir: Location) -> bool:
+    def _present(self, job_dir: Location, finish_deletion: bool = True) -> bool:
+        """The job has a record and, in a store, no tombstone (one listing of its directory);
+        with ``finish_deletion`` a tombstoned job's deletion is finished."""
         if isinstance(job_dir, Path):
             return (job_dir / JOB_FILE).is_file()
         names = set(job_dir.io.list_names(job_dir.url))
         if TOMBSTONE in names:
-            self._remove_tombstoned(job_dir, keep_live_lease=True)
+            if finish_deletion:
+                self._remove_tombstoned(job_dir, keep_live_lease=True)
             return False
         return JOB_FILE in names
 

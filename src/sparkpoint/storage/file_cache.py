@@ -19,12 +19,16 @@ from pathlib import Path
 from sparkpoint.storage.fileio import FileIO, join
 from sparkpoint.storage.local import to_path, walk_files
 
-CACHE_ENV = "SPARKPOINT_SCRATCH"
+# This machine's local space for homes on S3 or HDFS (default ~/.cache/sparkpoint).
+SCRATCH_ENV = "SPARKPOINT_SCRATCH"
+
+
+def scratch_base() -> Path:
+    return to_path(os.environ.get(SCRATCH_ENV) or str(Path("~/.cache/sparkpoint").expanduser()))
 
 
 def cache_root() -> Path:
-    base = os.environ.get(CACHE_ENV) or str(Path("~/.cache/sparkpoint").expanduser())
-    return to_path(base) / "files"
+    return scratch_base() / "files"
 
 
 def cache_dir(url: str) -> Path:

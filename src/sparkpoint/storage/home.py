@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkpoint.errors import InvalidNameError
+from sparkpoint.storage.file_cache import SCRATCH_ENV as SCRATCH_ENV
+from sparkpoint.storage.file_cache import scratch_base
 from sparkpoint.storage.fileio import file_io, is_local, join, spark_url
 from sparkpoint.storage.local import to_path
 from sparkpoint.storage.location import Location, StorePath
@@ -17,7 +19,6 @@ DEFAULT_HOME = ".sparkpoint"
 HOME_ENV = "SPARKPOINT_HOME"
 SNAPSHOTS_ENV = "SPARKPOINT_SNAPSHOTS"
 # Where a home on S3 or HDFS keeps this machine's local space (default ~/.cache/sparkpoint).
-SCRATCH_ENV = "SPARKPOINT_SCRATCH"
 # Names that become a file or directory name under the home. Spark's source names
 # (DataStreamReader.name: ASCII letters, digits, '_') all fit; the length leaves room for the
 # suffixes sparkpoint adds (".json", staging and temp-file decorations) within 255 bytes.
@@ -65,9 +66,8 @@ def validate_operator_name(name: str) -> str:
 
 def local_copy_dir(url: str) -> Path:
     """This machine's local space for a home on S3 or HDFS: one directory per home URL."""
-    base = os.environ.get(SCRATCH_ENV) or str(Path("~/.cache/sparkpoint").expanduser())
     digest = hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
-    return to_path(base) / digest
+    return scratch_base() / digest
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkpoint.storage import local
-from sparkpoint.storage.fileio import FileIO, file_io, is_local, join
-from sparkpoint.storage.local import to_path
+from sparkpoint.storage.fileio import FileIO, file_io, join
 
 
 @dataclass(frozen=True)
@@ -142,11 +141,6 @@ def local_path(location: Location) -> Path:
     return location
 
 
-def location_of(url_or_path: str) -> Location:
-    """A local path for a local location, a StorePath for a URL of S3 or HDFS."""
-    return to_path(url_or_path) if is_local(url_or_path) else StorePath.of(url_or_path)
-
-
 def numbered_files(directory: Location) -> list[int]:
     """Batch ids of files named by a plain number, as in Spark's metadata logs (one listing:
     a directory's entries named by a number are Spark's log files, never directories)."""
@@ -161,13 +155,6 @@ def write_atomic(path: Location, data: bytes) -> None:
         local.write_atomic(path, data)
     else:
         path.write_bytes(data)
-
-
-def write_new(path: Location, data: bytes) -> bool:
-    """Create the file unless it exists; False when it did (of two creators one wins)."""
-    if isinstance(path, Path):
-        return local.write_new(path, data)
-    return path.io.create_exclusive(path.url, data)
 
 
 def remove_checksum_sibling(path: Location) -> None:
@@ -207,11 +194,6 @@ def copy_file(src: Location, dst: Location) -> None:
         dst.io.put_files([(src, dst.url)])
     else:
         dst.write_bytes(src.read_bytes())
-
-
-def modified_at(path: Location) -> dt.datetime:
-    """When a file was last written, in UTC (the store's own time for a file in a store)."""
-    return dt.datetime.fromtimestamp(path.stat().st_mtime, dt.UTC)
 
 
 def modified_times(directory: Location) -> dict[str, dt.datetime]:
