@@ -3,10 +3,12 @@ reaches the real NameNode of the MiniDFSCluster fixture."""
 
 from __future__ import annotations
 
+import http.server
 import socket
+import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlparse
 
 import pytest
@@ -99,3 +101,55 @@ def test_an_unreachable_namenode_is_an_error_not_an_absent_file(
         message = caught.value.message
         assert f"http://127.0.0.1:{closed_port}" in message and "SPARKPOINT_WEBHDFS_URL" in message
         assert "\n" not in message
+
+
+class _CutOnce(http.server.BaseHTTPRequestHandler):
+    """A NameNode whose first answer to each read breaks off after the headers (as a
+    kept-alive connection the server drops does), and whose later answers are whole."""
+
+    payload = b"lease record"
+    seen: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        type(self).seen.append(self.path)
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.payload)))
+        self.end_headers()
+        if len(type(self).seen) > 1:
+            self.wfile.write(self.payload)
+        else:
+            self.close_connection = True
+
+    def do_PUT(self) -> None:
+        type(self).seen.append(self.path)
+        self.send_response(200)
+        self.send_header("Content-Length", "10")
+        self.end_headers()
+        self.close_connection = True
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_read_cut_off_mid_answer_is_repeated_and_a_write_is_not(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """WebHDFS reads are repeated when the connection breaks (seen on a loaded machine: a
+    307 from the NameNode cut off after its headers); a write is never sent twice."""
+    _CutOnce.seen = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _CutOnce)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("SPARKPOINT_WEBHDFS_URL", f"http://127.0.0.1:{server.server_port}")
+        location = "hdfs://127.0.0.1:8020/home/jobs/j/lease"
+        io = file_io(location)
+        assert io.read_bytes(location) == _CutOnce.payload
+        assert len(_CutOnce.seen) == 2 and all("op=OPEN" in seen for seen in _CutOnce.seen)
+
+        _CutOnce.seen = []
+        with pytest.raises(StoreUnreachableError):
+            io.create_exclusive(location, b"token")
+        assert len(_CutOnce.seen) == 1 and "op=CREATE" in _CutOnce.seen[0]
+    finally:
+        server.shutdown()
+        server.server_close()

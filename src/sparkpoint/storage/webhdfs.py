@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import getpass
 import os
+import time
 import uuid
 import weakref
 import xml.etree.ElementTree as ET
@@ -128,6 +129,12 @@ def webhdfs_address(location: str, environ: Mapping[str, str] | None = None) -> 
 
 # Seconds to wait for a connection, and for the next bytes of an answer.
 CONNECT_TIMEOUT, READ_TIMEOUT = 10, 120
+# Reads (GET) are tried this often when the connection breaks: a kept-alive connection the
+# server has just closed, or an answer cut off mid-body, is a moment's fault, and a read can
+# be repeated without effect. Writes are never repeated: a CREATE or RENAME that may have
+# taken effect must not run twice.
+READ_ATTEMPTS = 3
+RETRY_PAUSE_S = 0.2
 
 
 class _WebHdfsAdapter(HTTPAdapter):
@@ -146,12 +153,27 @@ class _WebHdfsAdapter(HTTPAdapter):
         cert: bytes | str | tuple[bytes | str, bytes | str] | None = None,
         proxies: Mapping[str, str] | None = None,
     ) -> requests.Response:
-        try:
-            return super().send(request, stream=stream,
-                                timeout=timeout or (CONNECT_TIMEOUT, READ_TIMEOUT),
-                                verify=verify, cert=cert, proxies=proxies)
-        except (requests.ConnectionError, requests.Timeout) as error:
-            raise self._unreachable(request, error) from error
+        repeatable = request.method in ("GET", "HEAD") and not stream
+        attempts = READ_ATTEMPTS if repeatable else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                response = super().send(request, stream=stream,
+                                        timeout=timeout or (CONNECT_TIMEOUT, READ_TIMEOUT),
+                                        verify=verify, cert=cert, proxies=proxies)
+                if not stream:
+                    # Read the body here, so an answer cut off mid-body is repeated (a read)
+                    # or reported as one clear error (a write); requests would otherwise read
+                    # it later, past both.
+                    response.content  # noqa: B018
+                return response
+            except requests.Timeout as error:
+                # Not repeated: a server that let the time run out would only do it again.
+                raise self._unreachable(request, error) from error
+            except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as error:
+                if attempt == attempts:
+                    raise self._unreachable(request, error) from error
+                time.sleep(RETRY_PAUSE_S * attempt)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _unreachable(self, request: requests.PreparedRequest,
                      error: Exception) -> StoreUnreachableError:
