@@ -21,6 +21,13 @@ EXAMPLES = REPO / "examples"
 SHUFFLE_PARTITIONS = "2"
 # hadoop-aws and the AWS SDK (scripts/test-deps.sh), so that the session reaches s3a://.
 S3A_JARS = REPO / ".cache" / "s3a" / "lib"
+# Spark's Kafka connector and its dependencies (scripts/test-deps.sh), for format("kafka").
+KAFKA_CONNECTOR_JARS = REPO / ".cache" / "kafka-connector" / "lib"
+
+
+def kafka_connector_jars() -> str:
+    """The connector's jars as spark.jars takes them, for jobs run by the CLI."""
+    return ",".join(sorted(str(jar) for jar in KAFKA_CONNECTOR_JARS.glob("*.jar")))
 
 
 @pytest.fixture(scope="session")
@@ -35,11 +42,13 @@ def spark() -> Iterator[object]:
         # in the JVM; a short one lets HDFS-provider tests see Spark write snapshot files.
         "spark.sql.streaming.stateStore.maintenanceInterval": "500ms",
     }
-    s3a_jars = sorted(str(jar) for jar in S3A_JARS.glob("*.jar"))
-    if s3a_jars:
+    jars = sorted(str(jar) for lib in (S3A_JARS, KAFKA_CONNECTOR_JARS)
+                  for jar in lib.glob("*.jar"))
+    if jars:
         # On the driver's class path (the executors of local[2] are in the same JVM): read
-        # from there when s3a:// is first used, nothing copied at startup as spark.jars is.
-        conf["spark.driver.extraClassPath"] = os.pathsep.join(s3a_jars)
+        # from there when s3a:// or format("kafka") is first used, nothing copied at startup
+        # as spark.jars is.
+        conf["spark.driver.extraClassPath"] = os.pathsep.join(jars)
     session = create_session("local[2]", conf, "sparkpoint-tests")
     yield session
     session.stop()

@@ -172,6 +172,13 @@ class SparkQueryError(SparkpointError):
     exit_code = EXIT_UNEXPECTED
 
 
+class KafkaOffsetsDeletedError(PreconditionError):
+    """A Kafka source must read offsets the broker no longer holds (retention, a deleted
+    topic) and the connector fails on data loss: a startpoint decides where to go on."""
+
+    code = "KAFKA_OFFSETS_DELETED"
+
+
 class StoreUnreachableError(PreconditionError):
     """A store's server (a NameNode, a DataNode, an S3 endpoint) does not answer."""
 

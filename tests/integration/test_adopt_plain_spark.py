@@ -37,7 +37,7 @@ from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER
 from sparkpoint.spark.session import SOURCE_EVOLUTION_CONF
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import output_rows
-from tests.conftest import REPO
+from tests.conftest import REPO, kafka_connector_jars
 from tests.support.cli import sparkpoint
 from tests.support.kafka import KafkaBroker
 
@@ -221,13 +221,16 @@ def test_adopted_source_continues_where_plain_spark_stopped(
     plain_out, ckpt, out = tmp_path / "plain-out", tmp_path / "ckpt", tmp_path / "out"
     params = {"source": kind, "output": str(out)}
     extra: list[str] = []
+    conf = HDFS_4
     if kind == "kafka":
+        # The plain query reads with Spark's connector, as most Kafka jobs do.
         broker: KafkaBroker = request.getfixturevalue("kafka_broker")
         topic = broker.new_topic("adopted", 2)
         records = _produce(broker, topic, 0, 10)
         extra = [broker.bootstrap, topic]
-        params.update(bootstrap=broker.bootstrap, topic=topic)
-    spark_submit(PASSTHROUGH_PLAIN, kind, str(plain_out), str(ckpt), *extra, conf=HDFS_4)
+        params.update(bootstrap=broker.bootstrap, topic=topic, kafka_format="kafka")
+        conf = {**HDFS_4, "spark.jars": kafka_connector_jars()}
+    spark_submit(PASSTHROUGH_PLAIN, kind, str(plain_out), str(ckpt), *extra, conf=conf)
     before = output_rows(spark, plain_out)  # type: ignore[arg-type]
     assert before
     api.snapshot_import(home, ckpt, "adopted", PASSTHROUGH_JOB, params=params,

@@ -214,21 +214,27 @@ def _kafka_rows(records: list[Record]) -> Counter[Any]:
                     .replace(tzinfo=None)) for t, p, o, v, ms in records)
 
 
+@pytest.fixture(params=["sparkpoint-kafka", "kafka"])
+def kafka_format(request: pytest.FixtureRequest) -> str:
+    """Each Kafka scenario with sparkpoint's own source and with Spark's connector."""
+    return str(request.param)
+
+
 def _kafka_run(spark: object, home: Home, tmp: Path, broker: KafkaBroker, topic: str,
-               job: str = "k") -> api.RunResult:
+               kafka_format: str, job: str = "k") -> api.RunResult:
     params = {"source": "kafka", "bootstrap": broker.bootstrap, "topic": topic,
-              "output": str(tmp / "out")}
+              "output": str(tmp / "out"), "kafka_format": kafka_format}
     return api.run(home, JOB, job, params=params, until_caught_up=True,
                    spark=spark)  # type: ignore[arg-type]
 
 
 def test_kafka_source_and_per_partition_startpoints(
-    spark: object, home: Home, tmp_path: Path, kafka_broker: KafkaBroker
+    spark: object, home: Home, tmp_path: Path, kafka_broker: KafkaBroker,
+    kafka_format: str
 ) -> None:
-    # The source is named "events" in the job; its topic is named so too, as the lines say.
-    topic = kafka_broker.create_topic("events", 3)
+    topic = kafka_broker.new_topic("events", 3)
     records = _produce(kafka_broker, topic, 0, 15)
-    result = _kafka_run(spark, home, tmp_path, kafka_broker, topic)
+    result = _kafka_run(spark, home, tmp_path, kafka_broker, topic, kafka_format)
     # maxOffsetsPerTrigger=4: 15 records take 4 batches; every record exactly once.
     assert result.batches_run >= 4
     assert _out(spark, tmp_path) == _kafka_rows(records)
@@ -239,19 +245,19 @@ def test_kafka_source_and_per_partition_startpoints(
     shown = sparkpoint(home, "startpoint", "set", "k", "events", "--timestamp", at,
                        "--partition", "0", "--json")
     assert shown.code == 0, shown.err
-    assert shown.json()["resolves_to"]["positions"] == ["events-0: 5 -> 2"]
+    assert shown.json()["resolves_to"]["positions"] == [f"{topic}-0: 5 -> 2"]
     offset = sparkpoint(home, "startpoint", "set", "k", "events", "--offset",
-                        '{"events":{"1":1}}', "--partition", "1", "--json")
+                        f'{{"{topic}":{{"1":1}}}}', "--partition", "1", "--json")
     assert offset.code == 0, offset.err
     assert offset.json()["resolves_to"]["offset_after"] == {
         topic: {"0": 2, "1": 1, "2": 5}}
-    _kafka_run(spark, home, tmp_path, kafka_broker, topic)
+    _kafka_run(spark, home, tmp_path, kafka_broker, topic, kafka_format)
     everything = records + later
     again = [r for r in everything if (r[1] == 0 and r[2] >= 2) or (r[1] == 1 and r[2] >= 1)]
     new_in_2 = [r for r in later if r[1] == 2]
     assert _out(spark, tmp_path) == _kafka_rows(records) + _kafka_rows(again + new_in_2)
     refused = [
-        (["--offset", '{"events":{"2":99}}'], "outside what the broker holds"),
+        (["--offset", f'{{"{topic}":{{"2":99}}}}'], "outside what the broker holds"),
         (["--latest", "--partition", "7"], "partition 7 does not exist"),
     ]
     for args, fragment in refused:
@@ -261,22 +267,24 @@ def test_kafka_source_and_per_partition_startpoints(
 
 
 def test_kafka_partitions_added_between_runs_are_read_from_their_beginning(
-    spark: object, home: Home, tmp_path: Path, kafka_broker: KafkaBroker
+    spark: object, home: Home, tmp_path: Path, kafka_broker: KafkaBroker,
+    kafka_format: str
 ) -> None:
     topic = kafka_broker.new_topic("grows", 2)
     first = _produce(kafka_broker, topic, 0, 6, partitions=2)
-    _kafka_run(spark, home, tmp_path, kafka_broker, topic)
+    _kafka_run(spark, home, tmp_path, kafka_broker, topic, kafka_format)
     assert _out(spark, tmp_path) == _kafka_rows(first)
     kafka_broker.add_partitions(topic, 3)
     # Partition 2 did not exist when the checkpoint's last offsets were written.
     second = _produce(kafka_broker, topic, 6, 9, partitions=3)
     assert {r[1] for r in second} == {0, 1, 2}
-    _kafka_run(spark, home, tmp_path, kafka_broker, topic)
+    _kafka_run(spark, home, tmp_path, kafka_broker, topic, kafka_format)
     assert _out(spark, tmp_path) == _kafka_rows(first + second)
 
 
 def test_kafka_timestamp_older_than_retention_starts_at_the_earliest_record_held(
-    spark: object, home: Home, tmp_path: Path, kafka_broker: KafkaBroker
+    spark: object, home: Home, tmp_path: Path, kafka_broker: KafkaBroker,
+    kafka_format: str
 ) -> None:
     """Kafka's offsets-for-times gives the first record at or after the time among those the
     broker still holds: a time before the topic's retention resolves to the log start, and
@@ -284,14 +292,14 @@ def test_kafka_timestamp_older_than_retention_starts_at_the_earliest_record_held
     topic = kafka_broker.new_topic("retained", 2)
     three_days_ago = (int(time.time()) - 3 * 86_400) * 1000
     old = _produce(kafka_broker, topic, 0, 4, partitions=2, base_ms=three_days_ago)
-    _kafka_run(spark, home, tmp_path, kafka_broker, topic)
+    _kafka_run(spark, home, tmp_path, kafka_broker, topic, kafka_format)
     assert _out(spark, tmp_path) == _kafka_rows(old)
     # Keep one day: the broker deletes the old records at its next retention check.
     kafka_broker.set_topic_config(topic, {"retention.ms": str(DAY_MS)})
     wait_for(lambda: all(kafka_broker.watermarks(topic, p)[0] == 2 for p in (0, 1)), 120,
              "the old records deleted by retention")
     recent = _produce(kafka_broker, topic, 4, 4, partitions=2)
-    _kafka_run(spark, home, tmp_path, kafka_broker, topic)
+    _kafka_run(spark, home, tmp_path, kafka_broker, topic, kafka_format)
     newer = _produce(kafka_broker, topic, 8, 2, partitions=2)
     before_retention = dt.datetime.fromtimestamp(three_days_ago / 1000 - 3600, dt.UTC)
     shown = sparkpoint(home, "startpoint", "set", "k", "events", "--timestamp",
@@ -300,7 +308,7 @@ def test_kafka_timestamp_older_than_retention_starts_at_the_earliest_record_held
     held = "the earliest offset the broker holds; offsets below 2 were deleted"
     assert shown.json()["resolves_to"]["positions"] == [
         f"{topic}-0: 4 -> 2 ({held})", f"{topic}-1: 4 -> 2 ({held})"]
-    _kafka_run(spark, home, tmp_path, kafka_broker, topic)
+    _kafka_run(spark, home, tmp_path, kafka_broker, topic, kafka_format)
     # Every record still held is read again once; the deleted ones cannot be.
     assert _out(spark, tmp_path) == _kafka_rows(old + recent + recent + newer)
     applied = sparkpoint(home, "jobs", "show", "k", "--json").json()["startpoints_applied"]

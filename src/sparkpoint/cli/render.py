@@ -128,15 +128,27 @@ def rate_text(view: JobView) -> str:
     return f"{view.progress.rows_per_second:.1f} rows/s"
 
 
-def lag_text(view: JobView) -> str:
-    """How far behind its sources the job was: files not read yet for local file sources
-    (counted now), records for sources whose progress reports their latest offset, '?' where
-    neither is known."""
+def lag_text(view: JobView, per_partition: bool = False) -> str:
+    """How far behind its sources the job is: files not read yet for local file sources and
+    records the broker holds past the committed batch for Kafka sources (both counted now),
+    records for other sources whose progress reports their latest offset, '?' where none is
+    known. ``per_partition``: each Kafka partition's count too."""
     parts = []
     for source in view.record.sources:
         files = view.files_behind.get(source.name)
         if files is not None:
             parts.append(f"{files} file{'s' if files != 1 else ''}")
+            continue
+        if source.name in view.records_behind:
+            partitions = view.records_behind[source.name]
+            if partitions is None:
+                parts.append("?")
+                continue
+            text = f"{sum(partitions.values())} records"
+            if per_partition and partitions:
+                text += " (" + ", ".join(f"{p}: {n}" for p, n in sorted(partitions.items())) \
+                    + ")"
+            parts.append(f"{source.name}: {text}" if per_partition else text)
             continue
         reported = [s.records_behind for s in view.progress.sources] if view.progress else []
         if source.kind != "file" and len(view.record.sources) == 1 and len(reported) == 1 \
@@ -159,12 +171,15 @@ def job_list_text(views: list[JobView]) -> str:
 def progress_lines(view: JobView) -> list[str]:
     progress = view.progress
     if progress is None:
-        return ["progress  - (no batch has run in the latest run)"]
+        lines = ["progress  - (no batch has run in the latest run)"]
+        if view.records_behind:  # counted on the broker, with or without a batch run
+            lines.append(f"lag       {lag_text(view, per_partition=True)}")
+        return lines
     out = [
         f"progress  batch {progress.batch} at {progress.timestamp}: {progress.input_rows} input "
         f"rows, {progress.rows_per_second:.1f} rows/s, {progress.duration_ms} ms",
         f"watermark {progress.watermark or '-'}",
-        f"lag       {lag_text(view)}",
+        f"lag       {lag_text(view, per_partition=True)}",
     ]
     # Spark's progress names operators by kind; a kind the job has once names the operator.
     kinds = Counter(op.spark_operator_name for op in view.record.operators)

@@ -30,6 +30,8 @@ class JobContext:
     # job file (plan, resume-point build, snapshot import) that command, since no job with
     # the name in ``job`` exists.
     described: str | None = None
+    # Kafka sources whose committed offsets also go to a consumer group: source -> group id.
+    offset_groups: dict[str, str] = field(default_factory=dict)
 
     @property
     def who(self) -> str:
@@ -64,3 +66,14 @@ class JobContext:
             )
         self.declarations.append(StatefulDeclaration(name, frame))
         return frame
+
+    def commit_offsets_to_group(self, source: str, group: str) -> None:
+        """After each batch commits, commit its end offsets of the Kafka source named
+        ``source`` (its ``.name()``) to the consumer group ``group``, so that Kafka's own
+        tools (``kafka-consumer-groups.sh --describe``, Burrow, Kafka UIs) show how far behind
+        the job is. Only for watching: the checkpoint stays the one record of positions and
+        the group is never read back."""
+        if not group or not group.strip():
+            raise JobFileError(f"{self.who}: commit_offsets_to_group('{source}', ...) needs a "
+                               "consumer group id; give a non-empty one")
+        self.offset_groups[source] = group

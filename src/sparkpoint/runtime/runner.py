@@ -14,13 +14,19 @@ import os
 import signal
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from sparkpoint.errors import JobFileError, JobRunningError, SparkpointError, SparkQueryError
+from sparkpoint.errors import (
+    JobFileError,
+    JobRunningError,
+    KafkaOffsetsDeletedError,
+    SparkpointError,
+    SparkQueryError,
+)
 from sparkpoint.runtime.context import JobContext
 from sparkpoint.runtime.jobfile import (
     build_writer,
@@ -45,8 +51,9 @@ from sparkpoint.runtime.registry import (
     now_iso,
 )
 from sparkpoint.sinks.rewind import finish_pending as finish_rewinds
-from sparkpoint.sources.kafka import KafkaDataSource
-from sparkpoint.spark.errors import failure_details, failure_summary
+from sparkpoint.sources.kafka import KAFKA_KINDS, KafkaDataSource
+from sparkpoint.sources.kafka_groups import GroupCommitter, groups_problem
+from sparkpoint.spark.errors import failure_details, failure_summary, kafka_data_loss
 from sparkpoint.spark.inspect import PlannedSource, job_sources
 from sparkpoint.spark.job_session import require_writer_of, session_for_job
 from sparkpoint.spark.plan import PlannedOperator, stateful_operators
@@ -81,6 +88,8 @@ class PlannedJob:
     file_sink: str | None  # a file sink's output: a local path or a URL (spark/sink.py)
     conf: Mapping[str, str]
     sources: list[PlannedSource] = field(default_factory=list)
+    # Kafka sources whose committed offsets also go to a consumer group (source -> group).
+    offset_groups: Mapping[str, str] = field(default_factory=dict)
 
     def release(self) -> None:
         """Nothing to put back: a session lent by the caller was copied for the job
@@ -154,7 +163,11 @@ def plan_job(
         require_writer_of(session, writer, str(job_file))
     operators = stateful_operators(writer._df, ctx.declarations)
     sources = job_sources(writer._df)
-    return PlannedJob(session, writer, operators, file_sink_path(writer), dict(conf), sources)
+    problem = groups_problem(sources, ctx.offset_groups)
+    if problem is not None:
+        raise JobFileError(f"{ctx.who}: {problem}")
+    return PlannedJob(session, writer, operators, file_sink_path(writer), dict(conf), sources,
+                      dict(ctx.offset_groups))
 
 
 # Called after the plan is known and before the query starts; may build the checkpoint.
@@ -189,10 +202,22 @@ class RunResult:
     batches_run: int
 
 
-def _query_failed(job: str, exc: BaseException, log_file: Path | None) -> SparkQueryError:
+def _query_failed(job: str, exc: BaseException, log_file: Path | None,
+                  sources: Sequence[PlannedSource] = ()) -> SparkpointError:
     """The one line a failed query gets; its stack traces go to the log file it names."""
     summary = failure_summary(exc)
     logged = log_failure(log_file, f"job '{job}' failed: {summary}", exc)
+    lost = kafka_data_loss(exc)
+    if lost is not None:
+        kafka = [s.name for s in sources if s.kind in KAFKA_KINDS]
+        source = kafka[0] if len(kafka) == 1 else "SOURCE"
+        return KafkaOffsetsDeletedError(
+            f"job '{job}': Spark's Kafka connector must read {lost}, which the broker no "
+            "longer holds (deleted, e.g. by the topic's retention), and failOnDataLoss is "
+            "on; nothing was committed. To go on from the earliest record held: sparkpoint "
+            f"startpoint set {job} {source} --earliest (add --partition TOPIC:P for one "
+            f"partition), then run again{'' if logged is None else f'; log: {logged}'}",
+            log_file=None if logged is None else str(logged))
     if logged is None:
         return SparkQueryError(f"job '{job}' failed: {summary}")
     return SparkQueryError(f"job '{job}' failed: {summary}; Spark's log and stack traces: "
@@ -228,10 +253,13 @@ def _progress_dict(progress: Any) -> dict[str, Any]:
 class _ProgressKeeper:
     """Writes the progress of each batch that ran to the job's directory, once per batch."""
 
-    def __init__(self, home: Home, job: str, lease: Lease | None = None) -> None:
+    def __init__(self, home: Home, job: str, lease: Lease | None = None,
+                 on_batch: Callable[[Mapping[str, Any]], None] | None = None) -> None:
         self.home, self.job, self.lease = home, job, lease
         self.job_dir = home.job_dir(job)
         self.written: tuple[int, str] | None = None
+        # Called with each batch's progress once it is written (after the batch committed).
+        self.on_batch = on_batch
 
     def keep(self, query: StreamingQuery) -> None:
         # The newest progress may be an idle trigger's: look back for the last batch that ran.
@@ -246,6 +274,8 @@ class _ProgressKeeper:
                 # In the home itself: other machines' 'jobs show' read it there.
                 write_progress(self.job_dir, data)
                 self.written = key
+                if self.on_batch is not None:
+                    self.on_batch(data)
             return
 
 
@@ -370,7 +400,10 @@ def run_job(
                 writer = writer.trigger(processingTime=HOLD_TRIGGER_INTERVAL)
             error: SparkpointError | None = None
             lease = held_lease(home, job)
-            keeper = _ProgressKeeper(home, job, lease)
+            committer = GroupCommitter(planned.sources, planned.offset_groups,
+                                       lambda line: echo(f"job '{job}': {line}"))
+            keeper = _ProgressKeeper(home, job, lease,
+                                     committer.commit if planned.offset_groups else None)
             clear_progress(home.job_dir(job))
             limit_reached, remove_counter = (
                 _batch_counter(session, job, options.max_batches)
@@ -404,14 +437,15 @@ def run_job(
                     keeper.keep(query)
                     failure = query.exception()
                     if failure is not None:
-                        error = _query_failed(job, failure, log_file)
+                        error = _query_failed(job, failure, log_file, planned.sources)
             except SparkpointError as exc:
                 error = exc
             except Exception as exc:
-                error = _query_failed(job, exc, log_file)
+                error = _query_failed(job, exc, log_file, planned.sources)
             finally:
                 forget_lease_hook()
                 remove_counter()
+                committer.close()
                 if lease is not None:
                     # The fence before the run's record is written: a holder fenced out
                     # writes nothing more (the record is the new holder's now).

@@ -28,6 +28,8 @@ from sparkpoint.runtime.registry import (
 )
 from sparkpoint.snapshot.inspect import operator_checks
 from sparkpoint.sources.file_input import input_files, local_directory
+from sparkpoint.sources.kafka import KAFKA_KINDS
+from sparkpoint.sources.kafka_groups import records_behind
 from sparkpoint.storage.home import Home
 
 Echo = Callable[[str], None]
@@ -42,6 +44,9 @@ class JobView:
     progress: ProgressSummary | None = None
     # Input files of each file source the job has not read yet (None: not a local file source).
     files_behind: Mapping[str, int | None] = field(default_factory=dict)
+    # Per Kafka source, per partition ("topic-partition"): records the broker holds past the
+    # last committed batch (None: the broker did not answer, or no subscription is known).
+    records_behind: Mapping[str, dict[str, int] | None] = field(default_factory=dict)
     # Committed batches 'snapshot create --batch' can still take (None: not asked for, as
     # in 'jobs list', or the checkpoint could not be read).
     snapshottable: list[RetainedBatch] | None = None
@@ -54,6 +59,7 @@ class JobView:
         data["batch"] = self.batch
         data["progress"] = None if self.progress is None else asdict(self.progress)
         data["files_behind"] = dict(self.files_behind)
+        data["records_behind"] = dict(self.records_behind)
         if self.snapshottable is not None:
             data["snapshottable_batches"] = [entry.to_dict() for entry in self.snapshottable]
         if self.state_checks is not None:
@@ -74,6 +80,21 @@ def _files_behind(home: Home, record: JobRecord) -> dict[str, int | None]:
         except (SparkpointError, OSError):
             behind[source.name] = None  # a reading command reports what it can
     return behind
+
+
+def _kafka_behind(home: Home, record: JobRecord) -> dict[str, dict[str, int] | None]:
+    """Per Kafka source: records per partition the broker holds past the committed batch."""
+    sources = [source for source in record.sources if source.kind in KAFKA_KINDS]
+    if not sources:
+        return {}
+    checkpoint = Checkpoint(home.checkpoint_dir(record.name))
+    try:
+        committed = checkpoint.latest_committed_batch()
+        ends = {s.name: s.offset for s in checkpoint.offsets(committed).sources} \
+            if committed is not None else {}
+    except (SparkpointError, OSError):
+        return {source.name: None for source in sources}  # a reading command reports what it can
+    return {source.name: records_behind(source, ends.get(source.name)) for source in sources}
 
 
 def _unread_files(checkpoint: Checkpoint, source: str, path: str) -> int:
@@ -99,7 +120,7 @@ def job_view(home: Home, job: str, details: bool = True) -> JobView:
     if summary is not None and record.effective_status() == "drained":
         summary = _watermark_now(summary, checkpoint, batch)
     return JobView(record, record.effective_status(), batch, summary,
-                   _files_behind(home, record),
+                   _files_behind(home, record), _kafka_behind(home, record),
                    _snapshottable(checkpoint) if details else None,
                    _state_checks(checkpoint, record) if details else None)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,67 @@ class KafkaSourceError(ValueError):
     """A Kafka position or option the source cannot take."""
 
 
+# How a Kafka source names what it reads (Spark's connector takes exactly one of them;
+# sparkpoint's own source takes subscribe).
+SUBSCRIPTION_OPTIONS = ("subscribe", "subscribePattern", "assign")
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """The partitions a Kafka source reads, as its options name them: a list of topics
+    (``subscribe``), a Java regular expression over the broker's topics
+    (``subscribePattern``) or fixed partitions (``assign``: ``{"topic":[0,1]}``)."""
+
+    option: str
+    value: str
+
+    @classmethod
+    def of(cls, options: Mapping[str, str]) -> Subscription | None:
+        given = [(key, options[key]) for key in SUBSCRIPTION_OPTIONS if options.get(key)]
+        return cls(*given[0]) if len(given) == 1 else None
+
+    def partitions(self, meta: KafkaMetadata) -> dict[str, list[int]]:
+        if self.option == "subscribe":
+            return meta.partitions([t.strip() for t in self.value.split(",") if t.strip()])
+        if self.option == "subscribePattern":
+            # Spark's connector matches the whole name (Java's Pattern.matcher().matches());
+            # the patterns people write mean the same in Python's re.
+            pattern = re.compile(self.value)
+            topics = sorted(t for t in meta.topics() if pattern.fullmatch(t))
+            return meta.partitions(topics) if topics else {}
+        assigned = _assignment(self.value)
+        held = meta.partitions(sorted(assigned))
+        for topic, wanted in assigned.items():
+            missing = sorted(set(wanted) - set(held[topic]))
+            if missing:
+                raise KafkaSourceError(f"assign names {topic} partitions "
+                                       f"{','.join(map(str, missing))}, which the broker "
+                                       "does not have")
+        return {topic: sorted(wanted) for topic, wanted in assigned.items()}
+
+
+    def covers(self, topic: str) -> bool:
+        """Whether ``topic`` is one the subscription reads (asking no broker)."""
+        if self.option == "subscribe":
+            return topic in {t.strip() for t in self.value.split(",")}
+        if self.option == "subscribePattern":
+            return re.fullmatch(self.value, topic) is not None
+        return topic in _assignment(self.value)
+
+
+def _assignment(text: str) -> dict[str, list[int]]:
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, dict) or not all(
+            isinstance(parts, list) and all(isinstance(p, int) for p in parts)
+            for parts in parsed.values()):
+        raise KafkaSourceError(f'option assign: expected JSON such as {{"topic":[0,1]}}, '
+                               f"found {text!r}")
+    return {str(topic): [int(p) for p in parts] for topic, parts in parsed.items()}
+
+
 def _client_conf(bootstrap: str) -> dict[str, Any]:
     return {"bootstrap.servers": bootstrap, "group.id": "sparkpoint-offsets",
             "enable.auto.commit": False, "socket.timeout.ms": int(TIMEOUT_S * 1000)}
@@ -49,18 +111,25 @@ def _client_conf(bootstrap: str) -> dict[str, Any]:
 class KafkaMetadata:
     """Partitions and their offsets, as the broker reports them."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, timeout: float = TIMEOUT_S) -> None:
         from confluent_kafka import Consumer
 
-        self._consumer = Consumer(_client_conf(bootstrap))
+        self.timeout = timeout
+        self._consumer = Consumer({**_client_conf(bootstrap),
+                                   "socket.timeout.ms": int(timeout * 1000)})
 
     def close(self) -> None:
         self._consumer.close()
 
+    def topics(self) -> list[str]:
+        """The broker's topics, without its internal ones (as a pattern subscription sees)."""
+        listed = self._consumer.list_topics(timeout=self.timeout).topics
+        return sorted(t for t in listed if not t.startswith("__"))
+
     def partitions(self, topics: Sequence[str]) -> dict[str, list[int]]:
         found = {}
         for topic in topics:
-            metadata = self._consumer.list_topics(topic, timeout=TIMEOUT_S).topics.get(topic)
+            metadata = self._consumer.list_topics(topic, timeout=self.timeout).topics.get(topic)
             if metadata is None or metadata.error is not None or not metadata.partitions:
                 raise KafkaSourceError(f"topic '{topic}' does not exist on the broker")
             found[topic] = sorted(metadata.partitions)
@@ -71,7 +140,7 @@ class KafkaMetadata:
         from confluent_kafka import TopicPartition
 
         low, high = self._consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=TIMEOUT_S)
+            TopicPartition(topic, partition), timeout=self.timeout)
         return int(low), int(high)
 
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int:
@@ -79,7 +148,7 @@ class KafkaMetadata:
         from confluent_kafka import TopicPartition
 
         [found] = self._consumer.offsets_for_times(
-            [TopicPartition(topic, partition, timestamp_ms)], timeout=TIMEOUT_S)
+            [TopicPartition(topic, partition, timestamp_ms)], timeout=self.timeout)
         if found.offset < 0:  # no such record yet: start at the end
             return self.bounds(topic, partition)[1]
         return int(found.offset)

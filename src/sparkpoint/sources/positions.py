@@ -20,7 +20,7 @@ from sparkpoint.checkpoint.source_log import (
 )
 from sparkpoint.errors import ValidationError
 from sparkpoint.sources.file_input import input_files, local_directory
-from sparkpoint.sources.kafka import KAFKA_KINDS, KafkaMetadata, KafkaSourceError
+from sparkpoint.sources.kafka import KAFKA_KINDS, KafkaMetadata, KafkaSourceError, Subscription
 
 
 @dataclass(frozen=True)
@@ -107,13 +107,14 @@ def _file_position(source: SourceDescription, start: Any, where: str) -> Resolve
 
 def _kafka_position(source: SourceDescription, start: Any, where: str) -> ResolvedPosition:
     bootstrap = source.options.get("kafka.bootstrap.servers", "")
-    topics = [t for t in source.options.get("subscribe", "").split(",") if t]
-    if not bootstrap or not topics:
+    subscription = Subscription.of(source.options)
+    if not bootstrap or subscription is None:
         raise ValidationError(f"{where}: resolving {start_label(start)} needs the source's "
-                              "kafka.bootstrap.servers and subscribe options")
+                              "kafka.bootstrap.servers and subscribe, subscribePattern or "
+                              "assign options")
     meta = KafkaMetadata(bootstrap)
     try:
-        partitions = meta.partitions(topics)
+        partitions = subscription.partitions(meta)
         if start == "latest":
             offsets = meta.latest(partitions)
         else:

@@ -89,6 +89,26 @@ def failure_summary(exc: BaseException, limit: int = SUMMARY_LIMIT) -> str:
     return summary
 
 
+# Spark's Kafka connector (KafkaExceptions) when failOnDataLoss is on and offsets it must
+# read are gone from the broker; its "Reason" names the range and partition when reading.
+KAFKA_DATA_LOSS = "Some data may have been lost because they are not available in Kafka"
+_KAFKA_LOST_RANGE = re.compile(
+    r"offset \[(?P<start>\d+), (?P<end>\d+)\) for topic partition (?P<partition>\S+)")
+
+
+def kafka_data_loss(exc: BaseException) -> str | None:
+    """The part of a failure that says Spark's Kafka connector found offsets deleted:
+    ``offsets [1, 3) of topic-1`` where its reason names them, ``offsets`` where not;
+    None for any other failure."""
+    text = failure_details(exc)
+    if KAFKA_DATA_LOSS not in text:
+        return None
+    lost = _KAFKA_LOST_RANGE.search(text)
+    if lost is None:
+        return "offsets"
+    return f"offsets [{lost['start']}, {lost['end']}) of {lost['partition']}"
+
+
 def failure_details(exc: BaseException) -> str:
     """Everything known about a failure, for the log file."""
     parts = ["".join(traceback.format_exception(exc))]

@@ -41,7 +41,7 @@ class PlannedSource:
     options: dict[str, str] = field(default_factory=dict)
 
 
-POSITION_OPTIONS = ("kafka.bootstrap.servers", "subscribe")
+POSITION_OPTIONS = ("kafka.bootstrap.servers", "subscribe", "subscribePattern", "assign")
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from sparkpoint.checkpoint.layout import Checkpoint
+from sparkpoint.checkpoint.sink_log import latest_batch
 from sparkpoint.checkpoint.source_log import DEFAULT_SOURCE_COMPACT_INTERVAL
 from sparkpoint.crash_points import crash_point
-from sparkpoint.errors import UnknownSourceError
+from sparkpoint.errors import KafkaOffsetsDeletedError, PreconditionError, UnknownSourceError
 from sparkpoint.runtime import intents
 from sparkpoint.runtime.intents import ResolvedSource, StartpointIntent
 from sparkpoint.runtime.registry import AppliedStartpoint, JobRecord, JobRegistry, now_iso
@@ -30,6 +32,7 @@ from sparkpoint.startpoints.resolve import Resolved
 from sparkpoint.startpoints.resolve import resolve as resolve_startpoints
 from sparkpoint.startpoints.store import Startpoint, StartpointStore
 from sparkpoint.storage.home import Home
+from sparkpoint.storage.location import remove_checksum_sibling
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -68,8 +71,11 @@ def apply_pending(home: Home, options: RunOptions, spark: SparkSession | None,
     in_flight = checkpoint.uncommitted_batch()
     if checkpoint.latest_committed_batch() is not None and in_flight is not None:
         echo(f"completing batch {in_flight}, planned before the startpoints were set")
-        run_job(home, replace(options, max_batches=1, until_caught_up=False,
-                              pending_batch_only=True), spark=spark, echo=echo)
+        try:
+            run_job(home, replace(options, max_batches=1, until_caught_up=False,
+                                  pending_batch_only=True), spark=spark, echo=echo)
+        except KafkaOffsetsDeletedError:
+            _drop_unreadable_batch(checkpoint, in_flight, record, echo)
         record = registry.get(job)
     batch = checkpoint.require_latest_committed_batch()
     resolved = [resolve_startpoints(source_description(record, source), entries, checkpoint,
@@ -77,6 +83,29 @@ def apply_pending(home: Home, options: RunOptions, spark: SparkSession | None,
                 for source, entries in pending.items()]
     intent = record_startpoints(home, job, batch, pending, resolved, consumed)
     finish_startpoints(home, job, intent, echo)
+
+
+def _drop_unreadable_batch(checkpoint: Checkpoint, batch: int, record: JobRecord,
+                           echo: Echo) -> None:
+    """A planned batch whose Kafka offsets the broker deleted can never complete, and the
+    startpoints that would go on cannot apply while it is planned: it committed nothing, so
+    its offsets entry goes and the startpoints decide what the re-planned batch reads. Spark
+    writes that batch's state version again when it runs; a file sink that already holds the
+    batch (committed there, not in the checkpoint) would skip the re-planned one, so then
+    nothing is dropped."""
+    if record.output is not None:
+        sink_last = latest_batch(record.output)
+        if sink_last is not None and sink_last >= batch:
+            raise PreconditionError(
+                f"job '{record.name}': batch {batch} reads Kafka offsets the broker deleted, "
+                f"but the output {record.output} already committed it; its input cannot be "
+                "read again and it cannot be planned anew: start from a snapshot or a new "
+                "output")
+    entry = checkpoint.root / "offsets" / str(batch)
+    entry.unlink(missing_ok=True)  # one step: the batch is planned, or it is not
+    remove_checksum_sibling(entry)
+    echo(f"batch {batch} cannot be completed: Kafka offsets it was planned to read are gone "
+         "from the broker; it committed nothing, so the startpoints replace it")
 
 
 def record_startpoints(home: Home, job: str, batch: int, pending: dict[str, list[Startpoint]],

@@ -30,7 +30,13 @@ from sparkpoint.checkpoint.source_log import (
 )
 from sparkpoint.errors import UsageError, ValidationError
 from sparkpoint.sources.file_input import input_files, local_directory
-from sparkpoint.sources.kafka import KAFKA_KINDS, KafkaMetadata, KafkaSourceError, parse_offsets
+from sparkpoint.sources.kafka import (
+    KAFKA_KINDS,
+    KafkaMetadata,
+    KafkaSourceError,
+    Subscription,
+    parse_offsets,
+)
 from sparkpoint.sources.positions import SourceDescription, parse_timestamp
 from sparkpoint.startpoints.store import WHOLE_SOURCE, Startpoint
 
@@ -184,18 +190,18 @@ def _partition_filter(startpoint: Startpoint, topic: str, partition: str) -> boo
 def _resolve_kafka(source: SourceDescription, startpoints: list[Startpoint],
                    current: str | None) -> Resolved:
     bootstrap = source.options.get("kafka.bootstrap.servers")
-    topics = [t for t in source.options.get("subscribe", "").split(",") if t]
-    if not bootstrap or not topics:
+    subscription = Subscription.of(source.options)
+    if not bootstrap or subscription is None:
         raise ValidationError(
-            f"source '{source.name}': the job record has no kafka.bootstrap.servers/subscribe "
-            "for it (only subscribe is supported); run the job once with this sparkpoint")
+            f"source '{source.name}': the job record has no kafka.bootstrap.servers and "
+            "subscribe, subscribePattern or assign for it; run the job once with this sparkpoint")
     try:
         before = parse_offsets(current, f"source '{source.name}' offset") if current else {}
     except KafkaSourceError as exc:
         raise ValidationError(str(exc)) from exc
     meta = KafkaMetadata(bootstrap)
     try:
-        partitions = meta.partitions(topics)
+        partitions = subscription.partitions(meta)
         after = {t: dict(before.get(t, {})) for t in partitions}
         lines: list[str] = []
         for startpoint in startpoints:

@@ -3,7 +3,10 @@ records a run read.
 
 --param source=file   clicks (JSON files in --param input): event_id, user, ts
 --param source=kafka  records of --param topic on --param bootstrap: topic, partition,
-                      offset, value, timestamp (at most 4 offsets per batch)
+                      offset, value, timestamp (at most 4 offsets per batch), read by
+                      sparkpoint's Kafka source, or by Spark's connector with
+                      --param kafka_format=kafka; --param group=G commits each
+                      batch's end offsets to consumer group G
 --param source=rate   Spark's rate source, 5 rows per second: timestamp, value
 --param source=rate-micro-batch   Spark's rate-micro-batch source, 5 rows per batch from
                       timestamp 0: timestamp, value
@@ -19,13 +22,17 @@ SCHEMA = "event_id STRING, user STRING, url STRING, ts TIMESTAMP"
 
 def build(spark: SparkSession, ctx: sp.JobContext):  # type: ignore[no-untyped-def]
     if ctx.param("source", "file") == "kafka":
-        rows = (spark.readStream.name("events").format("sparkpoint-kafka")
+        rows = (spark.readStream.name("events")
+                .format(ctx.param("kafka_format", "sparkpoint-kafka") or "sparkpoint-kafka")
                 .option("kafka.bootstrap.servers", ctx.require_param("bootstrap"))
                 .option("subscribe", ctx.require_param("topic"))
                 .option("startingOffsets", "earliest")
                 .option("maxOffsetsPerTrigger", "4").load()
                 .select("topic", "partition", "offset",
                         F.col("value").cast("string").alias("value"), "timestamp"))
+        group = ctx.param("group")
+        if group:
+            ctx.commit_offsets_to_group("events", group)
     elif ctx.param("source") == "rate-micro-batch":
         rows = (spark.readStream.name("ticks").format("rate-micro-batch")
                 .option("rowsPerBatch", "5").option("startTimestamp", "0").load())

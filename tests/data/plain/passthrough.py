@@ -15,11 +15,8 @@ if __name__ == "__main__":
     kind, out, checkpoint = sys.argv[1:4]
     spark = SparkSession.builder.appName("passthrough").getOrCreate()
     if kind == "kafka":
-        # The project's Kafka source on PySpark's Python Data Source API.
-        from sparkpoint.sources.kafka import KafkaDataSource
-
-        spark.dataSource.register(KafkaDataSource)
-        rows = (spark.readStream.format("sparkpoint-kafka")
+        # Spark's own Kafka connector (spark-sql-kafka-0-10, handed over by spark.jars).
+        rows = (spark.readStream.format("kafka")
                 .option("kafka.bootstrap.servers", sys.argv[4]).option("subscribe", sys.argv[5])
                 .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "4").load()
                 .select("topic", "partition", "offset", col("value").cast("string").alias("value"),
