@@ -14,11 +14,15 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sparkpoint import api
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import (
+    clicks_for_slice,
+    expected_hourly_counts,
     output_rows,
+    write_clicks,
 )
 from tests.conftest import REPO
 from tests.support.cli import sparkpoint, wait_for
@@ -140,3 +144,73 @@ def _connector_jars() -> str:
     from tests.conftest import kafka_connector_jars
 
     return kafka_connector_jars()
+
+
+def test_a_resume_point_adds_a_kafka_source_at_a_timestamp(
+    spark: object, home: Home, tmp_path: Path, kafka_broker: KafkaBroker
+) -> None:
+    """A job of one file source gains a Kafka source (Spark's connector, by subscribePattern)
+    from a resume point that starts it at a record time: dedupe and hourly counts keep their
+    state, the Kafka records before that time are skipped, the ones after counted once."""
+    v1 = write_clicks(tmp_path / "in", range(0, 4))
+    params = {"input": str(tmp_path / "in"), "output": str(tmp_path / "out1"), "variant": "v1"}
+    api.run(home, CLICKS, "v1", params=params, until_caught_up=True,
+            spark=spark)  # type: ignore[arg-type]
+    api.snapshot_create(home, "v1", "s1")
+
+    topic = kafka_broker.new_topic("extra", 2)
+    an_hour_ago = (int(time.time()) - 3600) * 1000
+    early = [c for index in (4, 5) for c in clicks_for_slice(index, seed=11)]
+    later = [c for index in (6, 7, 8) for c in clicks_for_slice(index, seed=11)]
+    skipped = _produce(kafka_broker, topic, [c.to_json() for c in early], 2, an_hour_ago)
+    _produce(kafka_broker, topic, [c.to_json() for c in later], 2, an_hour_ago + 600_000)
+    cut = dt.datetime.fromtimestamp((an_hour_ago + 300_000) / 1000, dt.UTC)
+    point = tmp_path / "resume.yaml"
+    point.write_text(yaml.safe_dump({"version": 1, "sources": {
+        "clicks2": {"mode": "resume", "snapshot": "s1", "source": "clicks"},
+        "extra": {"mode": "initialize", "start": {"timestamp": cut.isoformat()}}},
+        "state": {name: {"mode": "resume", "snapshot": "s1"}
+                  for name in ("dedup_clicks", "hourly_counts")}}))
+    v2 = {**params, "output": str(tmp_path / "out2"), "variant": "kafka_extra",
+          "bootstrap": kafka_broker.bootstrap, "topic_pattern": f"{topic}|absent-.*"}
+    shown = sparkpoint(home, "plan", str(CLICKS), "--resume-point", str(point), "--json",
+                       "--conf", f"spark.jars={_connector_jars()}",
+                       *[arg for k, v in v2.items() for arg in ("--param", f"{k}={v}")])
+    assert shown.code == 0, shown.err
+    rows = {row["name"]: row for row in shown.json()["sources"]}
+    # Each partition starts at its first record at or after the cut: past the early ones.
+    assert rows["extra"]["offset"] == {
+        topic: {str(p): sum(1 for r in skipped if r[1] == p) for p in (0, 1)}}
+    api.run(home, CLICKS, "v2", params=v2, resume_point=point, until_caught_up=True,
+            spark=spark)  # type: ignore[arg-type]
+    combined = output_rows(spark, tmp_path / "out1") + output_rows(
+        spark, tmp_path / "out2")  # type: ignore[arg-type]
+    assert combined == expected_hourly_counts(v1 + later)
+
+
+def test_the_three_ways_a_kafka_source_names_its_partitions(kafka_broker: KafkaBroker) -> None:
+    """subscribe, subscribePattern (a whole-name match, as Spark's Pattern.matches) and
+    assign, resolved on the broker as Spark's connector reads them."""
+    from sparkpoint.sources.kafka import KafkaMetadata, KafkaSourceError, Subscription
+
+    first = kafka_broker.new_topic("ways", 2)
+    second = kafka_broker.new_topic("ways", 3)
+    meta = KafkaMetadata(kafka_broker.bootstrap)
+    try:
+        assert Subscription("subscribe", f"{first}, {second}").partitions(meta) == {
+            first: [0, 1], second: [0, 1, 2]}
+        prefix = first.rsplit("-", 1)[0]
+        matched = Subscription("subscribePattern", f"{prefix}-.*").partitions(meta)
+        assert {first, second} <= set(matched) and matched[second] == [0, 1, 2]
+        assert Subscription("subscribePattern", "ways").partitions(meta) == {}  # whole name
+        assert Subscription("assign", f'{{"{second}":[2,0]}}').partitions(meta) == {
+            second: [0, 2]}
+        with pytest.raises(KafkaSourceError, match="partitions 5"):
+            Subscription("assign", f'{{"{second}":[5]}}').partitions(meta)
+    finally:
+        meta.close()
+    assert Subscription.of({"subscribePattern": "a.*"}) == Subscription("subscribePattern", "a.*")
+    assert Subscription.of({}) is None
+    assert Subscription("subscribePattern", "ways-.*").covers("ways-1")
+    assert not Subscription("subscribe", "a,b").covers("c")
+    assert Subscription("assign", '{"t":[0]}').covers("t")

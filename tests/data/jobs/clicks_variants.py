@@ -8,6 +8,8 @@ no_dedupe   clicks -> hourly_counts                              (dedup_clicks r
 two_sources (clicks2 = old clicks renamed, union extra) -> dedup_clicks -> hourly_counts
 reordered   extra union clicks2                                  (sources swapped in the plan)
 clicks2     clicks2 alone                                       (extra removed)
+kafka_extra clicks2 union extra, where extra is clicks as JSON records of the topics matching
+            --param topic_pattern on --param bootstrap, read by Spark's Kafka connector
 rekeyed     like v1, but dedup_clicks keys on event_id only        (key schema changed)
 averaged    like v1, but hourly_counts averages instead of counting (value schema changed)
 """
@@ -37,6 +39,13 @@ def build(spark: SparkSession, ctx: sp.JobContext):  # type: ignore[no-untyped-d
     elif variant == "reordered":
         clicks = _read(spark, ctx, "extra", "extra_input").unionByName(
             _read(spark, ctx, "clicks2", "input"))
+    elif variant == "kafka_extra":
+        extra = (spark.readStream.name("extra").format("kafka")
+                 .option("kafka.bootstrap.servers", ctx.require_param("bootstrap"))
+                 .option("subscribePattern", ctx.require_param("topic_pattern")).load()
+                 .select(F.from_json(F.col("value").cast("string"), SCHEMA).alias("click"))
+                 .select("click.*"))
+        clicks = _read(spark, ctx, "clicks2", "input").unionByName(extra)
     elif variant == "clicks2":
         clicks = _read(spark, ctx, "clicks2", "input")
     else:
