@@ -1,6 +1,7 @@
 """Rows per second of one stateful query run by plain PySpark and by sparkpoint, in one run.
 
     .venv/bin/python benchmarks/throughput.py [--rows N] [--files F] [--repeats R] [--keep]
+                                              [--source files|kafka]
 
 The query is the example job's (examples/clicks_job.py): JSON click events, duplicates
 dropped within a 10-minute watermark, clicks counted per user and hour, appended to
@@ -13,6 +14,12 @@ which sparkpoint uses by default):
 - cli: ``sparkpoint run --until-caught-up``;
 - spark-submit: ``spark-submit "$(sparkpoint submit-entry)" run ... --until-caught-up``;
 - api: ``sparkpoint.start(spark, build, until_caught_up=True)`` in a Python driver.
+
+With ``--source kafka`` the same events are records of a 4-partition topic on a real broker
+(tests/support/kafka.py; jars from scripts/test-deps.sh), read by Spark's Kafka connector
+(``format("kafka")``, handed over by spark.jars) at the same number of batches, and the
+sparkpoint job commits each batch's end offsets to a consumer group
+(``ctx.commit_offsets_to_group``), as a job watched by Kafka's lag tools does.
 
 Rows per second = input rows / wall time of the whole process (JVM start included: what a
 user waits for). The paths run interleaved, ``--repeats`` times each; the table shows the
@@ -91,6 +98,62 @@ spark.stop()
 '''
 
 
+PLAIN_KAFKA = PLAIN.replace(  # the same query, its clicks read from Kafka by Spark's connector
+    """clicks = (spark.readStream.schema("event_id STRING, user STRING, url STRING, ts TIMESTAMP")
+          .option("maxFilesPerTrigger", files_per_batch).json(inp))""",
+    """bootstrap, topic = inp.split("/")
+clicks = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+          .option("subscribe", topic).option("startingOffsets", "earliest")
+          .option("maxOffsetsPerTrigger", files_per_batch).load()
+          .select(F.from_json(F.col("value").cast("string"),
+                              "event_id STRING, user STRING, url STRING, ts TIMESTAMP")
+                  .alias("c")).select("c.*"))""")
+
+# The example job reading the same events from Kafka, its offsets committed to a group.
+KAFKA_JOB = '''
+from pyspark.sql import functions as F
+import sparkpoint as sp
+
+
+def build(spark, ctx):
+    bootstrap, topic = ctx.require_param("input").split("/")
+    clicks = (spark.readStream.name("clicks").format("kafka")
+              .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+              .option("startingOffsets", "earliest")
+              .option("maxOffsetsPerTrigger", ctx.param("files_per_batch", "1000")).load()
+              .select(F.from_json(F.col("value").cast("string"),
+                                  "event_id STRING, user STRING, url STRING, ts TIMESTAMP")
+                      .alias("c")).select("c.*"))
+    ctx.commit_offsets_to_group("clicks", "throughput-" + ctx.job)
+    unique = ctx.stateful(
+        "dedup_clicks",
+        clicks.withWatermark("ts", "10 minutes").dropDuplicates(["event_id", "ts"]))
+    hourly = ctx.stateful(
+        "hourly_counts",
+        unique.groupBy(F.window("ts", "1 hour"), "user").agg(F.count("*").alias("clicks")))
+    return (hourly.select(F.col("window.start").alias("window_start"),
+                          F.col("window.end").alias("window_end"), "user", "clicks")
+            .writeStream.format("parquet").option("path", ctx.require_param("output"))
+            .outputMode("append"))
+'''
+
+
+def produce_input(source_dir: Path, bootstrap: str, topic: str) -> int:
+    """The events of the input files as records of ``topic``, 4 partitions, in file order."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50})
+    count = 0
+    for path in sorted(source_dir.iterdir()):
+        for line in path.read_text().splitlines():
+            producer.produce(topic, value=line.encode(), partition=count % 4)
+            count += 1
+            if count % 100_000 == 0:
+                producer.flush(60)
+    producer.flush(60)
+    return count
+
+
 def write_input(directory: Path, rows: int, files: int) -> int:
     """JSON click events; every file is written twice under two names (duplicates)."""
     directory.mkdir(parents=True)
@@ -117,25 +180,26 @@ def conf_args(flag: str) -> list[str]:
     return [arg for key, value in CONF.items() for arg in (flag, f"{key}={value}")]
 
 
-def command(path: str, work: Path, run: int, inp: Path, files_per_batch: int) -> list[str]:
+def command(path: str, work: Path, run: int, inp: Path | str, files_per_batch: int,
+            job: Path = JOB) -> list[str]:
     out, home = work / f"{path}-{run}-out", work / f"{path}-{run}-home"
     params = ["--param", f"input={inp}", "--param", f"output={out}",
               "--param", f"files_per_batch={files_per_batch}"]
     if path == "plain":
-        script = work / "plain.py"
+        script = work / ("plain_kafka.py" if job != JOB else "plain.py")
         return [PYTHON, str(script), str(inp), str(out), str(work / f"plain-{run}-ckpt"),
                 str(files_per_batch), *[f"{k}={v}" for k, v in CONF.items()]]
     if path == "cli":
-        return [SPARKPOINT, "--home", str(home), "run", str(JOB), "--job", "cli",
+        return [SPARKPOINT, "--home", str(home), "run", str(job), "--job", f"cli{run}",
                 *params, *conf_args("--conf"), "--until-caught-up"]
     if path == "spark-submit":
         entry = subprocess.run([SPARKPOINT, "submit-entry"], capture_output=True, text=True,
                                check=True).stdout.strip()
         return [SPARK_SUBMIT, "--master", "local[2]", *conf_args("--conf"), entry,
-                "--home", str(home), "run", str(JOB), "--job", "submitted", *params,
+                "--home", str(home), "run", str(job), "--job", f"submitted{run}", *params,
                 "--until-caught-up"]
     script = work / "api.py"
-    return [PYTHON, str(script), str(JOB), str(home), str(inp), str(out), str(files_per_batch),
+    return [PYTHON, str(script), str(job), str(home), str(inp), str(out), str(files_per_batch),
             *[f"{k}={v}" for k, v in CONF.items()]]
 
 
@@ -146,22 +210,45 @@ def main() -> None:
     parser.add_argument("--files-per-batch", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--source", choices=["files", "kafka"], default="files")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sparkpoint-throughput-"))
     (work / "plain.py").write_text(PLAIN)
+    (work / "plain_kafka.py").write_text(PLAIN_KAFKA)
     (work / "api.py").write_text(API)
     env = dict(os.environ, PYSPARK_PYTHON=PYTHON, SPARK_LOCAL_IP="127.0.0.1")
+    broker = None
     try:
-        inp = work / "in"
-        rows = write_input(inp, args.rows, args.files)
-        print(f"input: {rows} rows in {2 * args.files} files, {args.files_per_batch} files per "
-              f"batch; work dir {work}")
+        files = work / "in"
+        rows = write_input(files, args.rows, args.files)
+        inp: Path | str = files
+        job, per_batch = JOB, args.files_per_batch
+        if args.source == "kafka":
+            sys.path.insert(0, str(REPO))
+            from tests.conftest import kafka_connector_jars
+            from tests.support.kafka import start_kafka_broker
+
+            jars = kafka_connector_jars()
+            if not jars:
+                raise SystemExit("no Kafka connector jars: run scripts/test-deps.sh")
+            CONF["spark.jars"] = jars
+            (work / "broker").mkdir()
+            broker = start_kafka_broker(work / "broker")
+            bootstrap = next(broker).bootstrap
+            produce_input(files, bootstrap, "clicks")
+            inp = f"{bootstrap}/clicks"
+            job = work / "kafka_job.py"
+            job.write_text(KAFKA_JOB)
+            # The same number of batches as the file source makes of the same events.
+            per_batch = rows * args.files_per_batch // (2 * args.files)
+        print(f"input: {rows} rows ({args.source}) in {2 * args.files} files' worth, "
+              f"{args.files_per_batch} files per batch; work dir {work}")
         paths = ["plain", "cli", "spark-submit", "api"]
         seconds: dict[str, list[float]] = {path: [] for path in paths}
         for run in range(args.repeats):
             for path in paths:
                 started = time.perf_counter()
-                done = subprocess.run(command(path, work, run, inp, args.files_per_batch),
+                done = subprocess.run(command(path, work, run, inp, per_batch, job),
                                       capture_output=True, text=True, env=env)
                 elapsed = time.perf_counter() - started
                 if done.returncode != 0:
@@ -177,6 +264,8 @@ def main() -> None:
             print(f"{path:<13}{statistics.median(seconds[path]):>10.1f}{rate:>12.0f}"
                   f"{ratio:>8.3f}  {verdict}")
     finally:
+        if broker is not None:
+            broker.close()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
 

@@ -97,6 +97,8 @@ def test_a_consumer_group_shows_the_committed_offsets_and_is_never_read_back(
     assert shown.json()["records_behind"] == {"events": {f"{topic}-{p}": 2 for p in range(3)}}
     listed = sparkpoint(home, "jobs", "list")
     assert "6 records" in listed.out, listed.out
+    text = sparkpoint(home, "jobs", "show", "k").out
+    assert f"events: 6 records ({topic}-0: 2, {topic}-1: 2, {topic}-2: 2)" in text, text
     assert _group_offsets(kafka_broker, "watchers") == {(topic, p): (5, 2) for p in range(3)}
 
     # Positions come from the checkpoint only: a group moved back changes nothing read.
@@ -186,6 +188,11 @@ def test_a_resume_point_adds_a_kafka_source_at_a_timestamp(
     combined = output_rows(spark, tmp_path / "out1") + output_rows(
         spark, tmp_path / "out2")  # type: ignore[arg-type]
     assert combined == expected_hourly_counts(v1 + later)
+    # Drained, the job with Spark's connector emits its open hours too.
+    api.drain(home, "v2", snapshot="drained", spark=spark)  # type: ignore[arg-type]
+    combined = output_rows(spark, tmp_path / "out1") + output_rows(
+        spark, tmp_path / "out2")  # type: ignore[arg-type]
+    assert combined == expected_hourly_counts(v1 + later, delay=-dt.timedelta(days=1))
 
 
 def test_the_three_ways_a_kafka_source_names_its_partitions(kafka_broker: KafkaBroker) -> None:
