@@ -30,6 +30,7 @@ that encoding, so ``load_version`` on such a store does not match Spark's view.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import secrets
@@ -116,6 +117,56 @@ def read_records(data: bytes, path: str) -> list[tuple[bytes, bytes | None]]:
     """
     payload = _decode_blocks(data, path)
     return _parse_records(payload, path)
+
+
+_CHANGELOG_VERSION = re.compile(rb"^v(\d+)$")
+
+
+def _changelog_parts(payload: bytes, path: str) -> tuple[int, list[tuple[int, str]], int]:
+    """(changelog version, lineage, offset of the first record) of a decoded RocksDB
+    changelog. Version 1 has no header. Versions 2 to 4 start with Java's writeUTF of
+    ``v<n>`` (a big-endian u16 length, then the bytes); 3 and 4 (checkpoint format v2) follow
+    it with a writeUTF of their lineage, JSON ``[{"version":..,"checkpointUniqueId":..}]``."""
+    if len(payload) < 4:
+        return 1, [], 0
+    (length,) = struct.unpack_from(">H", payload, 0)
+    match = _CHANGELOG_VERSION.match(payload[2:2 + length]) if 2 <= length <= 4 else None
+    if match is None:
+        return 1, [], 0
+    version, pos = int(match.group(1)), 2 + length
+    lineage: list[tuple[int, str]] = []
+    if version >= 3:
+        if pos + 2 > len(payload):
+            raise _fail(path, f"changelog v{version} ends before its lineage")
+        (length,) = struct.unpack_from(">H", payload, pos)
+        try:
+            entries = json.loads(payload[pos + 2:pos + 2 + length].decode("utf-8"))
+            lineage = [(int(e["version"]), str(e["checkpointUniqueId"])) for e in entries]
+        except (ValueError, TypeError, KeyError) as exc:
+            raise _fail(path, f"changelog v{version}: expected its lineage as JSON "
+                              f"[{{version, checkpointUniqueId}}], found {exc}") from exc
+        pos += 2 + length
+    return version, lineage, pos
+
+
+def changelog_header(data: bytes, path: str) -> tuple[int, list[tuple[int, str]]]:
+    """(version, lineage) of a RocksDB changelog file (see ``_changelog_parts``)."""
+    version, lineage, _ = _changelog_parts(_decode_blocks(data, path), path)
+    return version, lineage
+
+
+def read_changelog_records(data: bytes, path: str) -> list[tuple[bytes, bytes | None]]:
+    """The puts (value) and deletes (None) of a RocksDB changelog, in file order. Versions 1
+    and 3 hold the records of a ``.delta`` file after their header; versions 2 and 4 (column
+    families: transformWithState) tag each record with a type and are not read here."""
+    payload = _decode_blocks(data, path)
+    version, _, pos = _changelog_parts(payload, path)
+    if version in (2, 4):
+        raise _fail(path, f"changelog v{version} (column families, transformWithState): "
+                          "reading its records is not supported yet")
+    if version > 4:
+        raise _fail(path, f"expected a changelog of version 1 to 4, found v{version}")
+    return _parse_records(payload[pos:], path)
 
 
 def _fail(path: str, message: str) -> CheckpointFormatError:

@@ -211,3 +211,12 @@ class CommitLogEntry:
     @property
     def next_batch_watermark_ms(self) -> int:
         return int(self.metadata.get("nextBatchWatermarkMs", 0))
+
+    @property
+    def state_unique_ids(self) -> dict[int, list[list[str]]]:
+        """Checkpoint format v2: per operator id, per partition, per store (in the
+        operator's store order) the unique id of the state version this batch committed;
+        empty for format v1."""
+        ids = self.metadata.get("stateUniqueIds") or {}
+        return {int(op): [[str(i) for i in stores] for stores in partitions]
+                for op, partitions in ids.items()}

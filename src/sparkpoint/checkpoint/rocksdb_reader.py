@@ -52,7 +52,7 @@ def read_raw_pairs(partition_dir: Path, version: int) -> Iterator[tuple[bytes, b
     state = dict(_zip_pairs(partition_dir, located.zip_name))
     for name in located.changelogs:
         path = partition_dir / name
-        for key, value in hdfs_state.read_records(path.read_bytes(), str(path)):
+        for key, value in hdfs_state.read_changelog_records(path.read_bytes(), str(path)):
             if value is None:
                 state.pop(key, None)
             else:

@@ -65,29 +65,56 @@ def read_zip_metadata(zip_path: Path) -> dict[str, Any]:
 
 
 def _versions(directory: Location, pattern: re.Pattern[str]) -> dict[int, str]:
+    """Version -> file name of the plain (format v1) files of one kind."""
     found: dict[int, str] = {}
+    for (version, unique_id), name in _named_versions(directory, pattern).items():
+        if unique_id is None:
+            found[version] = name
+        else:
+            raise CheckpointFormatError(
+                f"{directory / name}: state in checkpoint format v2 (stateStore."
+                "checkpointFormatVersion=2, files named by version and id); this command "
+                "does not read that format yet (snapshot create and starting from a snapshot "
+                "do)")
+    return found
+
+
+def _named_versions(directory: Location,
+                    pattern: re.Pattern[str]) -> dict[tuple[int, str | None], str]:
+    """(version, unique id or None) -> file name, for every file of one kind."""
+    found: dict[tuple[int, str | None], str] = {}
     if not directory.is_dir():
         return found
     for entry in directory.iterdir():
         match = pattern.match(entry.name)
         if match:
-            if match.group(2):
-                raise CheckpointFormatError(
-                    f"{entry}: state files with unique ids (stateStore.checkpointFormatVersion=2) "
-                    "are not supported yet; run the job with checkpointFormatVersion=1"
-                )
-            found[int(match.group(1))] = entry.name
+            unique_id = match.group(2)[1:] if match.group(2) else None
+            found[(int(match.group(1)), unique_id)] = entry.name
     return found
 
 
 def version_numbers(partition_dir: Location) -> tuple[set[int], set[int]]:
-    """(versions with a zip, versions with a changelog) present in a partition directory."""
-    return set(_versions(partition_dir, _ZIP_NAME)), set(_versions(partition_dir, _CHANGELOG_NAME))
+    """(versions with a zip, versions with a changelog) present in a partition directory,
+    with or without unique ids (format v2 may hold several attempts of a version: the commit
+    log names the one that counts)."""
+    return ({v for v, _ in _named_versions(partition_dir, _ZIP_NAME)},
+            {v for v, _ in _named_versions(partition_dir, _CHANGELOG_NAME)})
 
 
-def locate_version(partition_dir: Path, version: int) -> RocksDBVersion:
+def uses_unique_ids(partition_dir: Location) -> bool:
+    """Whether the partition holds format v2 state files (``<version>_<id>.zip``...)."""
+    return any(unique_id is not None
+               for pattern in (_ZIP_NAME, _CHANGELOG_NAME)
+               for _, unique_id in _named_versions(partition_dir, pattern))
+
+
+def locate_version(partition_dir: Path, version: int,
+                   unique_id: str | None = None) -> RocksDBVersion:
     """The newest zip at or below ``version`` and the changelogs that bring it to ``version``
-    (no zip when every changelog from 1 is there)."""
+    (no zip when every changelog from 1 is there). ``unique_id``: the version's id from the
+    commit log (checkpoint format v2), whose changelog names the files it builds on."""
+    if unique_id is not None:
+        return _locate_unique(partition_dir, version, unique_id)
     zips = _versions(partition_dir, _ZIP_NAME)
     changelogs = _versions(partition_dir, _CHANGELOG_NAME)
     base = max((v for v in zips if v <= version), default=None)
@@ -121,3 +148,60 @@ def locate_version(partition_dir: Path, version: int) -> RocksDBVersion:
             )
     num_keys = int(metadata["numKeys"]) if not needed and "numKeys" in metadata else None
     return RocksDBVersion(zips[base], ssts, tuple(needed), num_keys)
+
+
+def _locate_unique(partition_dir: Path, version: int, unique_id: str) -> RocksDBVersion:
+    """Format v2, as Spark's RocksDB.load does: ``<version>_<id>.zip`` when it exists, else
+    ``<version>_<id>.changelog`` on top of the newest zip its lineage names (or the empty
+    store when the lineage starts at version 1). Files of other ids (attempts of failed
+    tasks, versions of abandoned runs) are never read."""
+    zips = _named_versions(partition_dir, _ZIP_NAME)
+    changelogs = _named_versions(partition_dir, _CHANGELOG_NAME)
+    own_zip = zips.get((version, unique_id))
+    needed: list[str] = []
+    if own_zip is None:
+        own = changelogs.get((version, unique_id))
+        if own is None:
+            raise CheckpointFormatError(
+                f"{partition_dir}: expected {version}_{unique_id}.zip or .changelog (the id "
+                "the commit log names for this version), found neither; the state was cleaned "
+                "up or the checkpoint is incomplete")
+        lineage = [(v, i) for v, i in changelog_lineage(partition_dir / own) if v < version]
+        bases = [(v, i) for v, i in lineage if (v, i) in zips]
+        base = max(bases) if bases else None
+        if base is None and (not lineage or lineage[0][0] != 1) and version != 1:
+            raise CheckpointFormatError(
+                f"{partition_dir / own}: its lineage names no snapshot zip present and does "
+                "not start at version 1; the state files it builds on are gone")
+        for v, i in lineage:
+            if base is None or v > base[0]:
+                name = changelogs.get((v, i))
+                if name is None:
+                    raise CheckpointFormatError(
+                        f"{partition_dir}: expected {v}_{i}.changelog (named by the lineage "
+                        f"of {own}), found it missing")
+                needed.append(name)
+        needed.append(own)
+        if base is None:
+            return RocksDBVersion("", (), tuple(needed), None)
+        own_zip = zips[base]
+    metadata = read_zip_metadata(partition_dir / own_zip)
+    ssts = tuple(str(entry["dfsSstFileName"]) for entry in metadata.get("sstFiles", []))
+    for sst in ssts:
+        if not (partition_dir / "SSTs" / sst).is_file():
+            raise CheckpointFormatError(f"{partition_dir / own_zip}: lists SSTs/{sst}, found "
+                                        "it missing")
+    num_keys = int(metadata["numKeys"]) if not needed and "numKeys" in metadata else None
+    return RocksDBVersion(own_zip, ssts, tuple(needed), num_keys)
+
+
+def changelog_lineage(path: Path) -> list[tuple[int, str]]:
+    """The (version, unique id) pairs a format v2 changelog (``v3``/``v4`` header) builds on,
+    oldest first: from the version after the last snapshot up to the one before it."""
+    from sparkpoint.checkpoint.hdfs_state import changelog_header
+
+    version, lineage = changelog_header(path.read_bytes(), str(path))
+    if version < 3:
+        raise CheckpointFormatError(f"{path}: expected a changelog with a lineage (v3 or v4, "
+                                    f"checkpoint format v2), found changelog v{version}")
+    return lineage

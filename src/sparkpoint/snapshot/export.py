@@ -142,13 +142,22 @@ def _export_operator(
     rocksdb: bool,
     out_checkpoint: Path,
     plan: _Plan,
+    unique_ids: list[list[str]] | None = None,
 ) -> tuple[int | None, int]:
-    """Plan copies (RocksDB) or link the version's files (HDFS); return (rows, state bytes)."""
+    """Plan copies (RocksDB) or link the version's files (HDFS); return (rows, state bytes).
+    ``unique_ids``: checkpoint format v2, the commit's id per partition and store."""
     rel = f"state/{operator.operator_id}"
     _plan_metadata_files(operator, rel, plan)
     rows: int | None = 0
     state_bytes = 0
-    for store in operator.stores():
+    stores = operator.stores()
+    if unique_ids is not None and len(stores) > 1:
+        raise CheckpointFormatError(
+            f"{operator.path}: operator {operator.operator_id} ({operator.operator_name}) has "
+            f"{len(stores)} stores in checkpoint format v2 (stateStore.checkpointFormatVersion"
+            "=2); snapshots of several-store operators (stream-stream joins) in that format "
+            "are not supported yet")
+    for store_index, store in enumerate(stores):
         for partition in range(operator.partitions):
             pdir = store.partition_dir(operator.path, partition)
             prel = store.partition_dir(Path(rel), partition).as_posix()
@@ -156,12 +165,18 @@ def _export_operator(
             if schema.is_file():
                 plan.copies.append((schema, f"{prel}/_metadata/schema"))
             if rocksdb:
-                located = locate_version(readable_partition(pdir, version), version)
+                unique_id = _unique_id(unique_ids, partition, store_index, operator)
+                located = locate_version(readable_partition(pdir, version), version, unique_id)
+                names = located.relative_files()
+                if unique_id is not None:
+                    # Format v2 files carry Spark's own checksum sidecar (<name>.crc),
+                    # which it verifies on reading.
+                    names += [f"{name}.crc" for name in names
+                              if (pdir / f"{name}.crc").is_file()]
                 # Linked at once, not with the other copies: from now on Spark's cleanup
                 # cannot take the files from us.
-                copy_into([(pdir / name, out_checkpoint / prel / name)
-                           for name in located.relative_files()])
-                for name in located.relative_files():
+                copy_into([(pdir / name, out_checkpoint / prel / name) for name in names])
+                for name in names:
                     plan.written.append(f"{prel}/{name}")
                     state_bytes += (out_checkpoint / prel / name).stat().st_size
                 if rows is not None and located.num_keys is not None:
@@ -269,6 +284,19 @@ def _empty(staging: Path) -> None:
             entry.unlink()
 
 
+def _unique_id(unique_ids: list[list[str]] | None, partition: int, store_index: int,
+               operator: OperatorDir) -> str | None:
+    if unique_ids is None:
+        return None
+    try:
+        return unique_ids[partition][store_index]
+    except IndexError:
+        raise CheckpointFormatError(
+            f"{operator.path}: the commit log's stateUniqueIds for operator "
+            f"{operator.operator_id} name {len(unique_ids)} partitions, expected "
+            f"{operator.partitions} with one id per store") from None
+
+
 def _export_batch(
     checkpoint: Checkpoint,
     batch: int,
@@ -308,7 +336,9 @@ def _export_batch(
     operator_entries = []
     for operator in checkpoint.operators(batch):
         steps.info("operator %s (%s)", operator.operator_id, operator.operator_name)
-        rows, state_bytes = _export_operator(operator, batch + 1, rocksdb, out, plan)
+        ids = checkpoint.commit(batch).state_unique_ids
+        rows, state_bytes = _export_operator(operator, batch + 1, rocksdb, out, plan,
+                                             ids.get(operator.operator_id) if ids else None)
         stores = []
         for store in operator.stores():
             schema = operator.schema(store)

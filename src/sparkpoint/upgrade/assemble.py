@@ -110,6 +110,46 @@ def _copy_operator(src: Path, dst: Path, new_id: int, shift: int) -> None:
         write_atomic(meta, metadata.with_operator_id(new_id).to_bytes())
 
 
+def _state_unique_ids(plan: UpgradePlan, snapshots: Mapping[str, UsedSnapshot],
+                      batch: int) -> dict[int, list[list[str]]] | None:
+    """Per new operator id, the state ids of checkpoint format v2 its snapshot's commit
+    names; None when the resumed state is format v1. The state files keep their names
+    (``<version>_<id>``, and a changelog's lineage names its predecessors by them), so the
+    batch and the operators' state versions cannot move."""
+    found: dict[int, list[list[str]]] = {}
+    v1 = []
+    for row in plan.operators:
+        if row.action != "resume" or row.origin is None or row.operator_id is None:
+            continue
+        snap = snapshots[row.origin["snapshot"]]
+        old = snap.manifest.operator(row.origin["operator"])
+        assert old is not None
+        ids = snap.checkpoint.commit(snap.manifest.batch_id).state_unique_ids.get(
+            old.operator_id)
+        if ids is None:
+            v1.append(row.name)
+            continue
+        if snap.manifest.batch_id != batch:
+            raise ValidationError(
+                f"operator '{row.name}': its state is in checkpoint format v2 "
+                "(stateStore.checkpointFormatVersion=2), whose files are named by version and "
+                f"id; it cannot move from batch {snap.manifest.batch_id} to batch {batch} "
+                "(several snapshots, or new batch numbers): resume it from one snapshot at "
+                "its own batch")
+        found[row.operator_id] = ids
+    if not found:
+        return None
+    new = [row.name for row in plan.operators if row.action == "initialize"]
+    if v1 or new:
+        raise ValidationError(
+            f"operators {', '.join(v1 + new)} would start in checkpoint format v1 (new, or "
+            "resumed from format v1 state) beside format v2 state "
+            f"({', '.join(r.name for r in plan.operators if r.operator_id in found)}); "
+            "one checkpoint has one format: mixing them, and new operators beside format "
+            "v2 state, are not supported yet")
+    return found
+
+
 def _operator_metadata(layout: NewOperatorLayout, partitions: int) -> bytes:
     body = {
         "operatorInfo": {"operatorId": layout.operator_id,
@@ -213,7 +253,13 @@ def _write(
         lines.extend(SourceOffset(name, pos.offset_json) for name, pos in positions.items())
         entry = OffsetLogEntry(2, compact_json(metadata), tuple(lines))
         write_atomic(out / "offsets" / str(offset_batch), entry.to_bytes())
-    commit = CommitLogEntry(1, compact_json({"nextBatchWatermarkMs": watermark}))
+    body: dict[str, object] = {"nextBatchWatermarkMs": watermark}
+    unique_ids = _state_unique_ids(plan, snapshots, batch)
+    if unique_ids is not None:
+        # Checkpoint format v2: Spark loads each partition's state by the id its latest
+        # commit names (and keeps the format the commit has).
+        body["stateUniqueIds"] = {str(op): ids for op, ids in sorted(unique_ids.items())}
+    commit = CommitLogEntry(1 if unique_ids is None else 2, compact_json(body))
     write_atomic(out / "commits" / str(batch), commit.to_bytes())
     write_atomic(out / "metadata", QueryMetadata.for_id(str(uuid.uuid4())).to_bytes())
 

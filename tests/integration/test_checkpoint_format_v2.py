@@ -1,0 +1,65 @@
+"""Checkpoint format v2 (``spark.sql.streaming.stateStore.checkpointFormatVersion=2``, the
+format stateful real-time mode needs): RocksDB state files named ``<version>_<id>`` with the
+commit log naming the id of each partition's version, and changelogs naming the files they
+build on (their lineage). A snapshot takes exactly the files of the ids the commit names, and
+a job started from it continues with nothing lost or counted twice."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from sparkpoint import api
+from sparkpoint.checkpoint.layout import Checkpoint
+from sparkpoint.snapshot.store import open_snapshot_store
+from sparkpoint.storage.home import Home
+from sparkpoint.testing import expected_hourly_counts, output_rows, write_clicks
+from tests.support.cli import sparkpoint
+
+pytestmark = pytest.mark.spark
+JOB = Path(__file__).resolve().parent.parent / "data" / "jobs" / "clicks_variants.py"
+FORMAT_V2 = {"spark.sql.streaming.stateStore.checkpointFormatVersion": "2"}
+CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+UNIQUE_NAME = re.compile(r"^\d+_[0-9a-f-]{36}\.(zip|changelog)$")
+
+
+@pytest.mark.parametrize("changelog", ["true", "false"], ids=["changelog", "zips"])
+def test_a_format_v2_job_is_snapshotted_and_continued_from_the_snapshot(
+    spark: object, home: Home, tmp_path: Path, changelog: str
+) -> None:
+    conf = {**FORMAT_V2, CHANGELOG: changelog}
+    first = write_clicks(tmp_path / "in", range(0, 4))
+    params = {"input": str(tmp_path / "in"), "output": str(tmp_path / "out1")}
+    api.run(home, JOB, "v1", params=params, conf=conf, until_caught_up=True,
+            spark=spark)  # type: ignore[arg-type]
+    committed = Checkpoint(home.checkpoint_dir("v1"))
+    batch = committed.require_latest_committed_batch()
+    ids = committed.commit(batch).state_unique_ids
+    assert ids and all(len(partition) == 1 for op in ids.values() for partition in op)
+
+    api.snapshot_create(home, "v1", "s1")
+    taken = Checkpoint(open_snapshot_store(home).checkpoint_path("s1"))
+    state_files = [p.name for p in taken.root.glob("state/*/[0-9]*/*") if p.is_file()
+                   and p.name != "schema"]
+    assert state_files and all(UNIQUE_NAME.match(name) or name.endswith(".crc")
+                               for name in state_files), state_files
+    # Only the files of the ids the commit names (and what they build on): every id in a
+    # zip or changelog name is the commit's or one a kept changelog's lineage names.
+    assert {name.split("_")[1].split(".")[0] for name in state_files
+            if name.startswith(f"{batch + 1}_")} == {
+        i for op in ids.values() for partition in op for i in partition}
+
+    later = write_clicks(tmp_path / "in", range(4, 9))
+    api.run(home, JOB, "v2", params={**params, "output": str(tmp_path / "out2")}, conf=conf,
+            from_snapshot="s1", until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+    continued = Checkpoint(home.checkpoint_dir("v2"))
+    assert continued.commit(continued.require_latest_committed_batch()).version == 2
+    combined = output_rows(spark, tmp_path / "out1") + output_rows(
+        spark, tmp_path / "out2")  # type: ignore[arg-type]
+    assert combined == expected_hourly_counts(first + later)
+    # Reading commands report what they can of such a job and snapshot.
+    for args in (["jobs", "show", "v2"], ["snapshot", "show", "s1"], ["jobs", "list"]):
+        shown = sparkpoint(home, *args)
+        assert shown.code == 0 and "Traceback" not in shown.err, (args, shown.err)
