@@ -6,6 +6,7 @@ a job started from it continues with nothing lost or counted twice."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from pathlib import Path
 
@@ -59,6 +60,11 @@ def test_a_format_v2_job_is_snapshotted_and_continued_from_the_snapshot(
     combined = output_rows(spark, tmp_path / "out1") + output_rows(
         spark, tmp_path / "out2")  # type: ignore[arg-type]
     assert combined == expected_hourly_counts(first + later)
+    # Drained, it emits its open hours too.
+    api.drain(home, "v2", spark=spark)  # type: ignore[arg-type]
+    combined = output_rows(spark, tmp_path / "out1") + output_rows(
+        spark, tmp_path / "out2")  # type: ignore[arg-type]
+    assert combined == expected_hourly_counts(first + later, delay=-dt.timedelta(days=1))
     # Reading commands report what they can of such a job and snapshot.
     for args in (["jobs", "show", "v2"], ["snapshot", "show", "s1"], ["jobs", "list"]):
         shown = sparkpoint(home, *args)
