@@ -69,3 +69,25 @@ def test_a_format_v2_job_is_snapshotted_and_continued_from_the_snapshot(
     for args in (["jobs", "show", "v2"], ["snapshot", "show", "s1"], ["jobs", "list"]):
         shown = sparkpoint(home, *args)
         assert shown.code == 0 and "Traceback" not in shown.err, (args, shown.err)
+
+
+def test_a_format_v2_snapshot_starts_a_job_with_other_partitions(
+    spark: object, home: Home, tmp_path: Path
+) -> None:
+    """Spark's own offline repartition moves the v2 state (with new ids) before the start."""
+    conf = {**FORMAT_V2, CHANGELOG: "true"}
+    first = write_clicks(tmp_path / "in", range(0, 3))
+    params = {"input": str(tmp_path / "in"), "output": str(tmp_path / "out1")}
+    api.run(home, JOB, "v1", params=params, conf=conf, until_caught_up=True,
+            spark=spark)  # type: ignore[arg-type]
+    api.snapshot_create(home, "v1", "s1")
+    later = write_clicks(tmp_path / "in", range(3, 6))
+    api.run(home, JOB, "v2", params={**params, "output": str(tmp_path / "out2")},
+            conf={**conf, "spark.sql.shuffle.partitions": "3"}, from_snapshot="s1",
+            until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+    continued = Checkpoint(home.checkpoint_dir("v2"))
+    ids = continued.commit(continued.require_latest_committed_batch()).state_unique_ids
+    assert ids and all(len(partitions) == 3 for partitions in ids.values())
+    combined = output_rows(spark, tmp_path / "out1") + output_rows(
+        spark, tmp_path / "out2")  # type: ignore[arg-type]
+    assert combined == expected_hourly_counts(first + later)
