@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,28 @@ def test_a_format_v2_snapshot_starts_a_job_with_other_partitions(
     combined = output_rows(spark, tmp_path / "out1") + output_rows(
         spark, tmp_path / "out2")  # type: ignore[arg-type]
     assert combined == expected_hourly_counts(first + later)
+
+
+def test_a_snapshot_moves_a_job_to_format_v2_and_back_when_asked(
+    spark: object, home: Home, tmp_path: Path
+) -> None:
+    """A job's own stateStore.checkpointFormatVersion, given at a start from a snapshot,
+    moves its state between the formats (Spark alone would keep the commit's format)."""
+    clicks = write_clicks(tmp_path / "in", range(0, 3))
+    base = {"input": str(tmp_path / "in")}
+    api.run(home, JOB, "v1", params={**base, "output": str(tmp_path / "out1")},
+            conf={CHANGELOG: "true"}, until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+    api.snapshot_create(home, "v1", "s1")
+    for step, (job, fmt) in enumerate((("two", "2"), ("one", "1")), start=2):
+        clicks += write_clicks(tmp_path / "in", range(step + 1, step + 2))
+        api.run(home, JOB, job, params={**base, "output": str(tmp_path / f"out{step}")},
+                conf={CHANGELOG: "true", "spark.sql.streaming.stateStore.checkpointFormatVersion":
+                      fmt}, from_snapshot=f"s{step - 1}", until_caught_up=True,
+                spark=spark)  # type: ignore[arg-type]
+        moved = Checkpoint(home.checkpoint_dir(job))
+        commit = moved.commit(moved.require_latest_committed_batch())
+        assert commit.version == int(fmt) and bool(commit.state_unique_ids) == (fmt == "2")
+        api.snapshot_create(home, job, f"s{step}")
+    combined = sum((output_rows(spark, tmp_path / f"out{i}")  # type: ignore[arg-type]
+                    for i in (1, 2, 3)), Counter())
+    assert combined == expected_hourly_counts(clicks)

@@ -357,7 +357,11 @@ def write_records(
     its hash map's order, so a snapshot written from a ``dict`` matches Spark's bytes only if
     the order does.
     """
-    level = _compression_level(block_size)
+    return _encode_payload(records_payload(records), _compression_level(block_size), block_size)
+
+
+def records_payload(records: Iterable[tuple[bytes, bytes | None]]) -> bytes:
+    """The uncompressed bytes of ``records`` and their end marker, as the files hold them."""
     pieces: list[bytes] = []
     append = pieces.append
     pack = _INT.pack
@@ -370,7 +374,12 @@ def write_records(
             append(pack(len(value)))
             append(value)
     append(_END_OF_RECORDS)
-    return _encode_payload(b"".join(pieces), level, block_size)
+    return b"".join(pieces)
+
+
+def encode_payload(payload: bytes, block_size: int = DEFAULT_BLOCK_SIZE) -> bytes:
+    """Any uncompressed payload (a changelog's header and records) as Spark's LZ4 stream."""
+    return _encode_payload(payload, _compression_level(block_size), block_size)
 
 
 def _encode_payload(payload: bytes, level: int, block_size: int) -> bytes:

@@ -31,6 +31,7 @@ from sparkpoint.checkpoint.logs import (
     named_sources_metadata,
 )
 from sparkpoint.checkpoint.operators import OperatorMetadata
+from sparkpoint.checkpoint.state_format import to_plain_names, to_unique_ids
 from sparkpoint.errors import ValidationError
 from sparkpoint.snapshot.manifest import CHECKPOINT_SUBDIR, Manifest
 from sparkpoint.sources.positions import ResolvedPosition
@@ -110,43 +111,68 @@ def _copy_operator(src: Path, dst: Path, new_id: int, shift: int) -> None:
         write_atomic(meta, metadata.with_operator_id(new_id).to_bytes())
 
 
-def _state_unique_ids(plan: UpgradePlan, snapshots: Mapping[str, UsedSnapshot],
-                      batch: int) -> dict[int, list[list[str]]] | None:
-    """Per new operator id, the state ids of checkpoint format v2 its snapshot's commit
-    names; None when the resumed state is format v1. The state files keep their names
-    (``<version>_<id>``, and a changelog's lineage names its predecessors by them), so the
-    batch and the operators' state versions cannot move."""
-    found: dict[int, list[list[str]]] = {}
-    v1 = []
+def _store_dirs(op_dir: Path) -> list[list[Path]]:
+    """Per partition, the store directories of an operator's state (one unless a join's)."""
+    partitions = sorted((p for p in op_dir.iterdir() if p.name.isdigit()),
+                        key=lambda p: int(p.name))
+    found = []
+    for pdir in partitions:
+        stores = sorted(d for d in pdir.iterdir() if d.is_dir() and d.name not in
+                        ("SSTs", "_metadata"))
+        found.append(stores or [pdir])
+    return found
+
+
+def _state_format(out: Path, batch: int, plan: UpgradePlan,
+                  snapshots: Mapping[str, UsedSnapshot],
+                  wanted: int | None) -> dict[int, list[list[str]]] | None:
+    """Put every operator's state of the new checkpoint in one format: ``wanted`` (the
+    job's stateStore.checkpointFormatVersion when it gives one), else the resumed state's.
+    Returns the ids of format v2 per operator id (per partition, per store), None for v1.
+
+    Format v2 files are named by version and id (a changelog's lineage names its
+    predecessors so), so resumed v2 state cannot move to another batch."""
+    source_ids: dict[int, list[list[str]] | None] = {}
+    names: dict[int, str] = {}
     for row in plan.operators:
-        if row.action != "resume" or row.origin is None or row.operator_id is None:
+        if row.operator_id is None:
+            continue
+        names[row.operator_id] = row.name
+        if row.action != "resume" or row.origin is None:
+            source_ids[row.operator_id] = None
             continue
         snap = snapshots[row.origin["snapshot"]]
         old = snap.manifest.operator(row.origin["operator"])
         assert old is not None
         ids = snap.checkpoint.commit(snap.manifest.batch_id).state_unique_ids.get(
             old.operator_id)
-        if ids is None:
-            v1.append(row.name)
-            continue
-        if snap.manifest.batch_id != batch:
+        if ids is not None and snap.manifest.batch_id != batch:
             raise ValidationError(
                 f"operator '{row.name}': its state is in checkpoint format v2 "
                 "(stateStore.checkpointFormatVersion=2), whose files are named by version and "
                 f"id; it cannot move from batch {snap.manifest.batch_id} to batch {batch} "
                 "(several snapshots, or new batch numbers): resume it from one snapshot at "
                 "its own batch")
-        found[row.operator_id] = ids
-    if not found:
+        source_ids[row.operator_id] = ids
+    resumed = {op: ids for op, ids in source_ids.items() if ids is not None}
+    target = wanted or (2 if resumed else 1)
+    if target == 1:
+        for op, ids in resumed.items():
+            for partition, stores in enumerate(_store_dirs(out / "state" / str(op))):
+                for index, store_dir in enumerate(stores):
+                    to_plain_names(store_dir, batch + 1, ids[partition][index])
         return None
-    new = [row.name for row in plan.operators if row.action == "initialize"]
-    if v1 or new:
-        raise ValidationError(
-            f"operators {', '.join(v1 + new)} would start in checkpoint format v1 (new, or "
-            "resumed from format v1 state) beside format v2 state "
-            f"({', '.join(r.name for r in plan.operators if r.operator_id in found)}); "
-            "one checkpoint has one format: mixing them, and new operators beside format "
-            "v2 state, are not supported yet")
+    found: dict[int, list[list[str]]] = {}
+    for op, ids in source_ids.items():
+        if ids is not None:
+            found[op] = ids
+            continue
+        layout = _store_dirs(out / "state" / str(op))
+        if any(len(stores) > 1 for stores in layout):
+            raise ValidationError(
+                f"operator '{names[op]}' has several state stores (a stream-stream join); "
+                "moving it to checkpoint format v2 is not supported yet")
+        found[op] = [[to_unique_ids(stores[0], batch + 1)] for stores in layout]
     return found
 
 
@@ -180,6 +206,7 @@ def assemble_checkpoint(
     empty_state: EmptyStateWriter,
     positions: Mapping[str, ResolvedPosition] | None = None,
     batch_id: int | None = None,
+    state_format: int | None = None,
 ) -> AssembleResult:
     """Write the new checkpoint into ``out`` (a new directory) for a valid ``plan``.
 
@@ -202,7 +229,7 @@ def assemble_checkpoint(
                               f"snapshots' batch {newest}; a batch id only goes forward")
     out.mkdir(parents=True)
     _write(out, batch, primary, plan, snapshots, new_operators, empty_state, used,
-           positions or {})
+           positions or {}, state_format)
     return AssembleResult(batch, primary.manifest.shuffle_partitions)
 
 
@@ -216,6 +243,7 @@ def _write(
     empty_state: EmptyStateWriter,
     used: list[str],
     positions: Mapping[str, ResolvedPosition],
+    state_format: int | None,
 ) -> None:
     watermark = min(snapshots[name].manifest.watermark_ms for name in used)
 
@@ -253,14 +281,6 @@ def _write(
         lines.extend(SourceOffset(name, pos.offset_json) for name, pos in positions.items())
         entry = OffsetLogEntry(2, compact_json(metadata), tuple(lines))
         write_atomic(out / "offsets" / str(offset_batch), entry.to_bytes())
-    body: dict[str, object] = {"nextBatchWatermarkMs": watermark}
-    unique_ids = _state_unique_ids(plan, snapshots, batch)
-    if unique_ids is not None:
-        # Checkpoint format v2: Spark loads each partition's state by the id its latest
-        # commit names (and keeps the format the commit has).
-        body["stateUniqueIds"] = {str(op): ids for op, ids in sorted(unique_ids.items())}
-    commit = CommitLogEntry(1 if unique_ids is None else 2, compact_json(body))
-    write_atomic(out / "commits" / str(batch), commit.to_bytes())
     write_atomic(out / "metadata", QueryMetadata.for_id(str(uuid.uuid4())).to_bytes())
 
     for row in plan.sources:
@@ -304,3 +324,12 @@ def _write(
                     if len(layout.stores) > 1 or store != "default":
                         pdir = pdir / store
                     empty_state(pdir, batch + 1)
+
+    body: dict[str, object] = {"nextBatchWatermarkMs": watermark}
+    unique_ids = _state_format(out, batch, plan, snapshots, state_format)
+    if unique_ids is not None:
+        # Checkpoint format v2: Spark loads each partition's state by the id its latest
+        # commit names, and restarts in the format the commit has.
+        body["stateUniqueIds"] = {str(op): ids for op, ids in sorted(unique_ids.items())}
+    commit = CommitLogEntry(1 if unique_ids is None else 2, compact_json(body))
+    write_atomic(out / "commits" / str(batch), commit.to_bytes())

@@ -259,6 +259,25 @@ def _empty_state_writer(
     return write
 
 
+CHECKPOINT_FORMAT_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+
+
+def _asked_state_format(conf: Mapping[str, str], provider: str) -> int | None:
+    """The state format the job's own settings ask for (Spark itself keeps a restarted
+    query in the format of its latest commit, whatever the setting says); None: keep the
+    snapshot's."""
+    value = conf.get(CHECKPOINT_FORMAT_CONF)
+    if value is None:
+        return None
+    if value not in ("1", "2"):
+        raise UsageError(f"{CHECKPOINT_FORMAT_CONF}: expected 1 or 2, found {value!r}")
+    if value == "2" and provider != ROCKSDB_PROVIDER:
+        raise UsageError(f"{CHECKPOINT_FORMAT_CONF}=2 needs the RocksDB state store; the "
+                         "snapshot's state is the HDFS provider's (Spark refuses format v2 "
+                         "for it)")
+    return int(value)
+
+
 def upload_checkpoint(staging: Path, target: StorePath) -> None:
     """Publish a checkpoint built here in a store: its ``metadata`` (the query id the intent
     names) first, so that whatever part a cut-off upload leaves is recognised as this
@@ -303,7 +322,8 @@ def build_new_checkpoint(
         result = assemble_checkpoint(staging, plan, resolution.snapshots, resolution.layouts,
                                      _empty_state_writer(planned, provider, scratch / "empty"),
                                      resolution.positions,
-                                     batches.checkpoint_batch if batches is not None else None)
+                                     batches.checkpoint_batch if batches is not None else None,
+                                     _asked_state_format(planned.conf, provider))
         if result.batch_id is None:
             return result
         if publish:
