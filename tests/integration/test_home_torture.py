@@ -18,7 +18,7 @@ The job counts every event once however often it is read, so the startpoints (ea
 everything again) and drains change nothing a reference could not predict
 (tests/data/jobs/clicks_counted_once.py).
 
-Bounded for the suite (two cores): 4 operations a machine, runs and drains on two of the
+Bounded for the suite (two cores): 3 operations a machine, runs and drains on two of the
 machines only (each needs a Spark session, a JVM of its own), none begun after 60 s, one
 snapshot started from: about two minutes a store. SPARKPOINT_TORTURE_OPS,
 SPARKPOINT_TORTURE_SPARK_MACHINES (up to 4), SPARKPOINT_TORTURE_SECONDS and
@@ -71,7 +71,7 @@ OPERATIONS = ("create", "delete", "verify", "startpoint", "run", "stop", "drain"
 SPARK_KINDS = ("run", "drain")  # the operations that need the machine's own Spark session
 SPARK_MACHINES = max(1, min(MACHINES, int(os.environ.get("SPARKPOINT_TORTURE_SPARK_MACHINES",
                                                          "2"))))
-OPS_PER_MACHINE = int(os.environ.get("SPARKPOINT_TORTURE_OPS", "4"))
+OPS_PER_MACHINE = int(os.environ.get("SPARKPOINT_TORTURE_OPS", "3"))
 DEADLINE_S = float(os.environ.get("SPARKPOINT_TORTURE_SECONDS", "60"))
 STARTS = int(os.environ.get("SPARKPOINT_TORTURE_STARTS", "1"))
 # Refusals that are the right answer when other machines change the job at the same time:
