@@ -107,14 +107,14 @@ def test_plain_spark_checkpoint_imported_and_continued(
     listed = Counter(str(entry["path"]) for entries in log.values() for entry in entries)
     assert listed == Counter(p.absolute().as_uri() for p in sorted(inp.glob("*.json")))
     assert api.job_view(home, "adopted-job").files_behind == {"clicks": 0}
-    run_plain_job(spark, inp, tmp_path / "reference-out", tmp_path / "reference-ckpt")
-
-    reference = output_rows(spark, tmp_path / "reference-out")  # type: ignore[arg-type]
+    # Compared with the rows computed from the input (an uninterrupted run of the plain
+    # query gives the same: test_adopt_plain_spark.py and test_spark_examples_adopted.py
+    # compare with such runs at Spark's defaults).
+    expected = expected_hourly_counts(events)
+    assert expected, "the input closes no hour: the test input is too small"
     combined = (output_rows(spark, tmp_path / "plain-out")  # type: ignore[arg-type]
                 + output_rows(spark, managed_out))  # type: ignore[arg-type]
-    assert reference, "the reference run emitted nothing: the test input is too small"
-    assert combined == reference
-    assert combined == expected_hourly_counts(events)
+    assert combined == expected
 
 
 def test_import_of_another_query_lists_every_mismatch_and_creates_nothing(

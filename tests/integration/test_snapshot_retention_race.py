@@ -131,7 +131,8 @@ def test_export_starts_over_when_spark_deletes_files_before_they_are_linked(
     (checkpoint / "commits" / str(newest)).rename(pending)
     real_locate = export.locate_version
 
-    def locate_while_spark_moves_on(partition_dir: Path, version: int) -> object:
+    def locate_while_spark_moves_on(partition_dir: Path, version: int,
+                                    unique_id: str | None = None) -> object:
         if pending.exists():
             # What the running job does meanwhile: it commits batch `newest`, and the cleanup
             # deletes the state version the export was about to take (that of batch newest-1).
@@ -141,7 +142,7 @@ def test_export_starts_over_when_spark_deletes_files_before_they_are_linked(
                     match = _STATE_FILE.match(entry.name)
                     if match and int(match.group(1)) == newest:
                         entry.unlink()
-        return real_locate(partition_dir, version)
+        return real_locate(partition_dir, version, unique_id)
 
     monkeypatch.setattr(export, "locate_version", locate_while_spark_moves_on)
     said: list[str] = []

@@ -8,6 +8,7 @@ test_adopt_plain_spark.py run their Kafka scenarios with it."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import subprocess
 import time
 from collections import Counter
@@ -17,6 +18,7 @@ import pytest
 import yaml
 
 from sparkpoint import api
+from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import (
     clicks_for_slice,
@@ -88,6 +90,12 @@ def test_a_consumer_group_shows_the_committed_offsets_and_is_never_read_back(
     result = _passthrough(spark, home, tmp_path, kafka_broker, topic, group="watchers")
     assert result.batches_run >= 4  # maxOffsetsPerTrigger=4
     assert output_rows(spark, tmp_path / "out") == Counter(first)  # type: ignore[arg-type]
+    # Spark's connector keeps Kafka's offset JSON in the checkpoint, as sparkpoint's source
+    # does and as startpoints write it: the next offset to read per partition.
+    committed = Checkpoint(home.checkpoint_dir("k"))
+    entry = committed.offsets(committed.require_latest_committed_batch())
+    assert json.loads(entry.source_offsets()["events"] or "") == {
+        topic: {str(p): 5 for p in range(3)}}
     # The broker's own tool: every partition at its end, nothing behind.
     assert _group_offsets(kafka_broker, "watchers") == {(topic, p): (5, 0) for p in range(3)}
 
