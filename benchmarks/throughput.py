@@ -234,7 +234,9 @@ def main() -> None:
             CONF["spark.jars"] = jars
             (work / "broker").mkdir()
             broker = start_kafka_broker(work / "broker")
-            bootstrap = next(broker).bootstrap
+            server = next(broker)
+            bootstrap = server.bootstrap
+            server.create_topic("clicks", 4)
             produce_input(files, bootstrap, "clicks")
             inp = f"{bootstrap}/clicks"
             job = work / "kafka_job.py"
