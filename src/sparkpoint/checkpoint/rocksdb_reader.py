@@ -35,8 +35,7 @@ def read_pairs(partition_dir: Path, version: int,
                strip_version(raw_value, "value", partition_dir))
 
 
-def read_raw_pairs(partition_dir: Path, version: int,
-                   unique_id: str | None = None) -> Iterator[tuple[bytes, bytes]]:
+def read_raw_pairs(partition_dir: Path, version: int) -> Iterator[tuple[bytes, bytes]]:
     """Every (key, value) of the store at ``version`` as RocksDB holds them (encoded).
 
     A version written with changelog checkpointing is its base zip plus the changelogs
@@ -46,7 +45,7 @@ def read_raw_pairs(partition_dir: Path, version: int,
     Raises:
         CheckpointFormatError: the version's files are missing or damaged.
     """
-    located = locate_version(partition_dir, version, unique_id)
+    located = locate_version(partition_dir, version)
     if not located.changelogs:
         yield from _zip_pairs(partition_dir, located.zip_name)
         return

@@ -101,13 +101,6 @@ def version_numbers(partition_dir: Location) -> tuple[set[int], set[int]]:
             {v for v, _ in _named_versions(partition_dir, _CHANGELOG_NAME)})
 
 
-def uses_unique_ids(partition_dir: Location) -> bool:
-    """Whether the partition holds format v2 state files (``<version>_<id>.zip``...)."""
-    return any(unique_id is not None
-               for pattern in (_ZIP_NAME, _CHANGELOG_NAME)
-               for _, unique_id in _named_versions(partition_dir, pattern))
-
-
 def locate_version(partition_dir: Path, version: int,
                    unique_id: str | None = None) -> RocksDBVersion:
     """The newest zip at or below ``version`` and the changelogs that bring it to ``version``
@@ -139,15 +132,21 @@ def locate_version(partition_dir: Path, version: int,
                 f"{base}.zip, found it missing"
             )
         needed.append(changelogs[v])
-    metadata = read_zip_metadata(partition_dir / zips[base])
+    return _on_zip(partition_dir, zips[base], needed)
+
+
+def _on_zip(partition_dir: Path, zip_name: str, changelogs: list[str]) -> RocksDBVersion:
+    """A version loaded from ``zip_name`` (with the SSTs its metadata lists, which must be
+    there) and then ``changelogs``; its key count is known when no changelog follows."""
+    metadata = read_zip_metadata(partition_dir / zip_name)
     ssts = tuple(str(entry["dfsSstFileName"]) for entry in metadata.get("sstFiles", []))
     for sst in ssts:
         if not (partition_dir / "SSTs" / sst).is_file():
             raise CheckpointFormatError(
-                f"{partition_dir / zips[base]}: lists SSTs/{sst}, found it missing"
+                f"{partition_dir / zip_name}: lists SSTs/{sst}, found it missing"
             )
-    num_keys = int(metadata["numKeys"]) if not needed and "numKeys" in metadata else None
-    return RocksDBVersion(zips[base], ssts, tuple(needed), num_keys)
+    num_keys = int(metadata["numKeys"]) if not changelogs and "numKeys" in metadata else None
+    return RocksDBVersion(zip_name, ssts, tuple(changelogs), num_keys)
 
 
 def _locate_unique(partition_dir: Path, version: int, unique_id: str) -> RocksDBVersion:
@@ -185,14 +184,7 @@ def _locate_unique(partition_dir: Path, version: int, unique_id: str) -> RocksDB
         if base is None:
             return RocksDBVersion("", (), tuple(needed), None)
         own_zip = zips[base]
-    metadata = read_zip_metadata(partition_dir / own_zip)
-    ssts = tuple(str(entry["dfsSstFileName"]) for entry in metadata.get("sstFiles", []))
-    for sst in ssts:
-        if not (partition_dir / "SSTs" / sst).is_file():
-            raise CheckpointFormatError(f"{partition_dir / own_zip}: lists SSTs/{sst}, found "
-                                        "it missing")
-    num_keys = int(metadata["numKeys"]) if not needed and "numKeys" in metadata else None
-    return RocksDBVersion(own_zip, ssts, tuple(needed), num_keys)
+    return _on_zip(partition_dir, own_zip, needed)
 
 
 def changelog_lineage(path: Path) -> list[tuple[int, str]]:

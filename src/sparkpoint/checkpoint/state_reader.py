@@ -22,16 +22,13 @@ def read_pairs(partition_dir: Path, version: int, rocksdb: bool,
     yield from hdfs_state.load_version(partition_dir, version).items()
 
 
-def count_rows(partition_dir: Path, version: int, rocksdb: bool,
-               unique_id: str | None = None) -> int:
+def count_rows(partition_dir: Path, version: int, rocksdb: bool) -> int:
     """Keys of the store at ``version``, without decoding rows where the files say it:
-    RocksDB's version metadata carries its key count; HDFS files are counted by key.
-    ``unique_id``: the version's id (checkpoint format v2)."""
+    RocksDB's version metadata carries its key count; HDFS files are counted by key."""
     if rocksdb:
-        located = locate_version(partition_dir, version, unique_id)
+        located = locate_version(partition_dir, version)
         if located.num_keys is not None:
             return located.num_keys
-        return sum(1 for _pair in rocksdb_reader.read_raw_pairs(partition_dir, version,
-                                                                unique_id))
+        return sum(1 for _pair in rocksdb_reader.read_raw_pairs(partition_dir, version))
     return hdfs_state.count_rows(partition_dir, hdfs_state.files_for_version(partition_dir,
                                                                              version))

@@ -90,8 +90,7 @@ def _kafka_behind(home: Home, record: JobRecord) -> dict[str, dict[str, int] | N
     checkpoint = Checkpoint(home.checkpoint_dir(record.name))
     try:
         committed = checkpoint.latest_committed_batch()
-        ends = {s.name: s.offset for s in checkpoint.offsets(committed).sources} \
-            if committed is not None else {}
+        ends = checkpoint.offsets(committed).source_offsets() if committed is not None else {}
     except (SparkpointError, OSError):
         return {source.name: None for source in sources}  # a reading command reports what it can
     return {source.name: records_behind(source, ends.get(source.name)) for source in sources}

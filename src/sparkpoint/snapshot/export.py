@@ -334,11 +334,12 @@ def _export_batch(
                 plan.copies.append((path, f"sources/{name}/{path.name}"))
 
     operator_entries = []
+    # Checkpoint format v2: the id of each operator's state version, as the commit names it.
+    unique_ids = checkpoint.commit(batch).state_unique_ids
     for operator in checkpoint.operators(batch):
         steps.info("operator %s (%s)", operator.operator_id, operator.operator_name)
-        ids = checkpoint.commit(batch).state_unique_ids
         rows, state_bytes = _export_operator(operator, batch + 1, rocksdb, out, plan,
-                                             ids.get(operator.operator_id) if ids else None)
+                                             unique_ids.get(operator.operator_id))
         stores = []
         for store in operator.stores():
             schema = operator.schema(store)
