@@ -46,14 +46,22 @@ def _machine(tmp_path: Path, name: str) -> dict[str, str]:
             "SPARKPOINT_LEASE_SECONDS": str(LEASE_SECONDS)}
 
 
-def test_a_job_frozen_past_its_lease_is_taken_over_and_wakes_to_lease_lost(
-    spark: object, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _s3_home_with_clicks(s3_server: S3Server, tmp_path: Path,
+                         monkeypatch: pytest.MonkeyPatch) -> tuple[str, Home, Path, Path]:
+    """A home in a new bucket (this test process as a machine of its own) and two slices of
+    clicks: (bucket, home, input, output)."""
     bucket = s3_server.new_bucket()
     monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "test-machine"))
     home = Home.resolve(f"s3://{bucket}/home")
     inp, out = tmp_path / "in", tmp_path / "out"
     write_clicks(inp, range(0, 2))
+    return bucket, home, inp, out
+
+
+def test_a_job_frozen_past_its_lease_is_taken_over_and_wakes_to_lease_lost(
+    spark: object, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bucket, home, inp, out = _s3_home_with_clicks(s3_server, tmp_path, monkeypatch)
     args = [arg for arg in _run_args("v1", inp, out) if arg != "--until-caught-up"]
     log = tmp_path / "machine-a.log"
     with open(log, "wb") as handle:
@@ -100,11 +108,7 @@ def test_once_jobs_stop_wait_says_stopped_the_next_command_can_take_the_job(
     in between was refused JOB_RUNNING by the very run it had stopped. Found by the torture
     test (tests/integration/test_home_torture.py). The run's release of its lease is held at
     a proxy, which keeps it in that moment for as long as the test needs."""
-    bucket = s3_server.new_bucket()
-    monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "test-machine"))
-    home = Home.resolve(f"s3://{bucket}/home")
-    inp, out = tmp_path / "in", tmp_path / "out"
-    write_clicks(inp, range(0, 2))
+    bucket, home, inp, out = _s3_home_with_clicks(s3_server, tmp_path, monkeypatch)
     args = [arg for arg in _run_args("v1", inp, out) if arg != "--until-caught-up"]
     log = tmp_path / "machine-a.log"
     outcome: dict[str, str] = {}
