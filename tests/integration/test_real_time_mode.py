@@ -1,0 +1,156 @@
+"""Spark 4.3's real-time mode (``trigger(realTime=...)``) on a stateful job, Kafka in and out
+through Spark's connector on the real broker: snapshotted while it runs, started from the
+snapshot in real-time mode, drained, and continued after the drain. What real-time mode needs,
+measured here: checkpoint format v2 (its default for a new checkpoint: the commit log carries
+``stateUniqueIds``), a Kafka source, a slot per Kafka partition plus one per shuffle partition
+(so one partition and ``spark.sql.shuffle.partitions=1`` on ``local[2]``). Stopping cancels the
+batch in flight; no test here restarts a stopped job's query over it, so every output is
+exact."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from sparkpoint.checkpoint.layout import Checkpoint
+from sparkpoint.storage.home import Home
+from tests.conftest import REPO, kafka_connector_jars
+from tests.support.cli import sparkpoint, start, wait_for
+from tests.support.kafka import KafkaBroker
+
+pytestmark = pytest.mark.spark
+JOB = REPO / "tests" / "data" / "jobs" / "realtime_dedupe.py"
+RUN_TIMEOUT_S = 240.0
+
+Record = tuple[str, str]
+
+
+def _produce(broker: KafkaBroker, topic: str, records: list[Record]) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for key, value in records:
+        producer.produce(topic, key=key.encode(), value=value.encode())
+    assert producer.flush(30) == 0
+
+
+def _read_topic(broker: KafkaBroker, topic: str) -> Counter[Record]:
+    """Every record the topic holds, as (key, value)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    low, high = broker.watermarks(topic, 0)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "reader",
+                         "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, low)])
+        records: list[Record] = []
+        while len(records) < high - low:
+            message = consumer.poll(30)
+            assert message is not None, f"{topic}: {len(records)} of {high - low} records read"
+            records.append((message.key().decode(), message.value().decode()))
+        return Counter(records)
+    finally:
+        consumer.close()
+
+
+def _first_of_each_key(records: list[Record], seen: set[str] | None = None) -> Counter[Record]:
+    """What dropDuplicates(["key"]) emits, computed here: each key's first record, unless the
+    key is in ``seen`` (state the job starts with)."""
+    known = set(seen or ())
+    first: list[Record] = []
+    for key, value in records:
+        if key not in known:
+            known.add(key)
+            first.append((key, value))
+    return Counter(first)
+
+
+def _committed_offset(home: Home, job: str) -> int | None:
+    """The offset the job's latest committed batch read up to in partition 0."""
+    checkpoint = Checkpoint(home.checkpoint_dir(job))
+    batch = checkpoint.latest_committed_batch()
+    if batch is None:
+        return None
+    offsets = json.loads(checkpoint.offsets(batch).source_offsets()["records"] or "{}")
+    return int(next(iter(offsets.values()))["0"])
+
+
+def _run_args(broker: KafkaBroker, topic: str, out_topic: str) -> list[str]:
+    return ["--param", f"bootstrap={broker.bootstrap}", "--param", f"topic={topic}",
+            "--param", f"out_topic={out_topic}",
+            "--conf", "spark.sql.shuffle.partitions=1",
+            "--conf", f"spark.jars={kafka_connector_jars()}"]
+
+
+def _stop(home: Home, job: str, running: subprocess.Popen[bytes], log: Path) -> None:
+    asked = sparkpoint(home, "jobs", "stop", job)
+    assert asked.code == 0, asked.err
+    assert running.wait(RUN_TIMEOUT_S) == 0, log.read_text()[-3000:]
+
+
+def test_a_real_time_job_is_snapshotted_running_started_from_it_and_drained(
+    home: Home, tmp_path: Path, kafka_broker: KafkaBroker
+) -> None:
+    topic = kafka_broker.new_topic("rt-in", 1)
+    out_a, out_b = kafka_broker.new_topic("rt-a", 1), kafka_broker.new_topic("rt-b", 1)
+    first = [(f"k{i % 20}", f"a{i}") for i in range(40)]
+    second = [(f"k{10 + i % 20}", f"b{i}") for i in range(40)]
+    third = [(f"k{25 + i % 10}", f"c{i}") for i in range(20)]
+    _produce(kafka_broker, topic, first)
+
+    log = tmp_path / "rt.log"
+    running = start(home, "run", str(JOB), "--job", "rt", *_run_args(kafka_broker, topic, out_a),
+                    log=log)
+    try:
+        wait_for(lambda: _committed_offset(home, "rt") == 40, RUN_TIMEOUT_S,
+                 "the real-time job to commit the first records", log)
+        made = sparkpoint(home, "snapshot", "create", "rt", "s1")
+        assert made.code == 0, made.err
+        _produce(kafka_broker, topic, second)
+        wait_for(lambda: _committed_offset(home, "rt") == 80, RUN_TIMEOUT_S,
+                 "the real-time job to commit the second records", log)
+        _stop(home, "rt", running, log)
+    finally:
+        if running.poll() is None:
+            running.kill()
+    # The job ran in real-time mode on format v2: the commit log names the state files.
+    checkpoint = Checkpoint(home.checkpoint_dir("rt"))
+    assert checkpoint.commit(checkpoint.require_latest_committed_batch()).state_unique_ids
+    assert _read_topic(kafka_broker, out_a) == _first_of_each_key(first + second)
+
+    shown = sparkpoint(home, "snapshot", "show", "s1", "--json")
+    assert shown.code == 0, shown.err
+    assert shown.json()["sources"][0]["offset"] == {topic: {"0": 40}}
+    assert sparkpoint(home, "snapshot", "verify", "s1").code == 0
+
+    # A new job from the running job's snapshot, in real-time mode: the keys of the first
+    # records are in its state, so only the keys new in the second records come out.
+    log_b = tmp_path / "rt2.log"
+    restored = start(home, "run", str(JOB), "--job", "rt2", "--from-snapshot", "s1",
+                     *_run_args(kafka_broker, topic, out_b), log=log_b)
+    try:
+        wait_for(lambda: _committed_offset(home, "rt2") == 80, RUN_TIMEOUT_S,
+                 "the restored real-time job to commit the second records", log_b)
+        _stop(home, "rt2", restored, log_b)
+    finally:
+        if restored.poll() is None:
+            restored.kill()
+    seen_before = {key for key, _ in first}
+    assert _read_topic(kafka_broker, out_b) == _first_of_each_key(second, seen_before)
+
+    drained = sparkpoint(home, "drain", "rt2", "--snapshot", "d1", timeout=RUN_TIMEOUT_S)
+    assert drained.code == 0, drained.err
+    assert "seen_keys" in drained.out and "RESIDUAL" in drained.out, drained.out
+    assert sparkpoint(home, "snapshot", "verify", "d1").code == 0
+    # After the drain the job goes on (a micro-batch run over its real-time checkpoint): the
+    # keys it holds stay deduplicated.
+    _produce(kafka_broker, topic, third)
+    continued = sparkpoint(home, "run", str(JOB), "--job", "rt2", "--until-caught-up",
+                           timeout=RUN_TIMEOUT_S)
+    assert continued.code == 0, continued.err
+    assert _committed_offset(home, "rt2") == 100
+    assert _read_topic(kafka_broker, out_b) == _first_of_each_key(second + third, seen_before)
