@@ -2,7 +2,8 @@
 format stateful real-time mode needs): RocksDB state files named ``<version>_<id>`` with the
 commit log naming the id of each partition's version, and changelogs naming the files they
 build on (their lineage). A snapshot takes exactly the files of the ids the commit names, and
-a job started from it continues with nothing lost or counted twice."""
+a job started from it continues with nothing lost or counted twice, and a rehearsal from it
+replays the old job's batches."""
 
 from __future__ import annotations
 
@@ -61,6 +62,14 @@ def test_a_format_v2_job_is_snapshotted_and_continued_from_the_snapshot(
     combined = output_rows(spark, tmp_path / "out1") + output_rows(
         spark, tmp_path / "out2")  # type: ignore[arg-type]
     assert combined == expected_hourly_counts(first + later)
+    # A rehearsal from the snapshot against the old job, once that job read the same input:
+    # the same job file makes the same rows, so the outputs compare equal.
+    api.run(home, JOB, "v1", params=params, conf=conf, until_caught_up=True,
+            spark=spark)  # type: ignore[arg-type]
+    rehearsed = api.rehearse(home, JOB, "v1", from_snapshot="s1",
+                             spark=spark).to_dict()  # type: ignore[arg-type]
+    assert rehearsed["equal"] is True, rehearsed
+    assert rehearsed["old_rows"] == rehearsed["new_rows"] > 0
     # Drained, it emits its open hours too.
     api.drain(home, "v2", spark=spark)  # type: ignore[arg-type]
     combined = output_rows(spark, tmp_path / "out1") + output_rows(

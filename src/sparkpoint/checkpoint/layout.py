@@ -64,6 +64,21 @@ class OperatorDir:
             return [StoreLayout("default", None)]
         return [StoreLayout(name, name) for name in names]
 
+    def unique_id(self, commit: CommitLogEntry, partition: int, store_index: int) -> str | None:
+        """Checkpoint format v2: the id of the state version ``commit`` made in one partition
+        and store (the files to read are named by it, never by the version alone); None for
+        format v1."""
+        ids = commit.state_unique_ids.get(self.operator_id)
+        if ids is None:
+            return None
+        try:
+            return ids[partition][store_index]
+        except IndexError:
+            raise CheckpointFormatError(
+                f"{self.path}: the commit log's stateUniqueIds for operator "
+                f"{self.operator_id} name {len(ids)} partitions, expected "
+                f"{self.partitions} with one id per store") from None
+
     def schema(self, store: StoreLayout) -> StateSchemaFile | None:
         """Schema v2 of a store, written by Spark in partition 0 only."""
         path = store.partition_dir(self.path, 0) / "_metadata" / "schema"

@@ -25,17 +25,19 @@ from sparkpoint.checkpoint.rocksdb_state import locate_version, read_zip_metadat
 from sparkpoint.errors import CheckpointFormatError
 
 
-def read_pairs(partition_dir: Path, version: int,
-               keys: KeyEncoding | None = None) -> Iterator[tuple[bytes, bytes]]:
+def read_pairs(partition_dir: Path, version: int, keys: KeyEncoding | None = None,
+               unique_id: str | None = None) -> Iterator[tuple[bytes, bytes]]:
     """Every (key, value) of the store at ``version``, as ``UnsafeRow`` bytes, the keys
-    decoded by ``keys`` (default: no prefix encoding)."""
+    decoded by ``keys`` (default: no prefix encoding). ``unique_id``: the version's id in
+    checkpoint format v2, from the commit log."""
     encoding = keys or KeyEncoding()
-    for raw_key, raw_value in read_raw_pairs(partition_dir, version):
+    for raw_key, raw_value in read_raw_pairs(partition_dir, version, unique_id):
         yield (encoding.decode(raw_key, partition_dir),
                strip_version(raw_value, "value", partition_dir))
 
 
-def read_raw_pairs(partition_dir: Path, version: int) -> Iterator[tuple[bytes, bytes]]:
+def read_raw_pairs(partition_dir: Path, version: int,
+                   unique_id: str | None = None) -> Iterator[tuple[bytes, bytes]]:
     """Every (key, value) of the store at ``version`` as RocksDB holds them (encoded).
 
     A version written with changelog checkpointing is its base zip plus the changelogs
@@ -45,7 +47,7 @@ def read_raw_pairs(partition_dir: Path, version: int) -> Iterator[tuple[bytes, b
     Raises:
         CheckpointFormatError: the version's files are missing or damaged.
     """
-    located = locate_version(partition_dir, version)
+    located = locate_version(partition_dir, version, unique_id)
     if not located.changelogs:
         yield from _zip_pairs(partition_dir, located.zip_name)
         return

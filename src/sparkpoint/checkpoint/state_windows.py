@@ -24,6 +24,7 @@ from typing import Any
 
 from sparkpoint.checkpoint import state_reader
 from sparkpoint.checkpoint.layout import OperatorDir
+from sparkpoint.checkpoint.logs import CommitLogEntry
 from sparkpoint.checkpoint.state_files import readable_partition
 from sparkpoint.checkpoint.unsafe_row import read_field
 from sparkpoint.windows import WindowSpec, human_duration
@@ -89,14 +90,16 @@ class StoredWindows:
         return text
 
 
-def stored_windows(operator: OperatorDir, version: int, rocksdb: bool) -> StoredWindows | None:
-    """The window bounds of the operator's rows at ``version``; None when no store's key
-    or value holds a window struct."""
+def stored_windows(operator: OperatorDir, version: int, rocksdb: bool,
+                   commit: CommitLogEntry) -> StoredWindows | None:
+    """The window bounds of the operator's rows at ``version`` (made by ``commit``, which
+    names its files in checkpoint format v2); None when no store's key or value holds a
+    window struct."""
     rows = 0
     lengths: set[int] = set()
     starts: set[int] = set()
     found = False
-    for store in operator.stores():
+    for store_index, store in enumerate(operator.stores()):
         schema = operator.schema(store)
         if schema is None:
             continue
@@ -110,8 +113,9 @@ def stored_windows(operator: OperatorDir, version: int, rocksdb: bool) -> Stored
         fields = row_schema["fields"]
         for partition in range(operator.partitions):
             pdir = readable_partition(store.partition_dir(operator.path, partition), version)
+            unique_id = operator.unique_id(commit, partition, store_index) if rocksdb else None
             for key, value in state_reader.read_pairs(pdir, version, rocksdb,
-                                                       operator.key_encoding(store)):
+                                                       operator.key_encoding(store), unique_id):
                 bounds = read_field(value if in_value else key, fields, column, str(pdir))
                 if not bounds or bounds[0] is None or bounds[1] is None:
                     continue

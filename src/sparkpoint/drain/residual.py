@@ -21,18 +21,16 @@ def state_rows(checkpoint: Checkpoint, batch: int) -> list[OperatorRows]:
     """Rows of every operator's state as committed by ``batch`` (state version batch+1)."""
     version = batch + 1
     rocksdb = checkpoint.is_rocksdb(batch)
-    # Checkpoint format v2: the id of each partition's version, as the commit names it.
-    unique_ids = checkpoint.commit(batch).state_unique_ids if rocksdb else {}
+    commit = checkpoint.commit(batch)
     counted = []
     for operator in checkpoint.operators(batch):
         rows: int | None = 0
-        ids = unique_ids.get(operator.operator_id)
         for index, store in enumerate(operator.stores()):
             for partition in range(operator.partitions):
                 pdir = readable_partition(store.partition_dir(operator.path, partition),
                                           version)
                 if rocksdb:
-                    unique_id = ids[partition][index] if ids else None
+                    unique_id = operator.unique_id(commit, partition, index)
                     keys = locate_version(pdir, version, unique_id).num_keys
                     rows = None if rows is None or keys is None else rows + keys
                 elif rows is not None:

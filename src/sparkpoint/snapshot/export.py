@@ -25,6 +25,7 @@ from pathlib import Path
 from sparkpoint.checkpoint import hdfs_state
 from sparkpoint.checkpoint.layout import SHUFFLE_PARTITIONS_CONF, Checkpoint, OperatorDir
 from sparkpoint.checkpoint.logs import (
+    CommitLogEntry,
     OffsetLogEntry,
     SourceOffset,
     compact_json,
@@ -142,16 +143,17 @@ def _export_operator(
     rocksdb: bool,
     out_checkpoint: Path,
     plan: _Plan,
-    unique_ids: list[list[str]] | None = None,
+    commit: CommitLogEntry,
 ) -> tuple[int | None, int]:
     """Plan copies (RocksDB) or link the version's files (HDFS); return (rows, state bytes).
-    ``unique_ids``: checkpoint format v2, the commit's id per partition and store."""
+    ``commit``: the batch's commit, which names each partition's state files in checkpoint
+    format v2."""
     rel = f"state/{operator.operator_id}"
     _plan_metadata_files(operator, rel, plan)
     rows: int | None = 0
     state_bytes = 0
     stores = operator.stores()
-    if unique_ids is not None and len(stores) > 1:
+    if operator.operator_id in commit.state_unique_ids and len(stores) > 1:
         raise CheckpointFormatError(
             f"{operator.path}: operator {operator.operator_id} ({operator.operator_name}) has "
             f"{len(stores)} stores in checkpoint format v2 (stateStore.checkpointFormatVersion"
@@ -165,7 +167,7 @@ def _export_operator(
             if schema.is_file():
                 plan.copies.append((schema, f"{prel}/_metadata/schema"))
             if rocksdb:
-                unique_id = _unique_id(unique_ids, partition, store_index, operator)
+                unique_id = operator.unique_id(commit, partition, store_index)
                 located = locate_version(readable_partition(pdir, version), version, unique_id)
                 names = located.relative_files()
                 if unique_id is not None:
@@ -284,19 +286,6 @@ def _empty(staging: Path) -> None:
             entry.unlink()
 
 
-def _unique_id(unique_ids: list[list[str]] | None, partition: int, store_index: int,
-               operator: OperatorDir) -> str | None:
-    if unique_ids is None:
-        return None
-    try:
-        return unique_ids[partition][store_index]
-    except IndexError:
-        raise CheckpointFormatError(
-            f"{operator.path}: the commit log's stateUniqueIds for operator "
-            f"{operator.operator_id} name {len(unique_ids)} partitions, expected "
-            f"{operator.partitions} with one id per store") from None
-
-
 def _export_batch(
     checkpoint: Checkpoint,
     batch: int,
@@ -334,12 +323,10 @@ def _export_batch(
                 plan.copies.append((path, f"sources/{name}/{path.name}"))
 
     operator_entries = []
-    # Checkpoint format v2: the id of each operator's state version, as the commit names it.
-    unique_ids = checkpoint.commit(batch).state_unique_ids
+    commit = checkpoint.commit(batch)
     for operator in checkpoint.operators(batch):
         steps.info("operator %s (%s)", operator.operator_id, operator.operator_name)
-        rows, state_bytes = _export_operator(operator, batch + 1, rocksdb, out, plan,
-                                             unique_ids.get(operator.operator_id))
+        rows, state_bytes = _export_operator(operator, batch + 1, rocksdb, out, plan, commit)
         stores = []
         for store in operator.stores():
             schema = operator.schema(store)

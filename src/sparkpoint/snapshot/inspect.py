@@ -21,6 +21,7 @@ from sparkpoint.checkpoint.boundedness import (
     watermarked_fields,
 )
 from sparkpoint.checkpoint.layout import Checkpoint, OperatorDir, StoreLayout
+from sparkpoint.checkpoint.logs import CommitLogEntry
 from sparkpoint.checkpoint.rocksdb_keys import KeyEncoding
 from sparkpoint.checkpoint.rocksdb_state import locate_version
 from sparkpoint.checkpoint.state_files import readable_partition
@@ -151,12 +152,12 @@ def shown_row(row: bytes, schema: dict[str, Any], where: str) -> dict[str, Any]:
     return {f["name"]: shown(v, f["type"]) for f, v in zip(fields, values, strict=True)}
 
 
-def _version_bytes(pdir: Path, version: int, rocksdb: bool) -> int:
+def _version_bytes(pdir: Path, version: int, rocksdb: bool, unique_id: str | None) -> int:
     """Bytes of the files Spark reads to load the version (what a snapshot holds of it)."""
     if not pdir.is_dir():
         return 0
     if rocksdb:
-        names = locate_version(pdir, version).relative_files() if version else []
+        names = locate_version(pdir, version, unique_id).relative_files() if version else []
     else:
         names = hdfs_state.files_for_version(pdir, version).names()
     return sum((pdir / name).stat().st_size for name in names)
@@ -176,7 +177,7 @@ class _Scan:
 def _scan_partition(pdir: Path, version: int, rocksdb: bool, store: StoreLayout,
                     key_schema: dict[str, Any] | None, value_schema: dict[str, Any] | None,
                     partition: int, sample_rows: int, scan: _Scan,
-                    keys: KeyEncoding) -> int:
+                    keys: KeyEncoding, unique_id: str | None) -> int:
     """Decode the keys (and the values the checks need); returns the partition's rows."""
     column = event_time_column(key_schema)
     value_fields = (value_schema or {}).get("fields", [])
@@ -184,7 +185,7 @@ def _scan_partition(pdir: Path, version: int, rocksdb: bool, store: StoreLayout,
                           if f["name"] == TIMEOUT_FIELD and _kind_of(f["type"]) == "long"), None)
     where = str(pdir)
     rows = 0
-    for key, value in state_reader.read_pairs(pdir, version, rocksdb, keys):
+    for key, value in state_reader.read_pairs(pdir, version, rocksdb, keys, unique_id):
         rows += 1
         if column is not None and key_schema is not None:
             index, _name, window = column
@@ -224,8 +225,9 @@ def _needs_rows(operator: OperatorDir, kind: str, sample_rows: int) -> bool:
 
 
 def inspect_operator(operator: OperatorDir, name: str, version: int, rocksdb: bool,
-                     sample_rows: int = 0) -> OperatorReport:
-    """Report one operator at a state version (a snapshot of batch N holds version N+1)."""
+                     commit: CommitLogEntry, sample_rows: int = 0) -> OperatorReport:
+    """Report one operator at a state version (a snapshot of batch N holds version N+1),
+    made by ``commit`` (which names the version's files in checkpoint format v2)."""
     kind = operator_kind(operator.operator_name)
     decode = _needs_rows(operator, kind, sample_rows)
     scan = _Scan()
@@ -235,18 +237,19 @@ def inspect_operator(operator: OperatorDir, name: str, version: int, rocksdb: bo
         if operator.schema(store) is None]
     for partition in range(operator.partitions):
         rows = size = 0
-        for store in operator.stores():
+        for store_index, store in enumerate(operator.stores()):
             pdir = readable_partition(store.partition_dir(operator.path, partition), version)
             schema = operator.schema(store)
-            size += _version_bytes(pdir, version, rocksdb)
+            unique_id = operator.unique_id(commit, partition, store_index) if rocksdb else None
+            size += _version_bytes(pdir, version, rocksdb, unique_id)
             # A store without a schema v2 file (transformWithState) is counted, not decoded.
             if decode and schema is not None:
                 rows += _scan_partition(
                     pdir, version, rocksdb, store, schema.key_schema, schema.value_schema,
                     partition, sample_rows, scan,
-                    operator.key_encoding(store))
+                    operator.key_encoding(store), unique_id)
             else:
-                rows += state_reader.count_rows(pdir, version, rocksdb)
+                rows += state_reader.count_rows(pdir, version, rocksdb, unique_id)
         stats.append(PartitionStats(partition, rows, size))
     total = sum(p.rows for p in stats)
     skew = (round(max(p.rows for p in stats) / (total / len(stats)), 2)
@@ -272,6 +275,7 @@ def inspect_checkpoint(checkpoint: Checkpoint, batch: int, names: Mapping[int, s
                        only: str | None = None, sample_rows: int = 0) -> InspectReport:
     """Every operator of the checkpoint (or the one named ``only``) at committed ``batch``."""
     rocksdb = checkpoint.is_rocksdb(batch)
+    commit = checkpoint.commit(batch)
     report = InspectReport(batch, checkpoint.provider(batch))
     for operator in checkpoint.operators(batch):
         name = names.get(operator.operator_id,
@@ -279,7 +283,7 @@ def inspect_checkpoint(checkpoint: Checkpoint, batch: int, names: Mapping[int, s
         if only is not None and name != only:
             continue
         report.operators.append(
-            inspect_operator(operator, name, batch + 1, rocksdb, sample_rows))
+            inspect_operator(operator, name, batch + 1, rocksdb, commit, sample_rows))
     return report
 
 

@@ -12,6 +12,9 @@ the snapshot loads) differs, in the partitions that held matching keys.
    write it as a self-contained ``<N+1>.snapshot``; RocksDB: Spark's provider loads N+1,
    removes the keys and commits N+2, whose zip becomes the scratch's ``<N+1>.zip`` (a zip's
    content does not depend on its version number; only its file name carries it).
+   Checkpoint format v2 (files named by version and id, the ids in the commit): the
+   operator's version N+1 is first given plain names in the scratch, rewritten as above, then
+   named by new ids, which the scratch's commit records: the new snapshot keeps the format.
 4. The scratch checkpoint is exported as NEW_SNAP through the snapshot store, which
    publishes atomically (manifest last) on any store; the scratch is removed.
 """
@@ -28,7 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint import hdfs_state
 from sparkpoint.checkpoint.layout import Checkpoint, OperatorDir
+from sparkpoint.checkpoint.logs import CommitLogEntry, compact_json
 from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER, locate_version
+from sparkpoint.checkpoint.state_format import to_plain_names, to_unique_ids
 from sparkpoint.crash_points import crash_point, steps
 from sparkpoint.errors import (
     CheckpointFormatError,
@@ -155,6 +160,32 @@ def _rewrite_rocksdb_partition(
     return rows_before - rows_after
 
 
+def _operator_partition_dirs(checkpoint: Checkpoint, op: OperatorEntry,
+                             batch: int) -> list[Path]:
+    operator = next(o for o in checkpoint.operators(batch) if o.operator_id == op.operator_id)
+    return [operator.local_path / str(partition) for partition in range(operator.partitions)]
+
+
+def _plain_names(checkpoint: Checkpoint, op: OperatorEntry, batch: int,
+                 ids: list[list[str]]) -> None:
+    """Format v2 to plain names for the operator's version batch+1, in the scratch only
+    (every file there is a link: renames and removals leave the original snapshot whole)."""
+    for partition, pdir in enumerate(_operator_partition_dirs(checkpoint, op, batch)):
+        to_plain_names(pdir, batch + 1, ids[partition][0])
+
+
+def _unique_names(checkpoint: Checkpoint, op: OperatorEntry, batch: int) -> None:
+    """Back to format v2: new ids for the operator's version batch+1, recorded in the
+    scratch's commit in place of the old ones (other operators keep theirs)."""
+    ids = [[to_unique_ids(pdir, batch + 1)]
+           for pdir in _operator_partition_dirs(checkpoint, op, batch)]
+    path = checkpoint.local_root / "commits" / str(batch)
+    body = checkpoint.commit(batch).metadata
+    body["stateUniqueIds"] = {**body.get("stateUniqueIds", {}), str(op.operator_id): ids}
+    path.unlink()  # a link to the original snapshot's commit: never written through
+    path.write_bytes(CommitLogEntry(2, compact_json(body)).to_bytes())
+
+
 def prune_snapshot(
     home: Home,
     store: SnapshotStore,
@@ -177,6 +208,10 @@ def prune_snapshot(
         checkpoint = Checkpoint(scratch / "checkpoint")
         _link_tree(store.checkpoint_path(snapshot), checkpoint.local_root)
         crash_point("prune.scratch_linked")
+        unique_ids = (checkpoint.commit(batch).state_unique_ids.get(op.operator_id)
+                      if manifest.state_store_provider == ROCKSDB_PROVIDER else None)
+        if unique_ids is not None:
+            _plain_names(checkpoint, op, batch, unique_ids)
         key_schema = op.stores[0].key_schema
         assert key_schema is not None
         say(f"finding the keys of operator '{op.name}' where {where}")
@@ -198,6 +233,8 @@ def prune_snapshot(
                     "both; nothing was published")
             removed += gone
             crash_point("prune.partition_rewritten")
+        if unique_ids is not None:
+            _unique_names(checkpoint, op, batch)
         crash_point("prune.state_rewritten")
         # The command's result line says it again: a step, not output.
         steps.info("removed %s of %s key(s); writing snapshot '%s'", removed,

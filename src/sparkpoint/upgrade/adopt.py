@@ -124,7 +124,7 @@ def _check_window(checkpoint: Checkpoint, batch: int, operator: OperatorDir,
         return
     rocksdb = checkpoint.provider(batch) == ROCKSDB_PROVIDER
     try:
-        found = stored_windows(operator, batch + 1, rocksdb)
+        found = stored_windows(operator, batch + 1, rocksdb, checkpoint.commit(batch))
     except CheckpointFormatError as exc:
         adoption.operator_windows[new.operator_id] = None
         adoption.notes.append(
