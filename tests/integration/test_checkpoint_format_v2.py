@@ -62,6 +62,11 @@ def test_a_format_v2_job_is_snapshotted_and_continued_from_the_snapshot(
     combined = output_rows(spark, tmp_path / "out1") + output_rows(
         spark, tmp_path / "out2")  # type: ignore[arg-type]
     assert combined == expected_hourly_counts(first + later)
+    # Drained, it emits its open hours too.
+    api.drain(home, "v2", spark=spark)  # type: ignore[arg-type]
+    combined = output_rows(spark, tmp_path / "out1") + output_rows(
+        spark, tmp_path / "out2")  # type: ignore[arg-type]
+    assert combined == expected_hourly_counts(first + later, delay=-dt.timedelta(days=1))
     # A rehearsal from the snapshot against the old job, once that job read the same input:
     # the same job file makes the same rows, so the outputs compare equal.
     api.run(home, JOB, "v1", params=params, conf=conf, until_caught_up=True,
@@ -70,11 +75,6 @@ def test_a_format_v2_job_is_snapshotted_and_continued_from_the_snapshot(
                              spark=spark).to_dict()  # type: ignore[arg-type]
     assert rehearsed["equal"] is True, rehearsed
     assert rehearsed["old_rows"] == rehearsed["new_rows"] > 0
-    # Drained, it emits its open hours too.
-    api.drain(home, "v2", spark=spark)  # type: ignore[arg-type]
-    combined = output_rows(spark, tmp_path / "out1") + output_rows(
-        spark, tmp_path / "out2")  # type: ignore[arg-type]
-    assert combined == expected_hourly_counts(first + later, delay=-dt.timedelta(days=1))
     # Reading commands report what they can of such a job and snapshot.
     for args in (["jobs", "show", "v2"], ["snapshot", "show", "s1"], ["jobs", "list"]):
         shown = sparkpoint(home, *args)

@@ -11,8 +11,9 @@ exact."""
 from __future__ import annotations
 
 import json
-import subprocess
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,9 @@ def _read_topic(broker: KafkaBroker, topic: str) -> Counter[Record]:
         while len(records) < high - low:
             message = consumer.poll(30)
             assert message is not None, f"{topic}: {len(records)} of {high - low} records read"
-            records.append((message.key().decode(), message.value().decode()))
+            key, value = message.key(), message.value()
+            assert key is not None and value is not None, message
+            records.append((key.decode(), value.decode()))
         return Counter(records)
     finally:
         consumer.close()
@@ -89,10 +92,24 @@ def _run_args(broker: KafkaBroker, topic: str, out_topic: str) -> list[str]:
             "--conf", f"spark.jars={kafka_connector_jars()}"]
 
 
-def _stop(home: Home, job: str, running: subprocess.Popen[bytes], log: Path) -> None:
-    asked = sparkpoint(home, "jobs", "stop", job)
-    assert asked.code == 0, asked.err
-    assert running.wait(RUN_TIMEOUT_S) == 0, log.read_text()[-3000:]
+@contextmanager
+def _running(home: Home, job: str, log: Path, *args: str) -> Iterator[Callable[[int], None]]:
+    """The job running in its own process while the block runs, stopped by ``jobs stop`` at
+    its end; yields a wait for the job to commit the batch that reads up to an offset."""
+    process = start(home, "run", str(JOB), "--job", job, *args, log=log)
+
+    def committed(offset: int) -> None:
+        wait_for(lambda: _committed_offset(home, job) == offset, RUN_TIMEOUT_S,
+                 f"job {job} to commit offset {offset}", log)
+
+    try:
+        yield committed
+        asked = sparkpoint(home, "jobs", "stop", job)
+        assert asked.code == 0, asked.err
+        assert process.wait(RUN_TIMEOUT_S) == 0, log.read_text()[-3000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
 
 
 def _keys_read_by_spark(spark: SparkSession, checkpoint: Path) -> Counter[str]:
@@ -111,21 +128,13 @@ def test_a_real_time_job_is_snapshotted_running_pruned_started_from_it_and_drain
     third = [(f"k{25 + i % 10}", f"c{i}") for i in range(20)]
     _produce(kafka_broker, topic, first)
 
-    log = tmp_path / "rt.log"
-    running = start(home, "run", str(JOB), "--job", "rt", *_run_args(kafka_broker, topic, out_a),
-                    log=log)
-    try:
-        wait_for(lambda: _committed_offset(home, "rt") == 40, RUN_TIMEOUT_S,
-                 "the real-time job to commit the first records", log)
+    with _running(home, "rt", tmp_path / "rt.log",
+                  *_run_args(kafka_broker, topic, out_a)) as committed:
+        committed(len(first))
         made = sparkpoint(home, "snapshot", "create", "rt", "s1")
         assert made.code == 0, made.err
         _produce(kafka_broker, topic, second)
-        wait_for(lambda: _committed_offset(home, "rt") == 80, RUN_TIMEOUT_S,
-                 "the real-time job to commit the second records", log)
-        _stop(home, "rt", running, log)
-    finally:
-        if running.poll() is None:
-            running.kill()
+        committed(len(first) + len(second))
     # The job ran in real-time mode on format v2: the commit log names the state files.
     checkpoint = Checkpoint(home.checkpoint_dir("rt"))
     assert checkpoint.commit(checkpoint.require_latest_committed_batch()).state_unique_ids
@@ -133,7 +142,7 @@ def test_a_real_time_job_is_snapshotted_running_pruned_started_from_it_and_drain
 
     shown = sparkpoint(home, "snapshot", "show", "s1", "--json")
     assert shown.code == 0, shown.err
-    assert shown.json()["sources"][0]["offset"] == {topic: {"0": 40}}
+    assert shown.json()["sources"][0]["offset"] == {topic: {"0": len(first)}}
     assert sparkpoint(home, "snapshot", "verify", "s1").code == 0
 
     # Pruned and inspected in format v2 (a real-time job refuses any other): five keys of the
@@ -162,16 +171,9 @@ def test_a_real_time_job_is_snapshotted_running_pruned_started_from_it_and_drain
 
     # A new job from the pruned snapshot of the running job, in real-time mode: the keys it
     # holds do not come out again, every other key of the second records does, once.
-    log_b = tmp_path / "rt2.log"
-    restored = start(home, "run", str(JOB), "--job", "rt2", "--from-snapshot", "p1",
-                     *_run_args(kafka_broker, topic, out_b), log=log_b)
-    try:
-        wait_for(lambda: _committed_offset(home, "rt2") == 80, RUN_TIMEOUT_S,
-                 "the restored real-time job to commit the second records", log_b)
-        _stop(home, "rt2", restored, log_b)
-    finally:
-        if restored.poll() is None:
-            restored.kill()
+    with _running(home, "rt2", tmp_path / "rt2.log", "--from-snapshot", "p1",
+                  *_run_args(kafka_broker, topic, out_b)) as committed:
+        committed(len(first) + len(second))
     assert _read_topic(kafka_broker, out_b) == _first_of_each_key(second, seen_before)
 
     drained = sparkpoint(home, "drain", "rt2", "--snapshot", "d1", timeout=RUN_TIMEOUT_S)
@@ -184,5 +186,5 @@ def test_a_real_time_job_is_snapshotted_running_pruned_started_from_it_and_drain
     continued = sparkpoint(home, "run", str(JOB), "--job", "rt2", "--until-caught-up",
                            timeout=RUN_TIMEOUT_S)
     assert continued.code == 0, continued.err
-    assert _committed_offset(home, "rt2") == 100
+    assert _committed_offset(home, "rt2") == len(first) + len(second) + len(third)
     assert _read_topic(kafka_broker, out_b) == _first_of_each_key(second + third, seen_before)

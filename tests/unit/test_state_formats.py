@@ -1,5 +1,6 @@
 """Which recorded settings make a snapshot's state unusable to sparkpoint, read from a real
-Spark 4.3 offsets entry (tests/data/golden-hdfs) with one setting changed at a time."""
+Spark 4.3 offsets entry (tests/data/golden-hdfs) with one setting changed at a time; which
+state encodings can go into one new query."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ import pytest
 
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.snapshot.manifest import Manifest
-from sparkpoint.upgrade.validate import snapshot_format_problems
+from sparkpoint.upgrade.validate import (
+    OperatorRow,
+    snapshot_format_problems,
+    state_encoding_problems,
+)
 
 GOLDEN = Checkpoint(Path(__file__).resolve().parent.parent / "data" / "golden-hdfs")
 RECORDED = GOLDEN.offsets(3).conf
@@ -29,7 +34,6 @@ def test_what_spark_records_by_default_is_decoded() -> None:
 
 
 @pytest.mark.parametrize(("setting", "value", "refused"), [
-    ("spark.sql.streaming.stateStore.encodingFormat", "avro", True),
     ("spark.sql.streaming.stateStore.rowChecksum.enabled", "true", True),
     ("spark.sql.streaming.stateStore.compression.codec", "zstd", True),
     ("spark.sql.streaming.stateStore.compression.codec", "snappy", True),
@@ -53,3 +57,34 @@ def test_another_spark_version_is_refused_even_for_offsets_only() -> None:
                         "checkpoint and state formats differ between Spark versions; start "
                         "from a snapshot taken with Spark 4.4.0, or run the job with Spark "
                         "4.3.0"]
+
+
+def _operator(name: str, kind: str, action: str = "resume") -> OperatorRow:
+    return OperatorRow(name=name, action=action, origin=None, compatible=True, reason="",
+                       operator_id=0, kind=kind)
+
+
+ENCODING = "spark.sql.streaming.stateStore.encodingFormat"
+STATEFUL = _operator("counts", "transform_with_state")
+
+
+def test_avro_state_of_transform_with_state_is_resumed_as_it_is() -> None:
+    assert snapshot_format_problems("s", MANIFEST, {**RECORDED, ENCODING: "avro"}, "4.3.0",
+                                    True) == []
+    assert state_encoding_problems({"s": "avro"}, [STATEFUL], None) == []
+    assert state_encoding_problems({"s": "avro"}, [STATEFUL], "AVRO") == []
+    assert state_encoding_problems({"s": "unsaferow", "t": "unsaferow"}, [STATEFUL], None) == []
+
+
+def test_state_encodings_that_cannot_share_a_query_are_refused() -> None:
+    mixed = state_encoding_problems({"s": "avro", "t": "unsaferow"}, [STATEFUL], None)
+    assert len(mixed) == 1 and "different state encodings" in mixed[0]
+    assert f"({ENCODING}: s: avro, t: unsaferow)" in mixed[0]
+    beside = state_encoding_problems(
+        {"s": "avro"}, [STATEFUL, _operator("seen", "dedupe"),
+                        _operator("gone", "aggregation", action="drop")], None)
+    assert len(beside) == 1 and beside[0].startswith("operator 'seen' (dedupe) would run")
+    asked = state_encoding_problems({"s": "avro"}, [STATEFUL], "unsaferow")
+    assert len(asked) == 1 and f"asks {ENCODING}=unsaferow" in asked[0]
+    unknown = state_encoding_problems({"s": "protobuf"}, [STATEFUL], None)
+    assert len(unknown) == 1 and f"{ENCODING}=protobuf; expected unsaferow or avro" in unknown[0]

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from sparkpoint.checkpoint.layout import Checkpoint, OperatorDir
 from sparkpoint.checkpoint.operators import OperatorMetadata
 from sparkpoint.checkpoint.schema_paths import relocate_schema_paths
+from sparkpoint.errors import CheckpointFormatError
 from sparkpoint.spark.jvm import scala_list
 from sparkpoint.spark.sink import private_field
 from sparkpoint.storage.local import copy_file
@@ -256,6 +257,20 @@ def write_empty_rocksdb_version(spark: SparkSession, provider: str, directory: P
 
 
 def repartition(spark: SparkSession, checkpoint: Path, partitions: int) -> None:
-    """Spark's offline repartition (RocksDB only): appends batch N+1 with the new count."""
-    spark._jsparkSession.streamingCheckpointManager().repartition(
-        str(checkpoint), partitions, True)
+    """Spark's offline repartition (RocksDB only): appends batch N+1 with the new count.
+
+    Raises:
+        CheckpointFormatError: Spark's repartition failed; its innermost cause says why.
+    """
+    from py4j.protocol import Py4JJavaError
+
+    try:
+        spark._jsparkSession.streamingCheckpointManager().repartition(
+            str(checkpoint), partitions, True)
+    except Py4JJavaError as exc:
+        cause = exc.java_exception
+        while cause.getCause() is not None:
+            cause = cause.getCause()
+        raise CheckpointFormatError(
+            f"{checkpoint}: Spark's offline repartition to {partitions} partitions failed: "
+            f"{cause.toString()}") from None

@@ -60,6 +60,8 @@ from sparkpoint.upgrade.hdfs_repartition import repartition_hdfs_state
 from sparkpoint.upgrade.interrupted import record_intent, staging_prefix
 from sparkpoint.upgrade.resume_point import ReadResumePoint, ResumePoint
 from sparkpoint.upgrade.validate import (
+    DEFAULT_ENCODING,
+    ENCODING_CONF,
     JobShape,
     NewOperator,
     NewSource,
@@ -67,6 +69,7 @@ from sparkpoint.upgrade.validate import (
     UpgradePlan,
     default_resume_point,
     snapshot_format_problems,
+    state_encoding_problems,
     validate,
 )
 
@@ -155,7 +158,7 @@ def resolve(
     plan = validate(shape, resume_point, manifests, read.broken if read else frozenset())
     if read is not None:
         plan.problems[:0] = read.problems
-    _check_snapshot_formats(store, plan, manifests)
+    _check_snapshot_formats(store, plan, manifests, planned.conf)
     used = used_snapshots(plan) if plan.ok else []
     resolution = Resolution(shape, plan, layouts=layouts)
     _resolve_positions(resolution, bool(used))
@@ -199,13 +202,15 @@ def _number_batches(resolution: Resolution, planned: PlannedJob, choice: BatchCh
         resolution.plan.warnings.append(check.warning)
 
 def _check_snapshot_formats(
-    store: SnapshotStore, plan: UpgradePlan, manifests: Mapping[str, Manifest | None]
+    store: SnapshotStore, plan: UpgradePlan, manifests: Mapping[str, Manifest | None],
+    asked_conf: Mapping[str, str],
 ) -> None:
     """Problems for snapshots taken by another Spark, or whose resumed state was written with
     settings sparkpoint does not decode (read from the snapshot's offsets entry)."""
     state_from = {row.origin["snapshot"] for row in plan.operators
                   if row.origin is not None and row.action == "resume"}
     spark_version = installed_pyspark_version()
+    encodings: dict[str, str] = {}
     for name in used_snapshots(plan):
         manifest = manifests.get(name)
         if manifest is None:
@@ -213,6 +218,11 @@ def _check_snapshot_formats(
         conf = Checkpoint(store.checkpoint_path(name)).offsets(manifest.batch_id).conf
         plan.problems.extend(snapshot_format_problems(
             name, manifest, conf, spark_version, resumes_state=name in state_from))
+        # Every used snapshot's: the new checkpoint's offsets log takes its settings from
+        # one of them.
+        encodings[name] = (conf.get(ENCODING_CONF) or DEFAULT_ENCODING).lower()
+    plan.problems.extend(state_encoding_problems(encodings, plan.operators,
+                                                 asked_conf.get(ENCODING_CONF)))
 
 
 def _resolve_positions(resolution: Resolution, resumes_something: bool) -> None:
@@ -326,6 +336,10 @@ def build_new_checkpoint(
                                      _asked_state_format(planned.conf, provider))
         if result.batch_id is None:
             return result
+        # transformWithState's schema paths name the snapshot's job's checkpoint, which may be
+        # gone: Spark's repartition and restart check read them from the staging copy (they
+        # are pointed at the final place when it is published).
+        relocate_schema_paths(staging)
         if publish:
             crash_point("restore.assembled")
         wanted = resolution.shape.partitions

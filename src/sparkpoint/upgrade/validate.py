@@ -362,9 +362,9 @@ def validate(
 
 # Settings a query records in its offsets log that change how its state files are encoded.
 # sparkpoint reads and rewrites state files itself (repartitioning, drain, empty versions),
-# and decodes only these values; state written otherwise would be misread.
+# and decodes only these values; state written otherwise would be misread. The state
+# encoding (unsaferow or avro) has checks of its own: state_encoding_problems.
 DECODED_STATE_SETTINGS: dict[str, tuple[str, ...]] = {
-    "spark.sql.streaming.stateStore.encodingFormat": ("unsaferow",),
     "spark.sql.streaming.stateStore.rowChecksum.enabled": ("false",),
     "spark.sql.streaming.stateStore.compression.codec": (
         "lz4", "org.apache.spark.io.lz4compressioncodec"),
@@ -395,6 +395,59 @@ def snapshot_format_problems(
                     f"sparkpoint decodes only {setting}={decoded[0]}; initialize the state "
                     "instead of resuming it, or take the snapshot from a job run with "
                     f"{setting}={decoded[0]}")
+    return problems
+
+
+ENCODING_CONF = "spark.sql.streaming.stateStore.encodingFormat"
+DEFAULT_ENCODING = "unsaferow"
+# Spark encodes transformWithState's state in Avro when asked (for its schema evolution) and
+# refuses Avro for every other stateful operator at the query's start. sparkpoint never
+# decodes transformWithState's state (it copies it, and Spark repartitions it), so Avro
+# state is resumed as it is.
+AVRO_ENCODING = "avro"
+AVRO_KINDS = ("transform_with_state",)
+
+
+def state_encoding_problems(
+    encodings: Mapping[str, str], operators: list[OperatorRow], asked: str | None
+) -> list[str]:
+    """Why the state encodings of the snapshots a plan uses (``encodings``: snapshot ->
+    encodingFormat of its offsets entry) cannot go into one new query. Spark keeps one
+    encoding per query, taken from the checkpoint's offsets log whatever the job's own
+    setting (``asked``) says."""
+    problems = []
+    for snapshot, encoding in sorted(encodings.items()):
+        if encoding not in (DEFAULT_ENCODING, AVRO_ENCODING):
+            problems.append(
+                f"snapshot '{snapshot}': its state was written with {ENCODING_CONF}="
+                f"{encoding}; expected {DEFAULT_ENCODING} or {AVRO_ENCODING}: initialize the "
+                "state instead of resuming it")
+    found = sorted(set(encodings.values()))
+    if len(found) > 1:
+        listed = ", ".join(f"{name}: {value}" for name, value in sorted(encodings.items()))
+        problems.append(
+            f"the snapshots this job resumes from were written with different state "
+            f"encodings ({ENCODING_CONF}: {listed}); a query has one encoding for all its "
+            "state: resume from snapshots of one encoding, or initialize the operators of "
+            "the others")
+        return problems
+    if not found:
+        return problems
+    encoding = found[0]
+    if asked is not None and asked.lower() != encoding:
+        problems.append(
+            f"the job asks {ENCODING_CONF}={asked}, the snapshot's state was written with "
+            f"{encoding}; Spark keeps the encoding a checkpoint was started with, and state "
+            f"cannot move between encodings: drop the setting or set it to {encoding}")
+    if encoding == AVRO_ENCODING:
+        for row in operators:
+            if row.action != "drop" and row.kind is not None and row.kind not in AVRO_KINDS:
+                problems.append(
+                    f"operator '{row.name}' ({row.kind}) would run with the snapshot's state "
+                    f"encoding {ENCODING_CONF}={AVRO_ENCODING}, which Spark supports for "
+                    "transformWithState only (it refuses the query at its start): keep this "
+                    "operator in a job of its own, or resume from a snapshot written with "
+                    f"{DEFAULT_ENCODING}")
     return problems
 
 
