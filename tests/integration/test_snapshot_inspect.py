@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from sparkpoint import api
+from sparkpoint.runtime.progress import read_state_rows
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import write_clicks
 from tests.conftest import EXAMPLES
@@ -75,9 +76,17 @@ def test_inspect_matches_sparks_state_reader_and_flags_unbounded_state(
     # Spark's reader on a copy, so that nothing can touch the snapshot itself.
     copy = tmp_path / "reader-copy"
     shutil.copytree(home.snapshots_dir / "watermarked" / "checkpoint", copy)
+    # The manifest's rows came from Spark's progress of the batch, recorded by the run (no
+    # state was read to count them), and equal the keys Spark's reader finds.
+    manifest = api.snapshot_show(home, "watermarked")
+    recorded = read_state_rows(home.job_dir("clicks"))[manifest.batch_id]
+    assert [name for name, _rows in recorded] == ["stateStoreSave", "dedupe"]
     for op in operators.values():
         spark_rows = _reader(spark, copy, op["operator_id"])
         assert spark_rows, f"{op['name']}: the state is empty, the test proves nothing"
+        entry = manifest.operator(op["name"])
+        assert entry is not None
+        assert entry.rows == recorded[op["operator_id"]][1] == len(spark_rows)
         per_partition = Counter(partition for partition, _key in spark_rows)
         assert {p["partition"]: p["rows"] for p in op["partitions"]} == \
             {p: per_partition.get(p, 0) for p in range(2)}

@@ -1,15 +1,19 @@
-"""What ``jobs show`` takes from Spark's query progress."""
+"""What ``jobs show`` and snapshots take from Spark's query progress."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from sparkpoint.runtime.progress import (
+    STATE_ROWS_KEPT,
     ProgressSummary,
+    add_state_rows,
     clear_progress,
     ran_a_batch,
     read_progress,
+    read_state_rows,
     write_progress,
+    write_state_rows,
 )
 
 IDLE = {"batchId": 4, "numInputRows": 0, "durationMs": {"latestOffset": 1, "triggerExecution": 1},
@@ -56,3 +60,31 @@ def test_progress_file_round_trip(tmp_path: Path) -> None:
     assert read_progress(tmp_path) == progress
     clear_progress(tmp_path)
     assert read_progress(tmp_path) is None
+
+
+def _batch(batch: int, *rows: tuple[str, int | None]) -> dict[str, object]:
+    return {"batchId": batch, "durationMs": {"addBatch": 5, "triggerExecution": 9},
+            "stateOperators": [{"operatorName": name, "numRowsTotal": total}
+                               for name, total in rows]}
+
+
+def test_state_rows_of_every_batch_that_ran_are_kept_across_runs(tmp_path: Path) -> None:
+    known: dict[int, list[tuple[str, int]]] = {}
+    progresses = [_batch(0, ("stateStoreSave", 3), ("dedupe", 7)), IDLE,
+                  _batch(1, ("stateStoreSave", 4), ("dedupe", 9)),
+                  _batch(2, ("stateStoreSave", None), ("dedupe", 9))]  # a count missing
+    assert add_state_rows(known, progresses)
+    assert known == {0: [("stateStoreSave", 3), ("dedupe", 7)],
+                     1: [("stateStoreSave", 4), ("dedupe", 9)]}
+    assert not add_state_rows(known, progresses)  # nothing new: nothing to write
+    write_state_rows(tmp_path, known)
+    again = read_state_rows(tmp_path)  # the next run starts from what this one wrote
+    assert again == known
+    assert add_state_rows(again, [_batch(b, ("dedupe", b)) for b in range(2, 2 + STATE_ROWS_KEPT)])
+    assert sorted(again) == list(range(2, 2 + STATE_ROWS_KEPT))
+
+
+def test_unreadable_state_rows_are_none(tmp_path: Path) -> None:
+    assert read_state_rows(tmp_path) == {}
+    (tmp_path / "state_rows.json").write_text('{"0": [["dedupe"]]}')
+    assert read_state_rows(tmp_path) == {}

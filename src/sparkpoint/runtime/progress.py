@@ -9,7 +9,7 @@ per operator, and how far behind its sources the job is where that can be known.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,60 @@ def ran_a_batch(progress: Mapping[str, Any]) -> bool:
     """Idle triggers report progress too, under the id of the next (unrun) batch; only a
     trigger that ran a batch has an ``addBatch`` duration."""
     return "addBatch" in (progress.get("durationMs") or {})
+
+
+STATE_ROWS_FILE = "state_rows.json"
+# Batches whose state rows are kept: as many as Spark keeps of a checkpoint by default
+# (minBatchesToRetain), so every batch a snapshot can still take has its rows.
+STATE_ROWS_KEPT = 100
+
+
+def state_rows_of(progress: Mapping[str, Any]) -> list[tuple[str, int]] | None:
+    """(operator name, rows in its state after the batch) per stateful operator, in the
+    order Spark reports them; None when a count is missing."""
+    rows = []
+    for operator in progress.get("stateOperators") or []:
+        total = operator.get("numRowsTotal")
+        if not isinstance(total, int) or total < 0:
+            return None
+        rows.append((str(operator.get("operatorName")), total))
+    return rows
+
+
+def read_state_rows(job_dir: Location) -> dict[int, list[tuple[str, int]]]:
+    """Batch -> its state rows per operator, as the running job recorded them from Spark's
+    progress (see ``record_state_rows``); empty when none were recorded."""
+    try:
+        data = json.loads((job_dir / STATE_ROWS_FILE).read_text("utf-8"))
+        return {int(batch): [(str(name), int(rows)) for name, rows in operators]
+                for batch, operators in data.items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
+def add_state_rows(known: dict[int, list[tuple[str, int]]],
+                   progresses: Sequence[Mapping[str, Any]]) -> bool:
+    """Add to ``known`` the state rows of the batches in ``progresses`` that ran; keep the
+    newest STATE_ROWS_KEPT batches. Returns whether any batch was new."""
+    added = False
+    for progress in progresses:
+        if not ran_a_batch(progress) or not progress.get("stateOperators"):
+            continue
+        batch = int(progress.get("batchId", -1))
+        rows = state_rows_of(progress)
+        if batch < 0 or rows is None or known.get(batch) == rows:
+            continue
+        known[batch] = rows
+        added = True
+    for batch in sorted(known)[:-STATE_ROWS_KEPT]:
+        del known[batch]
+    return added
+
+
+def write_state_rows(job_dir: Location, known: Mapping[int, list[tuple[str, int]]]) -> None:
+    body = {str(batch): [[name, rows] for name, rows in operators]
+            for batch, operators in sorted(known.items())}
+    write_atomic(job_dir / STATE_ROWS_FILE, (json.dumps(body) + "\n").encode())
 
 
 def write_progress(job_dir: Location, progress: Mapping[str, Any]) -> None:

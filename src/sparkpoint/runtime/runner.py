@@ -37,9 +37,12 @@ from sparkpoint.runtime.jobfile import (
 )
 from sparkpoint.runtime.lock import held_lease, holds, job_lock
 from sparkpoint.runtime.progress import (
+    add_state_rows,
     clear_progress,
     ran_a_batch,
+    read_state_rows,
     write_progress,
+    write_state_rows,
 )
 from sparkpoint.runtime.registry import (
     JobRecord,
@@ -258,13 +261,21 @@ class _ProgressKeeper:
         self.home, self.job, self.lease = home, job, lease
         self.job_dir = home.job_dir(job)
         self.written: tuple[int, str] | None = None
+        # What this run recorded so far, on top of what earlier runs did.
+        self.state_rows = read_state_rows(self.job_dir)
         # Called with each batch's progress once it is written (after the batch committed).
         self.on_batch = on_batch
 
     def keep(self, query: StreamingQuery) -> None:
+        recent = [_progress_dict(progress) for progress in query.recentProgress]
+        # Every batch's state rows, not only the newest's: a snapshot of any batch takes
+        # its operators' rows from them instead of counting the state.
+        if add_state_rows(self.state_rows, recent):
+            if self.lease is not None:
+                self.lease.fence()
+            write_state_rows(self.job_dir, self.state_rows)
         # The newest progress may be an idle trigger's: look back for the last batch that ran.
-        for progress in reversed(query.recentProgress):
-            data = _progress_dict(progress)
+        for data in reversed(recent):
             if not ran_a_batch(data):
                 continue
             key = (int(data.get("batchId", -1)), str(data.get("timestamp")))

@@ -82,6 +82,33 @@ class JobInfo:
     # source names): the snapshot holds them named (offsets v2, sources/<name>), as a
     # sparkpoint job writes them. Empty: the names the checkpoint has.
     source_names: Mapping[str, str] = field(default_factory=dict)
+    # Per batch, the state rows of each operator from Spark's progress (in Spark's order),
+    # as the running job recorded them (runtime/progress.py). Empty: rows are counted.
+    state_rows: Mapping[int, list[tuple[str, int]]] = field(default_factory=dict)
+
+
+# Operators whose one store holds one row per state key: Spark's numRowsTotal is then the
+# count of what the snapshot holds. Others (joins' four stores, sessions, transformWithState's
+# column families) are counted from their files as before.
+ROWS_FROM_PROGRESS_KINDS = ("aggregation", "dedupe", "dedupe_within_watermark",
+                            "flat_map_groups_with_state")
+
+
+def rows_from_progress(recorded: list[tuple[str, int]] | None,
+                       operators: list[OperatorDir]) -> dict[int, int]:
+    """Operator id -> rows, from the batch's progress when it lists exactly the checkpoint's
+    operators (Spark reports them in operator id order); empty otherwise."""
+    ordered = sorted(operators, key=lambda operator: operator.operator_id)
+    if recorded is None or [name for name, _ in recorded] != [
+            operator.operator_name for operator in ordered]:
+        return {}
+    known = {}
+    for operator, (_name, rows) in zip(ordered, recorded, strict=True):
+        if operator_kind(operator.operator_name) in ROWS_FROM_PROGRESS_KINDS:
+            steps.info("operator %s: %s rows, from the batch's progress", operator.operator_id,
+                       rows)
+            known[operator.operator_id] = rows
+    return known
 
 
 def _trimmed_source_log(source_dir: Location, offset: str | None) -> list[Location]:
@@ -144,10 +171,12 @@ def _export_operator(
     out_checkpoint: Path,
     plan: _Plan,
     commit: CommitLogEntry,
+    known_rows: int | None = None,
 ) -> tuple[int | None, int]:
     """Plan copies (RocksDB) or link the version's files (HDFS); return (rows, state bytes).
     ``commit``: the batch's commit, which names each partition's state files in checkpoint
-    format v2."""
+    format v2. ``known_rows``: the operator's rows from Spark's progress of the batch, which
+    spare counting them."""
     rel = f"state/{operator.operator_id}"
     _plan_metadata_files(operator, rel, plan)
     rows: int | None = 0
@@ -191,10 +220,10 @@ def _export_operator(
                 for name in files.names():
                     plan.written.append(f"{prel}/{name}")
                     state_bytes += (out_dir / name).stat().st_size
-                if rows is not None:
+                if rows is not None and known_rows is None:
                     # Counted from the snapshot's own links, which no maintenance can delete.
                     rows += hdfs_state.count_rows(out_dir, files)
-    return rows, state_bytes
+    return (rows if known_rows is None else known_rows), state_bytes
 
 
 def export_checkpoint(
@@ -324,9 +353,11 @@ def _export_batch(
 
     operator_entries = []
     commit = checkpoint.commit(batch)
+    known = rows_from_progress(info.state_rows.get(batch), checkpoint.operators(batch))
     for operator in checkpoint.operators(batch):
         steps.info("operator %s (%s)", operator.operator_id, operator.operator_name)
-        rows, state_bytes = _export_operator(operator, batch + 1, rocksdb, out, plan, commit)
+        rows, state_bytes = _export_operator(operator, batch + 1, rocksdb, out, plan, commit,
+                                             known.get(operator.operator_id))
         stores = []
         for store in operator.stores():
             schema = operator.schema(store)

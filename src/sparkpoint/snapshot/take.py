@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.errors import PreconditionError
+from sparkpoint.runtime.progress import read_state_rows
 from sparkpoint.runtime.registry import JobRecord, JobRegistry
 from sparkpoint.runtime.runner import CANCEL_TIMEOUT_S, wait_until_stopped
 from sparkpoint.snapshot.export import JobInfo
@@ -32,7 +33,8 @@ def snapshot_job(home: Home, job: str, name: str, echo: Echo,
     record = registry.get(job)
     info = JobInfo(job=job, operator_names=record.operator_names(),
                    operator_windows=record.operator_windows(), job_file=record.job_file,
-                   params=record.params, spark_version=installed_pyspark_version())
+                   params=record.params, spark_version=installed_pyspark_version(),
+                   state_rows=read_state_rows(home.job_dir(job)))
     checkpoint = registry.checkpoint(job)
     return open_snapshot_store(home).create(name, checkpoint, info, progress=echo, batch=batch)
 
