@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from sparkpoint.errors import CheckpointFormatError
@@ -212,11 +213,11 @@ class CommitLogEntry:
     def next_batch_watermark_ms(self) -> int:
         return int(self.metadata.get("nextBatchWatermarkMs", 0))
 
-    @property
+    @cached_property
     def state_unique_ids(self) -> dict[int, list[list[str]]]:
         """Checkpoint format v2: per operator id, per partition, per store (in the
         operator's store order) the unique id of the state version this batch committed;
-        empty for format v1."""
+        empty for format v1. Parsed once: readers look an id up per partition and store."""
         ids = self.metadata.get("stateUniqueIds") or {}
         return {int(op): [[str(i) for i in stores] for stores in partitions]
                 for op, partitions in ids.items()}

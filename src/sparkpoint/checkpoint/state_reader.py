@@ -27,7 +27,8 @@ def read_pairs(partition_dir: Path, version: int, rocksdb: bool,
 def count_rows(partition_dir: Path, version: int, rocksdb: bool,
                unique_id: str | None = None) -> int:
     """Keys of the store at ``version``, without decoding rows where the files say it:
-    RocksDB's version metadata carries its key count; HDFS files are counted by key."""
+    RocksDB's version metadata carries its key count; HDFS files are counted by key.
+    ``unique_id``: the version's id (checkpoint format v2)."""
     if rocksdb:
         located = locate_version(partition_dir, version, unique_id)
         if located.num_keys is not None:

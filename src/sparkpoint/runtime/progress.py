@@ -44,7 +44,7 @@ def state_rows_of(progress: Mapping[str, Any]) -> list[tuple[str, int]] | None:
 
 def read_state_rows(job_dir: Location) -> dict[int, list[tuple[str, int]]]:
     """Batch -> its state rows per operator, as the running job recorded them from Spark's
-    progress (see ``record_state_rows``); empty when none were recorded."""
+    progress (``add_state_rows``, ``write_state_rows``); empty when none were recorded."""
     try:
         data = json.loads((job_dir / STATE_ROWS_FILE).read_text("utf-8"))
         return {int(batch): [(str(name), int(rows)) for name, rows in operators]

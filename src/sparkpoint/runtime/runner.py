@@ -260,34 +260,34 @@ class _ProgressKeeper:
                  on_batch: Callable[[Mapping[str, Any]], None] | None = None) -> None:
         self.home, self.job, self.lease = home, job, lease
         self.job_dir = home.job_dir(job)
-        self.written: tuple[int, str] | None = None
+        # The newest batch whose progress was written (batch ids only grow within a run).
+        self.kept_through = -1
         # What this run recorded so far, on top of what earlier runs did.
         self.state_rows = read_state_rows(self.job_dir)
         # Called with each batch's progress once it is written (after the batch committed).
         self.on_batch = on_batch
 
     def keep(self, query: StreamingQuery) -> None:
-        recent = [_progress_dict(progress) for progress in query.recentProgress]
+        # Only the progress of batches newer than the last one kept is read: this runs every
+        # poll, and Spark holds up to 100 progress reports. Idle triggers report progress
+        # too, under the id of the next (unrun) batch: only batches that ran count.
+        ran = [data for data in (_progress_dict(progress) for progress in query.recentProgress
+                                 if progress.batchId > self.kept_through)
+               if ran_a_batch(data)]
+        if not ran:
+            return
+        newest = ran[-1]
+        if self.lease is not None:
+            self.lease.fence()
         # Every batch's state rows, not only the newest's: a snapshot of any batch takes
         # its operators' rows from them instead of counting the state.
-        if add_state_rows(self.state_rows, recent):
-            if self.lease is not None:
-                self.lease.fence()
+        if add_state_rows(self.state_rows, ran):
             write_state_rows(self.job_dir, self.state_rows)
-        # The newest progress may be an idle trigger's: look back for the last batch that ran.
-        for data in reversed(recent):
-            if not ran_a_batch(data):
-                continue
-            key = (int(data.get("batchId", -1)), str(data.get("timestamp")))
-            if key != self.written:
-                if self.lease is not None:
-                    self.lease.fence()
-                # In the home itself: other machines' 'jobs show' read it there.
-                write_progress(self.job_dir, data)
-                self.written = key
-                if self.on_batch is not None:
-                    self.on_batch(data)
-            return
+        # In the home itself: other machines' 'jobs show' read it there.
+        write_progress(self.job_dir, newest)
+        self.kept_through = int(newest.get("batchId", -1))
+        if self.on_batch is not None:
+            self.on_batch(newest)
 
 
 def _batch_counter(

@@ -353,8 +353,9 @@ def _export_batch(
 
     operator_entries = []
     commit = checkpoint.commit(batch)
-    known = rows_from_progress(info.state_rows.get(batch), checkpoint.operators(batch))
-    for operator in checkpoint.operators(batch):
+    operators = checkpoint.operators(batch)
+    known = rows_from_progress(info.state_rows.get(batch), operators)
+    for operator in operators:
         steps.info("operator %s (%s)", operator.operator_id, operator.operator_name)
         rows, state_bytes = _export_operator(operator, batch + 1, rocksdb, out, plan, commit,
                                              known.get(operator.operator_id))
