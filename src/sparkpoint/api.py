@@ -443,6 +443,13 @@ def snapshot_inspect(home: Home, snapshot: str, operator: str | None = None,
     return report
 
 
+def snapshot_count_rows(home: Home, snapshot: str) -> dict[str, int]:
+    """Each operator's rows in the snapshot, counted by reading its state (the manifest's
+    rows come from Spark's progress of the batch when the job recorded one)."""
+    report = snapshot_inspect(home, snapshot)
+    return {op.name: op.rows for op in report.operators}
+
+
 def snapshot_verify(home: Home, snapshot: str) -> list[Problem]:
     return open_snapshot_store(home).verify(snapshot)
 

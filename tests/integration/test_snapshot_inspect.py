@@ -81,12 +81,17 @@ def test_inspect_matches_sparks_state_reader_and_flags_unbounded_state(
     manifest = api.snapshot_show(home, "watermarked")
     recorded = read_state_rows(home.job_dir("clicks"))[manifest.batch_id]
     assert [name for name, _rows in recorded] == ["stateStoreSave", "dedupe"]
+    # Counted on request by reading the state, beside the manifest's rows.
+    counted = sparkpoint(home, "snapshot", "show", "watermarked", "--count", "--json")
+    assert counted.code == 0, counted.err
+    counted_rows = {op["name"]: op["counted_rows"] for op in counted.json()["operators"]}
     for op in operators.values():
         spark_rows = _reader(spark, copy, op["operator_id"])
         assert spark_rows, f"{op['name']}: the state is empty, the test proves nothing"
         entry = manifest.operator(op["name"])
         assert entry is not None
         assert entry.rows == recorded[op["operator_id"]][1] == len(spark_rows)
+        assert counted_rows[op["name"]] == len(spark_rows)
         per_partition = Counter(partition for partition, _key in spark_rows)
         assert {p["partition"]: p["rows"] for p in op["partitions"]} == \
             {p: per_partition.get(p, 0) for p in range(2)}

@@ -24,6 +24,7 @@ from sparkpoint.testing import (
     clicks_for_slice,
     expected_hourly_counts,
     output_rows,
+    sink_files_up_to,
     write_clicks,
 )
 from tests.conftest import REPO
@@ -148,6 +149,47 @@ def test_spark_connector_fails_on_deleted_offsets_and_a_startpoint_goes_on(
     assert started.code == 0, started.err
     _passthrough(spark, home, tmp_path, kafka_broker, topic)
     assert output_rows(spark, tmp_path / "out") == Counter(read + fresh)  # type: ignore[arg-type]
+
+
+def test_a_past_batch_of_a_connector_job_is_snapshotted_continued_and_rehearsed(
+    spark: object, home: Home, tmp_path: Path, kafka_broker: KafkaBroker
+) -> None:
+    """``snapshot create --batch`` and ``--at`` of a batch the job committed earlier, with
+    Spark's connector: the job started from it reads exactly the records after that batch,
+    and ``rehearse`` replays the old job's later batches from it with equal output."""
+    topic = kafka_broker.new_topic("past", 2)
+    records = _produce(kafka_broker, topic, [f"p{i}" for i in range(16)], 2)
+    first = _passthrough(spark, home, tmp_path, kafka_broker, topic)
+    assert first.last_batch is not None and first.last_batch >= 3  # maxOffsetsPerTrigger=4
+    shown = sparkpoint(home, "jobs", "show", "k", "--json")
+    assert shown.code == 0, shown.err
+    held = {entry["batch"]: entry["committed_at"]
+            for entry in shown.json()["snapshottable_batches"]}
+    assert 1 in held, held
+    created = sparkpoint(home, "snapshot", "create", "k", "past", "--batch", "1", "--json")
+    assert created.code == 0 and created.json()["batch_id"] == 1, created.err
+    at = sparkpoint(home, "snapshot", "create", "k", "past_at", "--at",
+                    held[1].removesuffix("Z"), "--json")
+    assert at.code == 0 and at.json()["batch_id"] == 1, at.err
+
+    out, later_out = tmp_path / "out", tmp_path / "later"
+    api.run(home, PASSTHROUGH, "k2", from_snapshot="past", until_caught_up=True,
+            params={"source": "kafka", "kafka_format": "kafka",
+                    "bootstrap": kafka_broker.bootstrap, "topic": topic,
+                    "output": str(later_out)}, spark=spark)  # type: ignore[arg-type]
+    up_to = output_rows(spark, out, sink_files_up_to(out, 1))  # type: ignore[arg-type]
+    after = output_rows(spark, later_out)  # type: ignore[arg-type]
+    assert sum(up_to.values()) == 8 and after  # two batches of 4 records, then the rest
+    assert up_to + after == Counter(records)
+    assert after == output_rows(spark, out) - up_to  # type: ignore[arg-type]
+
+    rehearsed = sparkpoint(home, "rehearse", str(PASSTHROUGH), "--from-snapshot", "past",
+                           "--against", "k", "--conf", f"spark.jars={_connector_jars()}",
+                           "--json", "--fail-on-diff")
+    assert rehearsed.code == 0, rehearsed.err
+    doc = rehearsed.json()
+    assert doc["equal"] is True and doc["batches"] == [2, first.last_batch], doc
+    assert doc["old_rows"] == doc["new_rows"] == sum(after.values())
 
 
 def _connector_jars() -> str:

@@ -48,6 +48,39 @@ def sparkpoint(home: Home, *args: str, timeout: float = 300, worker_python: bool
     return Result(done.returncode, done.stdout, done.stderr)
 
 
+def sparkpoint_on_a_terminal(home: Home, *args: str, env: dict[str, str] | None = None,
+                             timeout: float = 300) -> Result:
+    """The CLI with its stderr on a pseudo-terminal, as in a user's shell (stdout still
+    captured): ``err`` is what the terminal received."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+
+    parent, child = pty.openpty()
+    # A terminal of 40 rows of 120 columns: a new pseudo-terminal has none (0 x 0).
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    process = subprocess.Popen(command(home, *args), stdout=subprocess.PIPE, stderr=child,
+                               env=_env(True, env))
+    os.close(child)
+    received = bytearray()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([parent], [], [], 1.0)
+        if ready:
+            try:
+                chunk = os.read(parent, 65536)
+            except OSError:  # EIO: the terminal's last writer closed it
+                break
+            if not chunk:
+                break
+            received += chunk
+    os.close(parent)
+    out, _ = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    return Result(process.returncode, out.decode(), received.decode(errors="replace"))
+
+
 def start(home: Home, *args: str, log: Path, worker_python: bool = True) -> subprocess.Popen[bytes]:
     handle = open(log, "wb")  # noqa: SIM115 - lives as long as the process
     return subprocess.Popen(command(home, *args), stdout=handle, stderr=subprocess.STDOUT,

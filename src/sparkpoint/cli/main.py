@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
-from sparkpoint import api
+from sparkpoint import api, progress
 from sparkpoint.cli import render
 from sparkpoint.crash_points import CRASH_POINTS, STEPS_LOGGER
 from sparkpoint.errors import (
@@ -25,7 +25,6 @@ from sparkpoint.errors import (
     UsageError,
 )
 from sparkpoint.startpoints.store import PositionKind
-from sparkpoint.storage.fileio import quiet_progress_bars
 from sparkpoint.storage.home import Home
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -37,7 +36,14 @@ TRACEBACK_ENV = "SPARKPOINT_TRACEBACK"
 
 
 def _echo(message: str) -> None:
-    click.echo(message, err=True)
+    progress.write(message)
+
+
+class _StepsHandler(logging.Handler):
+    """Step lines written so that a progress bar being drawn stays intact."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        progress.write(self.format(record))
 
 
 def _json_error(code: str, message: str, exit_code: int, **details: Any) -> None:
@@ -128,7 +134,7 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
 def show_steps() -> None:
     """Step lines (``STEPS_LOGGER``) on stderr as they are, beside the command's output."""
     steps = logging.getLogger(STEPS_LOGGER)
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StepsHandler()
     handler.setFormatter(logging.Formatter("%(message)s"))
     steps.addHandler(handler)
     steps.setLevel(logging.INFO)
@@ -142,7 +148,7 @@ def _home(ctx: click.Context) -> Home:
 
 def _json_flag(_ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
     if value:
-        quiet_progress_bars()  # the output must stay one JSON document
+        progress.quiet()  # the output must stay one JSON document
     return value
 
 
@@ -478,15 +484,19 @@ def snapshot_list(ctx: click.Context, job: str | None, as_json: bool) -> Output:
 
 @snapshot.command("show")
 @click.argument("name")
+@click.option("--count", is_flag=True,
+              help="Also count each operator's rows by reading the snapshot's state (the "
+                   "manifest's rows come from Spark's progress of the batch when it had one).")
 @json_option
 @click.pass_context
 @handle_errors
-def snapshot_show(ctx: click.Context, name: str, as_json: bool) -> Output:
+def snapshot_show(ctx: click.Context, name: str, count: bool, as_json: bool) -> Output:
     manifest = api.snapshot_show(_home(ctx), name)
     sharing = api.snapshot_sharing(_home(ctx), name)
     where = _home(ctx).snapshots_location
-    return Output(render.snapshot_show_dict(manifest, sharing, where),
-                  lambda: render.snapshot_show_text(manifest, sharing, where))
+    counted = api.snapshot_count_rows(_home(ctx), name) if count else None
+    return Output(render.snapshot_show_dict(manifest, sharing, where, counted),
+                  lambda: render.snapshot_show_text(manifest, sharing, where, counted))
 
 
 @snapshot.command("inspect")

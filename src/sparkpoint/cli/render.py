@@ -60,8 +60,12 @@ def snapshot_list_text(manifests: list[Manifest]) -> str:
 
 
 def snapshot_show_dict(manifest: Manifest, sharing: Sharing | None = None,
-                       location: str | None = None) -> dict[str, Any]:
+                       location: str | None = None,
+                       counted: dict[str, int] | None = None) -> dict[str, Any]:
     data = manifest.model_dump(mode="json")
+    if counted is not None:
+        for op in data["operators"]:
+            op["counted_rows"] = counted.get(op["name"])
     data.pop("files")
     data["files"] = len(manifest.files)
     if sharing is not None:
@@ -83,7 +87,8 @@ def _sharing_line(manifest: Manifest, sharing: Sharing | None) -> list[str]:
 
 
 def snapshot_show_text(manifest: Manifest, sharing: Sharing | None = None,
-                       location: str | None = None) -> str:
+                       location: str | None = None,
+                       counted: dict[str, int] | None = None) -> str:
     out = [
         f"snapshot  {manifest.name}",
         f"job       {manifest.job}",
@@ -102,6 +107,8 @@ def snapshot_show_text(manifest: Manifest, sharing: Sharing | None = None,
     out.append("operators:")
     for op in manifest.operators:
         rows = "?" if op.rows is None else str(op.rows)
+        if counted is not None and op.name in counted:
+            rows += f" ({counted[op.name]} counted)"
         window = f", {op.window.describe()}" if op.window and op.window.kind != "none" else ""
         out.append(f"  {op.name}  (id {op.operator_id}, {op.kind}{window}, {op.partitions} "
                    f"partitions, {rows} rows, {human_bytes(op.bytes)})")

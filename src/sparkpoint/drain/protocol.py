@@ -34,6 +34,7 @@ from sparkpoint.errors import (
     SparkQueryError,
     UsageError,
 )
+from sparkpoint.progress import phase
 from sparkpoint.runtime import intents
 from sparkpoint.runtime.intents import DrainIntent
 from sparkpoint.runtime.jobfile import PYTHON_BUILD_PREFIX
@@ -71,7 +72,8 @@ def drain_locked(home: Home, job: str, snapshot: str | None, spark: SparkSession
     in_flight = checkpoint.uncommitted_batch()
     if in_flight is not None:
         echo(f"completing in-flight batch {in_flight}")
-        run_job(home, options, spark=spark, echo=echo)
+        with phase(f"drain: batch {in_flight}"):
+            run_job(home, options, spark=spark, echo=echo)
     intent = DrainIntent(
         drain=plan_drain_batch(checkpoint, checkpoint.require_latest_committed_batch()),
         snapshot=snapshot, started_at=now_iso())
@@ -86,7 +88,8 @@ def drain_locked(home: Home, job: str, snapshot: str | None, spark: SparkSession
              "no new input")
 
     try:
-        run_job(home, options, spark=spark, prepare=prepare, echo=echo)
+        with phase(f"drain: batch {batch.batch_id}"):
+            run_job(home, options, spark=spark, prepare=prepare, echo=echo)
     finally:
         if checkpoint.latest_committed_batch() != batch.batch_id:
             if remove_unrun_drain_offsets(checkpoint, batch):
@@ -107,11 +110,13 @@ def finish_drain(home: Home, job: str, intent: DrainIntent, echo: Echo) -> Drain
     crash_point("drain.watermark_restored")
     record = registry.get(job)
     names = record.operator_names()
+    with phase("drain: counting the state left"):
+        left = state_rows(checkpoint, batch.batch_id)
     operators = [
         DrainedOperator(name=names.get(op.operator_id, str(op.operator_id)),
                         operator_id=op.operator_id, spark_operator_name=op.spark_operator_name,
                         rows=op.rows)
-        for op in state_rows(checkpoint, batch.batch_id)
+        for op in left
     ]
     record.drain = DrainRecord(batch=batch.batch_id, drained_at=now_iso(),
                                watermark_ms=batch.watermark_before_ms, operators=operators,

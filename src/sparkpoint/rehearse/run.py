@@ -38,6 +38,7 @@ from sparkpoint.errors import (
     UsageError,
     ValidationError,
 )
+from sparkpoint.progress import track
 from sparkpoint.rehearse.compare import EXAMPLES_PER_KIND, Comparison, Output, compare, json_value
 from sparkpoint.rehearse.match import DEFAULT_FLOAT_TOLERANCE, check_float_tolerance
 from sparkpoint.runtime.context import JobContext
@@ -307,7 +308,7 @@ def _replay(session: SparkSession, home: Home, scratch: Path, job_file: Path, us
 
     options = RunOptions(job=SCRATCH_JOB, job_file=job_file, params=params, conf=conf,
                          master=master, max_batches=1, pending_batch_only=True, build=build)
-    for batch in batches:
+    for batch in track(batches, "rehearse: replaying", unit="batch"):
         def replay(_planned: PlannedJob, batch: int = batch) -> None:
             replay_batch(old, batch, Checkpoint(target), batch + new.shift, new.sources)
 

@@ -38,6 +38,7 @@ from sparkpoint.checkpoint.state_files import readable_partition
 from sparkpoint.crash_points import crash_point, steps
 from sparkpoint.drain.synthetic import MAX_WATERMARK_MS
 from sparkpoint.errors import BatchNotHeldError, CheckpointFormatError, StateRetentionError
+from sparkpoint.progress import track
 from sparkpoint.snapshot.manifest import (
     CHECKPOINT_SUBDIR,
     MANIFEST_FILE,
@@ -189,7 +190,9 @@ def _export_operator(
             "=2); snapshots of several-store operators (stream-stream joins) in that format "
             "are not supported yet")
     for store_index, store in enumerate(stores):
-        for partition in range(operator.partitions):
+        for partition in track(range(operator.partitions),
+                               f"snapshot: {operator.operator_name} {store.name}",
+                               unit="partition"):
             pdir = store.partition_dir(operator.path, partition)
             prel = store.partition_dir(Path(rel), partition).as_posix()
             schema = pdir / "_metadata" / "schema"
@@ -389,7 +392,8 @@ def _export_batch(
     copy_into([(source, out / rel) for source, rel in plan.copies])
     crash_point("snapshot.files_copied")
     files = []
-    for rel in [rel for _source, rel in plan.copies] + plan.written:
+    for rel in track([rel for _source, rel in plan.copies] + plan.written,
+                     "snapshot: checksums", unit="file"):
         # Checksums are taken of what the snapshot holds, not of what it was copied from.
         size, digest = checksum_of(out / rel)
         files.append(FileEntry(path=f"{CHECKPOINT_SUBDIR}/{rel}", bytes=size, xxh3_128=digest))

@@ -26,6 +26,7 @@ from sparkpoint.checkpoint.rocksdb_keys import KeyEncoding
 from sparkpoint.checkpoint.rocksdb_state import locate_version
 from sparkpoint.checkpoint.state_files import readable_partition
 from sparkpoint.checkpoint.unsafe_row import read_field, read_fields
+from sparkpoint.progress import track
 from sparkpoint.snapshot.manifest import operator_kind
 
 # flatMapGroupsWithState's "no timeout set" (GroupStateImpl.NO_TIMESTAMP).
@@ -235,7 +236,7 @@ def inspect_operator(operator: OperatorDir, name: str, version: int, rocksdb: bo
     undecoded = [] if sample_rows == 0 else [
         not_decoded(name, kind, store.name) for store in operator.stores()
         if operator.schema(store) is None]
-    for partition in range(operator.partitions):
+    for partition in track(range(operator.partitions), f"inspect: {name}", unit="partition"):
         rows = size = 0
         for store_index, store in enumerate(operator.stores()):
             pdir = readable_partition(store.partition_dir(operator.path, partition), version)

@@ -6,15 +6,22 @@ the snapshot loads) differs, in the partitions that held matching keys.
 
 1. Link the original snapshot's checkpoint into a scratch directory of the home (links: the
    original is only read, and every rewrite below replaces a link by a new file).
-2. Spark's state reader decodes the operator's keys and evaluates the predicate on their
-   columns (sparkpoint never parses SQL); the matching keys come back as stored bytes.
-3. Per partition holding matches: HDFS provider: load version N+1 in Python, drop the keys,
-   write it as a self-contained ``<N+1>.snapshot``; RocksDB: Spark's provider loads N+1,
-   removes the keys and commits N+2, whose zip becomes the scratch's ``<N+1>.zip`` (a zip's
-   content does not depend on its version number; only its file name carries it).
+2. RocksDB (the Spark-job path): Spark's own state rewriter (spark/state_rewrite.py, the
+   class behind Spark's offline repartition) reads the operator's version N+1, keeps the
+   keys the predicate does not select (Spark evaluates it; sparkpoint never parses SQL) and
+   writes each partition into a fresh store, one task per partition, committed as a
+   self-contained ``<N+1>.zip``; partitions whose key count changed take the rewritten
+   files. The driver moves no state bytes.
+3. HDFS provider (which Spark's rewriter refuses), or keys whose partition key is not the
+   key: Spark's state reader decodes the keys and evaluates the predicate, the matching keys
+   come back as stored bytes, and each partition holding matches is rewritten here: HDFS:
+   load N+1 in Python, drop the keys, write a self-contained ``<N+1>.snapshot``; RocksDB:
+   Spark's provider loads N+1, removes the keys and commits N+2, whose zip becomes
+   ``<N+1>.zip``. Each partition's removed keys are checked against Spark's count.
    Checkpoint format v2 (files named by version and id, the ids in the commit): the
-   operator's version N+1 is first given plain names in the scratch, rewritten as above, then
-   named by new ids, which the scratch's commit records: the new snapshot keeps the format.
+   operator's version N+1 is first given plain names in the scratch (and the scratch's
+   commit format v1), rewritten as above, then named by new ids, which the scratch's commit
+   records: the new snapshot keeps the format.
 4. The scratch checkpoint is exported as NEW_SNAP through the snapshot store, which
    publishes atomically (manifest last) on any store; the scratch is removed.
 """
@@ -41,10 +48,18 @@ from sparkpoint.errors import (
     PruneUnsupportedError,
     UnknownOperatorError,
 )
+from sparkpoint.progress import phase, track
 from sparkpoint.snapshot.export import JobInfo
 from sparkpoint.snapshot.manifest import Manifest, OperatorEntry
 from sparkpoint.snapshot.store import SnapshotStore
-from sparkpoint.spark.state_prune import key_bytes, matching_keys, remove_rocksdb_keys
+from sparkpoint.spark.state_prune import (
+    MatchedKeys,
+    check_condition,
+    key_bytes,
+    matching_keys,
+    remove_rocksdb_keys,
+)
+from sparkpoint.spark.state_rewrite import partition_key_fields, rewrite_without
 from sparkpoint.storage.home import Home, validate_name
 from sparkpoint.storage.local import link_or_copy, walk_files
 from sparkpoint.storage.processes import pid_alive
@@ -72,6 +87,10 @@ class PruneResult:
     bytes_before: int
     bytes_after: int
     partitions_rewritten: list[int]
+    # "spark_tasks": Spark's state rewriter, one task per partition, where Spark runs;
+    # "driver": key by key in this process (HDFS-provider state, which Spark's rewriter
+    # refuses, and keys Spark's rewriter cannot select)
+    rewritten_by: str
     manifest: Manifest
 
     def to_dict(self) -> dict[str, Any]:
@@ -82,6 +101,7 @@ class PruneResult:
             "rows_removed": self.rows_removed, "bytes_before": self.bytes_before,
             "bytes_after": self.bytes_after,
             "partitions_rewritten": self.partitions_rewritten,
+            "rewritten_by": self.rewritten_by,
         }
 
 
@@ -160,6 +180,91 @@ def _rewrite_rocksdb_partition(
     return rows_before - rows_after
 
 
+def _prune_by_spark(spark: SparkSession, checkpoint: Checkpoint, batch: int, op: OperatorEntry,
+                    key_schema: dict[str, Any], where: str, scratch: Path,
+                    say: Callable[[str], None]) -> dict[int, tuple[int, int]]:
+    """RocksDB: the operator's version rewritten by Spark's state rewriter (one task per
+    partition) without the keys ``where`` selects; each partition whose keys changed takes
+    the rewritten files. Returns partition -> (rows before, rows after): the counts Spark's
+    commits record (numKeys), the rows before counted by Spark's reader when the version has
+    no count of its own (changelog versions)."""
+    version = batch + 1
+    args = (spark, checkpoint.local_root, batch, op.operator_id, key_schema, where, op.name)
+    check_condition(*args)
+    pdirs = _operator_partition_dirs(checkpoint, op, batch)
+    before: dict[int, int | None] = {
+        partition: locate_version(pdir, version).num_keys for partition, pdir in enumerate(pdirs)}
+    if any(rows is None for rows in before.values()):
+        with phase(f"prune: counting the keys of '{op.name}'"):
+            counted = matching_keys(*args, collect_keys=False).partition_rows
+        before = {partition: counted.get(partition, 0) for partition in before}
+    say(f"rewriting operator '{op.name}' without the keys where {where} (Spark tasks)")
+    try:
+        with phase(f"prune: rewriting '{op.name}' with Spark"):
+            rewritten = rewrite_without(spark, checkpoint.local_root, scratch / "rewrite",
+                                        batch, op.operator_id, where)
+    except Exception as exc:  # a task's failure reaches us as py4j's error
+        # The condition's failure (or the state's) is raised by counting with it; otherwise
+        # the rewriter itself failed.
+        matching_keys(*args, collect_keys=False)
+        text = str(exc).strip()
+        raise CheckpointFormatError(
+            f"operator '{op.name}': Spark's state rewriter failed: "
+            f"{text.splitlines()[0] if text else type(exc).__name__}; nothing was published; "
+            "Spark's log has its stack trace") from exc
+    crash_point("prune.partition_rewritten")
+    counts: dict[int, tuple[int, int]] = {}
+    for partition, pdir in track(list(enumerate(pdirs)), f"prune: taking '{op.name}'",
+                                 unit="partition"):
+        rows_before = before[partition]
+        assert rows_before is not None
+        rows_after = locate_version(rewritten / str(partition), version).num_keys
+        if rows_after is None:
+            raise CheckpointFormatError(
+                f"{rewritten / str(partition)}: expected Spark's rewrite to record its number "
+                "of keys (numKeys), found none; nothing was published")
+        if rows_after != rows_before:
+            _take_rewritten_partition(rewritten / str(partition), pdir)
+        counts[partition] = (rows_before, rows_after)
+    return counts
+
+
+def _prune_in_driver(spark: SparkSession, state_root: Path, op: OperatorEntry,
+                     matched: MatchedKeys, rocksdb: bool, version: int) -> int:
+    """The matched keys removed in this process, partition by partition; return how many."""
+    removed = 0
+    for partition in track(sorted(matched.matched_rows), f"prune: rewriting '{op.name}'",
+                           unit="partition"):
+        pdir = state_root / str(op.operator_id) / str(partition)
+        if rocksdb:
+            gone = _rewrite_rocksdb_partition(spark, state_root, op, partition, version,
+                                              matched.by_partition[partition],
+                                              matched.partition_rows.get(partition, 0))
+        else:
+            gone = _rewrite_hdfs_partition(pdir, version, matched.by_partition[partition])
+        expected = matched.matched_rows[partition]
+        if gone != expected:
+            raise CheckpointFormatError(
+                f"operator '{op.name}' partition {partition}: Spark's reader matched "
+                f"{expected} key(s), the store removed {gone}; expected the same keys in "
+                "both; nothing was published")
+        removed += gone
+        crash_point("prune.partition_rewritten")
+    return removed
+
+
+def _take_rewritten_partition(rewritten: Path, pdir: Path) -> None:
+    """Put the partition's version as Spark's rewriter wrote it in place of the scratch's
+    links of that version."""
+    for entry in pdir.iterdir():
+        # The scratch holds links and the operator's version only: all of it is replaced.
+        if entry.name != "_metadata":
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    for entry in rewritten.iterdir():
+        if entry.name != "_metadata":
+            os.rename(entry, pdir / entry.name)
+
+
 def _operator_partition_dirs(checkpoint: Checkpoint, op: OperatorEntry,
                              batch: int) -> list[Path]:
     operator = next(o for o in checkpoint.operators(batch) if o.operator_id == op.operator_id)
@@ -174,15 +279,27 @@ def _plain_names(checkpoint: Checkpoint, op: OperatorEntry, batch: int,
         to_plain_names(pdir, batch + 1, ids[partition][0])
 
 
-def _unique_names(checkpoint: Checkpoint, op: OperatorEntry, batch: int) -> None:
+def _commit_as_format_v1(checkpoint: Checkpoint, batch: int) -> dict[str, Any]:
+    """The scratch's commit of ``batch`` rewritten in format v1 (no ids), which Spark's
+    state rewriter reads with format v1 settings; return the format v2 commit's body."""
+    body = checkpoint.commit(batch).metadata
+    path = checkpoint.local_root / "commits" / str(batch)
+    path.unlink()  # a link to the original snapshot's commit: never written through
+    plain = {key: value for key, value in body.items() if key != "stateUniqueIds"}
+    path.write_bytes(CommitLogEntry(1, compact_json(plain)).to_bytes())
+    return body
+
+
+def _unique_names(checkpoint: Checkpoint, op: OperatorEntry, batch: int,
+                  body: dict[str, Any]) -> None:
     """Back to format v2: new ids for the operator's version batch+1, recorded in the
-    scratch's commit in place of the old ones (other operators keep theirs)."""
+    scratch's commit (``body``, the original commit's) in place of the old ones (other
+    operators keep theirs)."""
     ids = [[to_unique_ids(pdir, batch + 1)]
            for pdir in _operator_partition_dirs(checkpoint, op, batch)]
     path = checkpoint.local_root / "commits" / str(batch)
-    body = checkpoint.commit(batch).metadata
     body["stateUniqueIds"] = {**body.get("stateUniqueIds", {}), str(op.operator_id): ids}
-    path.unlink()  # a link to the original snapshot's commit: never written through
+    path.unlink(missing_ok=True)
     path.write_bytes(CommitLogEntry(2, compact_json(body)).to_bytes())
 
 
@@ -210,35 +327,39 @@ def prune_snapshot(
         crash_point("prune.scratch_linked")
         unique_ids = (checkpoint.commit(batch).state_unique_ids.get(op.operator_id)
                       if manifest.state_store_provider == ROCKSDB_PROVIDER else None)
+        v2_commit = None
         if unique_ids is not None:
             _plain_names(checkpoint, op, batch, unique_ids)
+            v2_commit = _commit_as_format_v1(checkpoint, batch)
         key_schema = op.stores[0].key_schema
         assert key_schema is not None
-        say(f"finding the keys of operator '{op.name}' where {where}")
-        matched = matching_keys(spark, checkpoint.local_root, batch, op.operator_id, key_schema,
-                                where, op.name)
+        rocksdb = manifest.state_store_provider == ROCKSDB_PROVIDER
+        # Spark's rewriter evaluates the condition on the stored key's partition key: the
+        # same columns as the key for every prunable kind, checked rather than assumed.
+        by_spark = rocksdb and partition_key_fields(
+            spark, checkpoint.local_root, batch, op.operator_id) == [
+                field["name"] for field in key_schema.get("fields", [])]
         state_root = checkpoint.local_root / "state"
-        removed = 0
-        for partition, keys in sorted(matched.by_partition.items()):
-            if manifest.state_store_provider == ROCKSDB_PROVIDER:
-                gone = _rewrite_rocksdb_partition(spark, state_root, op, partition, version, keys,
-                                                  matched.partition_rows.get(partition, 0))
-            else:
-                gone = _rewrite_hdfs_partition(
-                    state_root / str(op.operator_id) / str(partition), version, keys)
-            if gone != len(keys):
-                raise CheckpointFormatError(
-                    f"operator '{op.name}' partition {partition}: Spark's reader matched "
-                    f"{len(keys)} key(s), the store removed {gone}; expected the same keys in "
-                    "both; nothing was published")
-            removed += gone
-            crash_point("prune.partition_rewritten")
-        if unique_ids is not None:
-            _unique_names(checkpoint, op, batch)
+        if by_spark:
+            counts = _prune_by_spark(spark, checkpoint, batch, op, key_schema, where, scratch,
+                                     say)
+            removed = sum(before - after for before, after in counts.values())
+            rows_before = sum(before for before, _after in counts.values())
+            rewritten_partitions = sorted(p for p, (b, a) in counts.items() if b != a)
+        else:
+            say(f"finding the keys of operator '{op.name}' where {where}")
+            with phase(f"prune: finding the keys of '{op.name}'"):
+                matched = matching_keys(spark, checkpoint.local_root, batch, op.operator_id,
+                                        key_schema, where, op.name)
+            removed = _prune_in_driver(spark, state_root, op, matched, rocksdb, version)
+            rows_before = matched.total_rows
+            rewritten_partitions = sorted(matched.matched_rows)
+        if v2_commit is not None:
+            _unique_names(checkpoint, op, batch, v2_commit)
         crash_point("prune.state_rewritten")
         # The command's result line says it again: a step, not output.
         steps.info("removed %s of %s key(s); writing snapshot '%s'", removed,
-                   matched.total_rows, new_snapshot)
+                   rows_before, new_snapshot)
         info = JobInfo(
             job=manifest.job,
             operator_names={entry.operator_id: entry.name for entry in manifest.operators},
@@ -254,10 +375,11 @@ def prune_snapshot(
     assert new_op is not None
     return PruneResult(
         snapshot=snapshot, new_snapshot=new_snapshot, operator=op.name, where=where,
-        batch=batch, rows_before=matched.total_rows,
-        rows_after=new_op.rows if new_op.rows is not None else matched.total_rows - removed,
+        batch=batch, rows_before=rows_before,
+        rows_after=new_op.rows if new_op.rows is not None else rows_before - removed,
         rows_removed=removed, bytes_before=op.bytes, bytes_after=new_op.bytes,
-        partitions_rewritten=sorted(matched.by_partition), manifest=created,
+        partitions_rewritten=rewritten_partitions,
+        rewritten_by="spark_tasks" if by_spark else "driver", manifest=created,
     )
 
 

@@ -38,7 +38,10 @@ class MatchedKeys:
 
     # partition -> rows of the version in that partition (every key, matching or not)
     partition_rows: dict[int, int]
-    # partition -> each matching key as the JVM's UnsafeRow, byte for byte as stored
+    # partition -> how many of its keys match (partitions without a match left out)
+    matched_rows: dict[int, int]
+    # partition -> each matching key as the JVM's UnsafeRow, byte for byte as stored (empty
+    # when the keys were only counted)
     by_partition: dict[int, list[Any]]
 
     @property
@@ -47,7 +50,7 @@ class MatchedKeys:
 
     @property
     def count(self) -> int:
-        return sum(len(keys) for keys in self.by_partition.values())
+        return sum(self.matched_rows.values())
 
 
 def key_bytes(key: Any) -> bytes:
@@ -78,21 +81,10 @@ def state_frame(spark: SparkSession, checkpoint: Path, batch: int, operator_id: 
             .load(str(checkpoint)))
 
 
-def matching_keys(
-    spark: SparkSession,
-    checkpoint: Path,
-    batch: int,
-    operator_id: int,
-    key_schema: dict[str, Any],
-    where: str,
-    operator_name: str,
-) -> MatchedKeys:
-    """The keys whose columns satisfy ``where`` (Spark SQL, evaluated by Spark), per partition.
-
-    Raises:
-        InvalidPredicateError: Spark cannot parse or resolve ``where`` over the key columns,
-            or it is not a boolean condition.
-    """
+def _matching(spark: SparkSession, checkpoint: Path, batch: int, operator_id: int,
+              key_schema: dict[str, Any], where: str,
+              operator_name: str) -> tuple[DataFrame, DataFrame]:
+    """The state's keys flattened, and the matching keys; the condition analysed."""
     from pyspark.errors import PySparkException
     from pyspark.sql import functions as F
 
@@ -109,20 +101,70 @@ def matching_keys(
             f"'{operator_name}' ({_describe(key_schema)}), Spark refused it: {first}; "
             "name only key columns (a window's bounds as window.start / window.end)"
         ) from exc
-    # Read errors (the state itself) surface here, before the condition is evaluated, so
-    # that a failure in the next step is the condition's.
-    partition_rows = {int(row[0]): int(row[1])
-                      for row in frame.groupBy("partition_id").count().collect()}
+    return flat, matched
+
+
+def check_condition(spark: SparkSession, checkpoint: Path, batch: int, operator_id: int,
+                    key_schema: dict[str, Any], where: str, operator_name: str) -> None:
+    """Refuse a condition Spark cannot analyse over the key's columns (no job runs).
+
+    Raises:
+        InvalidPredicateError: as for :func:`matching_keys`.
+    """
+    _matching(spark, checkpoint, batch, operator_id, key_schema, where, operator_name)
+
+
+def condition_failure(spark: SparkSession, checkpoint: Path, batch: int, operator_id: int,
+                      key_schema: dict[str, Any], where: str, operator_name: str,
+                      exc: BaseException) -> InvalidPredicateError:
+    """The error for a job that failed while it evaluated ``where`` on the state: the state's
+    own read error when a read without the condition fails too (raised from here), else the
+    condition's."""
+    state_frame(spark, checkpoint, batch, operator_id).groupBy("partition_id").count().collect()
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return InvalidPredicateError(
+        f"--where {where!r}: expected a condition Spark can evaluate on every key of "
+        f"operator '{operator_name}' ({_describe(key_schema)}), it failed on the state: "
+        f"{first}; fix the condition (e.g. try_cast instead of cast)")
+
+
+def matching_keys(
+    spark: SparkSession,
+    checkpoint: Path,
+    batch: int,
+    operator_id: int,
+    key_schema: dict[str, Any],
+    where: str,
+    operator_name: str,
+    collect_keys: bool = True,
+) -> MatchedKeys:
+    """The keys whose columns satisfy ``where`` (Spark SQL, evaluated by Spark), per partition:
+    counted, and with ``collect_keys`` brought to the driver.
+
+    Raises:
+        InvalidPredicateError: Spark cannot parse or resolve ``where`` over the key columns,
+            it is not a boolean condition, or it fails on a key.
+    """
+    from pyspark.errors import PySparkException
+    from pyspark.sql import functions as F
+
+    flat, matched = _matching(spark, checkpoint, batch, operator_id, key_schema, where,
+                              operator_name)
+    # One pass over the state counts every partition's keys and its matching ones. When it
+    # fails, a count without the condition tells whose failure it is: the state's (raised
+    # as it is) or the condition's.
+    selected = F.when(F.expr(where), 1).otherwise(0)  # a null condition selects nothing
     try:
-        matched_rows = {int(row[0]): int(row[1])
-                        for row in matched.groupBy(_PARTITION).count().collect()}
+        counted = (flat.groupBy(_PARTITION).agg(F.count(F.lit(1)), F.sum(selected))
+                   .collect())
     except PySparkException as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InvalidPredicateError(
-            f"--where {where!r}: expected a condition Spark can evaluate on every key of "
-            f"operator '{operator_name}' ({_describe(key_schema)}), it failed on the state: "
-            f"{first}; fix the condition (e.g. try_cast instead of cast)"
-        ) from exc
+        raise condition_failure(spark, checkpoint, batch, operator_id, key_schema, where,
+                                operator_name, exc) from exc
+    partition_rows = {int(row[0]): int(row[1]) for row in counted}
+    matched_rows = {int(row[0]): int(row[2]) for row in counted if row[2]}
+    if not collect_keys:
+        return MatchedKeys(partition_rows, matched_rows, {})
     # Sorted by partition, the collected keys fall into runs of the counted lengths: a key
     # costs one call into the JVM to take it, none to learn its partition. The key's own
     # columns, projected as the row, are its stored bytes (the HDFS rewrite and RocksDB's
@@ -143,7 +185,7 @@ def matching_keys(
             f"--where {where!r}: Spark selected {index} key(s) when counting and {collected} "
             "when collecting; expected a deterministic condition (no rand(), no current "
             "time)")
-    return MatchedKeys(partition_rows, by_partition)
+    return MatchedKeys(partition_rows, matched_rows, by_partition)
 
 
 def remove_rocksdb_keys(

@@ -24,6 +24,7 @@ from urllib.parse import urlparse
 import fsspec
 from fsspec.callbacks import Callback, NoOpCallback, TqdmCallback
 
+from sparkpoint import progress
 from sparkpoint.errors import UsageError
 from sparkpoint.storage.local import write_atomic, write_new
 
@@ -66,27 +67,17 @@ def join(base: str, *parts: str) -> str:
     return text
 
 
-_progress_bars = True
-
-
-def quiet_progress_bars() -> None:
-    """No progress bars in this process (``--json`` output must stay one document)."""
-    global _progress_bars
-    _progress_bars = False
-
-
 def progress_bars() -> bool:
     """Progress bars for long transfers: on a terminal, unless made quiet."""
-    import sys
-
-    return _progress_bars and sys.stderr.isatty()
+    return progress.shown()
 
 
 def progress_callback(show: bool, total: int, description: str) -> Callback:
     """A progress bar on a terminal; nothing when output is not a tty or when asked quiet."""
     if not show:
         return NoOpCallback()
-    callback = TqdmCallback(tqdm_kwargs={"desc": description, "unit": "file", "leave": False})
+    callback = TqdmCallback(tqdm_kwargs={"desc": description, "unit": "file", "leave": False,
+                                         "delay": progress.show_after()})
     callback.set_size(total)
     return callback
 

@@ -33,6 +33,7 @@ from sparkpoint.checkpoint.logs import (
 from sparkpoint.checkpoint.operators import OperatorMetadata
 from sparkpoint.checkpoint.state_format import to_plain_names, to_unique_ids
 from sparkpoint.errors import ValidationError
+from sparkpoint.progress import track
 from sparkpoint.snapshot.manifest import CHECKPOINT_SUBDIR, Manifest
 from sparkpoint.sources.positions import ResolvedPosition
 from sparkpoint.storage.local import link_or_copy, write_atomic
@@ -81,7 +82,8 @@ def _shifted_name(name: str, shift: int) -> str:
 def _copy_operator(src: Path, dst: Path, new_id: int, shift: int) -> None:
     delta_dirs: set[Path] = set()
     snapshot_dirs: set[Path] = set()
-    for path in sorted(src.rglob("*")):
+    for path in track(sorted(src.rglob("*")), f"restore: state of operator {new_id}",
+                      unit="file"):
         if not path.is_file():
             continue
         rel = path.relative_to(src)

@@ -28,6 +28,7 @@ from sparkpoint.checkpoint.murmur3 import partition_of
 from sparkpoint.checkpoint.unsafe_row import read_fields
 from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import CheckpointFormatError
+from sparkpoint.progress import track
 from sparkpoint.storage.local import remove_checksum_sibling, write_atomic
 
 _STATE_FILE = re.compile(r"^\d+\.(delta|snapshot)$")
@@ -81,7 +82,8 @@ def _repartition_store(operator: OperatorDir, store_name: str, prefix: int,
     if _repartition_fixed(operator, layout, prefix, old_partitions, version, partitions):
         return
     records: dict[bytes, bytes] = {}
-    for old in old_partitions:
+    for old in track(old_partitions, f"repartition: reading {operator.operator_name}",
+                     unit="partition"):
         records.update(hdfs_state.load_version(layout.partition_dir(op_dir, old), version))
     targets: list[dict[bytes, bytes]] = [{} for _ in range(partitions)]
     if records:
@@ -99,7 +101,9 @@ def _repartition_store(operator: OperatorDir, store_name: str, prefix: int,
             values = read_fields(key, key_fields, where)[:len(fields)]
             targets[partition_of(values, types, partitions)][key] = value
     _remove_state_files(operator, layout, old_partitions)
-    for partition, state in enumerate(targets):
+    for partition, state in track(enumerate(targets), f"repartition: writing "
+                                  f"{operator.operator_name}", total=partitions,
+                                  unit="partition"):
         hdfs_state.write_snapshot(layout.partition_dir(op_dir, partition), version, state)
         crash_point("restore.hdfs_partition_moved")
 
@@ -124,7 +128,8 @@ def _repartition_fixed(operator: OperatorDir, layout: StoreLayout, prefix: int,
     from sparkpoint.checkpoint.murmur3_columns import hash_columns  # numpy: imported late
 
     states = []
-    for old in old_partitions:
+    for old in track(old_partitions, f"repartition: reading {operator.operator_name}",
+                     unit="partition"):
         state = hdfs_state.load_fixed_version(layout.partition_dir(op_dir, old), version)
         if state is None:
             return False
@@ -145,7 +150,8 @@ def _repartition_fixed(operator: OperatorDir, layout: StoreLayout, prefix: int,
         # pmod, as Spark's HashPartitioning: numpy's remainder takes the divisor's sign.
         targets = hashed.astype("int64") % partitions
     _remove_state_files(operator, layout, old_partitions)
-    for partition in range(partitions):
+    for partition in track(range(partitions), f"repartition: writing {operator.operator_name}",
+                           unit="partition"):
         chosen = (targets == partition).nonzero()[0] if count else slice(0, 0)
         state = hdfs_state.FixedState(merged.keys[chosen], merged.values[chosen])
         hdfs_state.write_fixed_snapshot(layout.partition_dir(op_dir, partition),

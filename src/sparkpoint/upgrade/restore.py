@@ -26,6 +26,7 @@ from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER
 from sparkpoint.checkpoint.schema_paths import relocate_schema_paths
 from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import NameTakenError, SparkpointError, UsageError, ValidationError
+from sparkpoint.progress import phase
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.store import SnapshotStore
 from sparkpoint.sources.positions import (
@@ -347,7 +348,8 @@ def build_new_checkpoint(
             if provider == ROCKSDB_PROVIDER:
                 echo(f"repartitioning state from {result.partitions} to {wanted} partitions "
                      "(Spark's offline repartition)")
-                repartition(planned.spark, staging, wanted)
+                with phase("repartition: Spark's offline repartition"):
+                    repartition(planned.spark, staging, wanted)
                 # Spark's repartition commits a batch of its own: the job continues after it.
                 batch = Checkpoint(staging).require_latest_committed_batch()
             else:

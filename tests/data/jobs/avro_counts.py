@@ -5,6 +5,8 @@ schemas may evolve: each batch emits (user, n), the user's count so far.
 --param value=count_only   the state value is (n LONG)
 --param value=with_note    (n LONG, note STRING): a field added, which Avro state accepts
 --param value=as_text      (n STRING): a changed type, which no state encoding accepts
+--param value=as_double    (n DOUBLE, note STRING): with_note's count widened, which Avro
+                           state accepts
 """
 
 from collections.abc import Iterator
@@ -21,7 +23,8 @@ from pyspark.sql.streaming.stateful_processor import (
 import sparkpoint as sp
 
 SCHEMA = "event_id STRING, user STRING, url STRING, ts TIMESTAMP"
-VALUES = {"count_only": "n LONG", "with_note": "n LONG, note STRING", "as_text": "n STRING"}
+VALUES = {"count_only": "n LONG", "with_note": "n LONG, note STRING", "as_text": "n STRING",
+          "as_double": "n DOUBLE, note STRING"}
 
 
 class RunningCount(StatefulProcessor):
@@ -37,6 +40,8 @@ class RunningCount(StatefulProcessor):
         total += sum(len(frame) for frame in rows)
         if self.value == "with_note":
             self.count.update((total, "counted"))
+        elif self.value == "as_double":
+            self.count.update((float(total), "counted"))
         elif self.value == "as_text":
             self.count.update((str(total),))
         else:
