@@ -55,7 +55,6 @@ from sparkpoint.snapshot.store import SnapshotStore
 from sparkpoint.spark.state_prune import (
     MatchedKeys,
     check_condition,
-    key_bytes,
     matching_keys,
     remove_rocksdb_keys,
 )
@@ -140,11 +139,11 @@ def _link_tree(source: Path, target: Path) -> None:
         link_or_copy(path, target / path.relative_to(source))
 
 
-def _rewrite_hdfs_partition(pdir: Path, version: int, keys: list[Any]) -> int:
+def _rewrite_hdfs_partition(pdir: Path, version: int, keys: list[bytes]) -> int:
     """Write ``version`` without ``keys`` as one self-contained snapshot file in place of
     the links that made it up; return how many keys were removed."""
     state = hdfs_state.load_version(pdir, version)
-    removed = sum(1 for key in keys if state.pop(key_bytes(key), None) is not None)
+    removed = sum(1 for key in keys if state.pop(key, None) is not None)
     for name in hdfs_state.files_for_version(pdir, version).names():
         # Unlink, never write through: these are links to the original snapshot's files.
         (pdir / name).unlink()
@@ -196,7 +195,7 @@ def _prune_by_spark(spark: SparkSession, checkpoint: Checkpoint, batch: int, op:
         partition: locate_version(pdir, version).num_keys for partition, pdir in enumerate(pdirs)}
     if any(rows is None for rows in before.values()):
         with phase(f"prune: counting the keys of '{op.name}'"):
-            counted = matching_keys(*args, collect_keys=False).partition_rows
+            counted = matching_keys(*args, collect_keys="no").partition_rows
         before = {partition: counted.get(partition, 0) for partition in before}
     say(f"rewriting operator '{op.name}' without the keys where {where} (Spark tasks)")
     try:
@@ -206,7 +205,7 @@ def _prune_by_spark(spark: SparkSession, checkpoint: Checkpoint, batch: int, op:
     except Exception as exc:  # a task's failure reaches us as py4j's error
         # The condition's failure (or the state's) is raised by counting with it; otherwise
         # the rewriter itself failed.
-        matching_keys(*args, collect_keys=False)
+        matching_keys(*args, collect_keys="no")
         text = str(exc).strip()
         raise CheckpointFormatError(
             f"operator '{op.name}': Spark's state rewriter failed: "
@@ -350,7 +349,8 @@ def prune_snapshot(
             say(f"finding the keys of operator '{op.name}' where {where}")
             with phase(f"prune: finding the keys of '{op.name}'"):
                 matched = matching_keys(spark, checkpoint.local_root, batch, op.operator_id,
-                                        key_schema, where, op.name)
+                                        key_schema, where, op.name,
+                                        collect_keys="rows" if rocksdb else "bytes")
             removed = _prune_in_driver(spark, state_root, op, matched, rocksdb, version)
             rows_before = matched.total_rows
             rewritten_partitions = sorted(matched.matched_rows)

@@ -16,9 +16,10 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from sparkpoint.errors import InvalidPredicateError
+from sparkpoint.spark.row_bytes import rows_bytes
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -40,8 +41,8 @@ class MatchedKeys:
     partition_rows: dict[int, int]
     # partition -> how many of its keys match (partitions without a match left out)
     matched_rows: dict[int, int]
-    # partition -> each matching key as the JVM's UnsafeRow, byte for byte as stored (empty
-    # when the keys were only counted)
+    # partition -> each matching key, byte for byte as stored: bytes, or the JVM's UnsafeRow
+    # (empty when the keys were only counted)
     by_partition: dict[int, list[Any]]
 
     @property
@@ -51,11 +52,6 @@ class MatchedKeys:
     @property
     def count(self) -> int:
         return sum(self.matched_rows.values())
-
-
-def key_bytes(key: Any) -> bytes:
-    """The bytes of a matched key (an UnsafeRow in the JVM)."""
-    return bytes(key.getBytes())
 
 
 def _describe(schema: dict[str, Any]) -> str:
@@ -137,10 +133,11 @@ def matching_keys(
     key_schema: dict[str, Any],
     where: str,
     operator_name: str,
-    collect_keys: bool = True,
+    collect_keys: Literal["no", "bytes", "rows"] = "bytes",
 ) -> MatchedKeys:
     """The keys whose columns satisfy ``where`` (Spark SQL, evaluated by Spark), per partition:
-    counted, and with ``collect_keys`` brought to the driver.
+    counted, and with ``collect_keys`` brought to the driver as their stored bytes or as the
+    JVM's rows.
 
     Raises:
         InvalidPredicateError: Spark cannot parse or resolve ``where`` over the key columns,
@@ -163,23 +160,26 @@ def matching_keys(
                                 operator_name, exc) from exc
     partition_rows = {int(row[0]): int(row[1]) for row in counted}
     matched_rows = {int(row[0]): int(row[2]) for row in counted if row[2]}
-    if not collect_keys:
+    if collect_keys == "no":
         return MatchedKeys(partition_rows, matched_rows, {})
-    # Sorted by partition, the collected keys fall into runs of the counted lengths: a key
-    # costs one call into the JVM to take it, none to learn its partition. The key's own
-    # columns, projected as the row, are its stored bytes (the HDFS rewrite and RocksDB's
-    # key count check that every matched key was found).
+    # Sorted by partition, the collected keys fall into runs of the counted lengths. The key's
+    # own columns, projected as the row, are its stored bytes (the HDFS rewrite and RocksDB's
+    # key count check that every matched key was found). As bytes, all rows come over in
+    # one call; as JVM rows (for Spark's provider to remove), one call each.
     ordered = matched.orderBy(_PARTITION).select(f"{_KEY_ROW}.*")
-    rows = ordered._jdf.queryExecution().executedPlan().executeCollect()
+    java_rows = ordered._jdf.queryExecution().executedPlan().executeCollect()
+    rows: Any = rows_bytes(spark, java_rows) if collect_keys == "bytes" else java_rows
     collected = len(rows)
     by_partition: dict[int, list[Any]] = {}
     index = 0
     for partition in sorted(matched_rows):
-        keys = by_partition[partition] = []
-        for _ in range(matched_rows[partition]):
-            if index < collected:
-                keys.append(rows[index])
-            index += 1
+        count = matched_rows[partition]
+        if collect_keys == "bytes":
+            by_partition[partition] = rows[index:index + count]
+        else:
+            by_partition[partition] = [rows[i] for i in range(index, min(index + count,
+                                                                          collected))]
+        index += count
     if index != collected:
         raise InvalidPredicateError(
             f"--where {where!r}: Spark selected {index} key(s) when counting and {collected} "

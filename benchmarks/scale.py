@@ -1,0 +1,222 @@
+"""sparkpoint's heavy commands on production-size state, against baselines measured in the
+same run.
+
+    .venv/bin/python benchmarks/scale.py [--keys N] [--partitions P] [--providers rocksdb,hdfs]
+                                         [--driver-memory 8g] [--keep]
+
+For each state store provider, a real Spark job (``groupBy("key").count()`` over N distinct
+keys in parquet, two batches, P shuffle partitions; defaults 10,000,000 and 200) builds the
+state through ``sparkpoint run``. Then, in this one Python process (a warm JVM, as a
+long-lived driver would be):
+
+- ``snapshot create`` against ``cp -r`` of the job's checkpoint;
+- ``snapshot inspect`` (keys per second);
+- ``snapshot prune`` of half of the keys (removed keys per second);
+- a start from the snapshot (``run --from-snapshot``, no new input) against ``cp -r`` of the
+  snapshot's files back;
+- the same start into 64 partitions (repartitioning: keys per second over the whole start);
+- ``snapshot import`` of the job's checkpoint against ``plan`` of the same job from its
+  snapshot.
+
+It prints keys, bytes, seconds, keys per second, the baseline and the ratio where there is
+one, the target and a verdict, and the peak memory (resident set) of this Python process so
+far, which runs every command: the JVM's memory is not sparkpoint's. A report, not a test:
+it exits 0 whatever the verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import resource
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sparkpoint import api
+from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
+from sparkpoint.spark.session import PROVIDER_CONF, create_session
+from sparkpoint.storage.home import Home
+
+PROVIDERS = {"rocksdb": ROCKSDB_PROVIDER, "hdfs": HDFS_PROVIDER}
+OPERATOR = "key_counts"
+FILES = 8
+SHUFFLE_CONF = "spark.sql.shuffle.partitions"
+REPARTITION_TO = 64
+JOB_SOURCE = f'''\
+"""Count events per key: one aggregation whose state holds every key seen."""
+
+from pyspark.sql import SparkSession
+
+import sparkpoint as sp
+
+
+def build(spark: SparkSession, ctx: sp.JobContext):
+    events = (spark.readStream.name("events").schema("key STRING")
+              .option("maxFilesPerTrigger", "{FILES // 2}").parquet(ctx.require_param("input")))
+    counts = ctx.stateful("{OPERATOR}", events.groupBy("key").count())
+    return counts.writeStream.format("noop").outputMode("update")
+'''
+
+
+@dataclass(frozen=True)
+class Row:
+    operation: str
+    keys: int
+    bytes: int
+    seconds: float
+    baseline: float | None = None
+    target: str = ""
+    passed: bool | None = None
+    peak_mb: float = 0.0
+
+    def line(self) -> str:
+        rate = f"{self.keys / self.seconds:>12,.0f}" if self.seconds > 0 else " " * 12
+        ratio = f"{self.seconds / self.baseline:6.2f}" if self.baseline else "     -"
+        base = f"{self.baseline:8.2f}" if self.baseline is not None else "       -"
+        verdict = {None: "", True: "PASS", False: "FAIL"}[self.passed]
+        return (f"{self.operation:<34} {self.keys:>11,} {self.bytes / 2**20:>9.1f} "
+                f"{self.seconds:>8.2f} {rate} {base} {ratio}  {self.target:<16} {verdict:<4} "
+                f"{self.peak_mb:>7.0f}")
+
+
+HEADER = (f"{'operation':<34} {'keys':>11} {'MiB':>9} {'seconds':>8} {'keys/s':>12} "
+          f"{'baseline':>8} {'ratio':>6}  {'target':<16} {'':<4} {'peak MB':>7}")
+
+
+def peak_mb() -> float:
+    """The most memory (resident set) this Python process has held so far, in MB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def timed(action: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def tree_bytes(root: Path) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _s, files in os.walk(root)
+               for f in files)
+
+
+def copy_tree(source: Path, target: Path) -> float:
+    """Seconds ``cp -r`` takes, with the copy's pages written out (a snapshot's are too)."""
+    return timed(lambda: subprocess.run(["cp", "-r", str(source), str(target)], check=True))
+
+
+def write_keys(directory: Path, keys: int) -> None:
+    """N distinct keys over FILES parquet files, written a file at a time (bounded memory)."""
+    directory.mkdir(parents=True)
+    bounds = [keys * i // FILES for i in range(FILES + 1)]
+    for index, (start, end) in enumerate(itertools.pairwise(bounds)):
+        keys_array = pa.array([f"k{n:010d}" for n in range(start, end)])
+        pq.write_table(pa.table({"key": keys_array}), directory / f"part-{index:03d}.parquet")
+
+
+def measure(provider: str, keys: int, partitions: int, work: Path, spark: object) -> list[Row]:
+    work.mkdir(parents=True)
+    home = Home(work / "home")
+    job = work / "job.py"
+    job.write_text(JOB_SOURCE)
+    inputs = work / "in"
+    write_keys(inputs, keys)
+    params = {"input": str(inputs)}
+    conf = {PROVIDER_CONF: PROVIDERS[provider], SHUFFLE_CONF: str(partitions)}
+    name = f"scale-{provider}"
+    built = timed(lambda: api.run(home, job, name, params=params, conf=conf,
+                                  until_caught_up=True, spark=spark))  # type: ignore[arg-type]
+    checkpoint = home.checkpoint_dir(name)
+    rows = [Row(f"{provider}: build (Spark job)", keys, tree_bytes(checkpoint), built,
+                peak_mb=peak_mb())]
+
+    cp = copy_tree(checkpoint, work / "cp-checkpoint")
+    created = timed(lambda: api.snapshot_create(home, name, "full"))
+    manifest = api.snapshot_show(home, "full")
+    op = manifest.operator(OPERATOR)
+    assert op is not None and op.rows == keys, (op, keys)
+    target = "<= 1.5x cp -r" if provider == "hdfs" else "(S3: <= 1.2x)"
+    rows.append(Row(f"{provider}: snapshot create", keys, manifest.total_bytes, created, cp,
+                    target, created / cp <= 1.5 if provider == "hdfs" else None, peak_mb()))
+
+    inspected = timed(lambda: api.snapshot_inspect(home, "full"))
+    rows.append(Row(f"{provider}: snapshot inspect", keys, op.bytes, inspected, None,
+                    ">= 1M keys/s", keys / inspected >= 1_000_000, peak_mb()))
+
+    half = f"k{keys // 2:010d}"
+    result = None
+
+    def prune() -> None:
+        nonlocal result
+        result = api.snapshot_prune(home, "full", "half", OPERATOR, f"key < '{half}'",
+                                    spark=spark)  # type: ignore[arg-type]
+
+    pruned = timed(prune)
+    assert result is not None and result.rows_removed == keys // 2, result
+    rows.append(Row(f"{provider}: prune half ({result.rewritten_by})", result.rows_removed,
+                    op.bytes, pruned, None, ">= 200k keys/s",
+                    result.rows_removed / pruned >= 200_000, peak_mb()))
+
+    back = copy_tree(home.snapshots_dir / "full", work / "cp-snapshot")
+    started = timed(lambda: api.run(home, job, "restored", params=params, conf=conf,
+                                    from_snapshot="full", until_caught_up=True,
+                                    spark=spark))  # type: ignore[arg-type]
+    rows.append(Row(f"{provider}: start from snapshot", keys, manifest.total_bytes, started,
+                    back, "(vs cp -r back)", None, peak_mb()))
+
+    moved = timed(lambda: api.run(home, job, "repartitioned", params=params,
+                                  conf={**conf, SHUFFLE_CONF: str(REPARTITION_TO)},
+                                  from_snapshot="full", until_caught_up=True,
+                                  spark=spark))  # type: ignore[arg-type]
+    rows.append(Row(f"{provider}: start into {REPARTITION_TO} parts", keys,
+                    manifest.total_bytes, moved, None, ">= 1M keys/s",
+                    keys / moved >= 1_000_000, peak_mb()))
+
+    planned = timed(lambda: api.plan(home, job, params=params, conf=conf, from_snapshot="full",
+                                     spark=spark))  # type: ignore[arg-type]
+    imported = timed(lambda: api.snapshot_import(
+        home, checkpoint, "imported", job, params=params, conf=conf,
+        spark=spark))  # type: ignore[arg-type]
+    rows.append(Row(f"{provider}: snapshot import", keys, manifest.total_bytes, imported,
+                    planned, "<= 2x plan", imported / planned <= 2, peak_mb()))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keys", type=int, default=10_000_000)
+    parser.add_argument("--partitions", type=int, default=200)
+    parser.add_argument("--providers", default="rocksdb,hdfs")
+    parser.add_argument("--driver-memory", default="8g",
+                        help="the JVM's heap (the HDFS provider holds its state there)")
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args(argv)
+    providers = [p for p in args.providers.split(",") if p]
+    unknown = set(providers) - set(PROVIDERS)
+    if unknown:
+        parser.error(f"--providers: expected some of {', '.join(PROVIDERS)}, found {unknown}")
+    work = Path(tempfile.mkdtemp(prefix="sparkpoint-scale-"))
+    spark = create_session("local[2]", {"spark.driver.memory": args.driver_memory}, "scale")
+    print(f"{args.keys:,} keys, {args.partitions} partitions, work dir {work}", flush=True)
+    print(HEADER, flush=True)
+    try:
+        for provider in providers:
+            for row in measure(provider, args.keys, args.partitions, work / provider, spark):
+                print(row.line(), flush=True)
+    finally:
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
