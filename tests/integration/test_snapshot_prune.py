@@ -287,7 +287,12 @@ def test_rows_come_over_as_their_stored_bytes_in_one_call(spark: Any) -> None:
     each row as ``writeExternal`` writes it (length, fields, bytes); read back, the bytes
     equal each row's own ``getBytes()``, for keys of every width and a string of > 1 KiB
     (split over several block data records)."""
-    from sparkpoint.spark.row_bytes import RowStreamError, parse_rows, rows_bytes
+    from sparkpoint.spark.row_bytes import (
+        RowStreamError,
+        iter_rows_bytes,
+        parse_rows,
+        rows_bytes,
+    )
 
     frame = spark.createDataFrame(
         [("a", 1, None), ("b" * 3000, 2, 2.5), ("", -3, 0.0)], "s STRING, n INT, d DOUBLE")
@@ -295,6 +300,9 @@ def test_rows_come_over_as_their_stored_bytes_in_one_call(spark: Any) -> None:
     expected = [bytes(java_rows[i].getBytes()) for i in range(len(java_rows))]
     assert rows_bytes(spark, java_rows) == expected
     assert len(expected) == 3 and len(expected[1]) > 3000
+    # Taken from Spark's collected iterator two rows per call, in the same order.
+    collected = frame._jdf.queryExecution().executedPlan().executeCollectIterator()
+    assert list(iter_rows_bytes(spark, collected._2(), 2)) == expected
     with pytest.raises(RowStreamError):
         parse_rows(b"not a stream")
     with pytest.raises(RowStreamError):

@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,6 +55,7 @@ from sparkpoint.snapshot.store import SnapshotStore
 from sparkpoint.spark.state_prune import (
     MatchedKeys,
     check_condition,
+    matched_key_bytes,
     matching_keys,
     remove_rocksdb_keys,
 )
@@ -195,7 +196,7 @@ def _prune_by_spark(spark: SparkSession, checkpoint: Checkpoint, batch: int, op:
         partition: locate_version(pdir, version).num_keys for partition, pdir in enumerate(pdirs)}
     if any(rows is None for rows in before.values()):
         with phase(f"prune: counting the keys of '{op.name}'"):
-            counted = matching_keys(*args, collect_keys="no").partition_rows
+            counted = matching_keys(*args, collect_keys=False).partition_rows
         before = {partition: counted.get(partition, 0) for partition in before}
     say(f"rewriting operator '{op.name}' without the keys where {where} (Spark tasks)")
     try:
@@ -205,7 +206,7 @@ def _prune_by_spark(spark: SparkSession, checkpoint: Checkpoint, batch: int, op:
     except Exception as exc:  # a task's failure reaches us as py4j's error
         # The condition's failure (or the state's) is raised by counting with it; otherwise
         # the rewriter itself failed.
-        matching_keys(*args, collect_keys="no")
+        matching_keys(*args, collect_keys=False)
         text = str(exc).strip()
         raise CheckpointFormatError(
             f"operator '{op.name}': Spark's state rewriter failed: "
@@ -229,18 +230,19 @@ def _prune_by_spark(spark: SparkSession, checkpoint: Checkpoint, batch: int, op:
 
 
 def _prune_in_driver(spark: SparkSession, state_root: Path, op: OperatorEntry,
-                     matched: MatchedKeys, rocksdb: bool, version: int) -> int:
-    """The matched keys removed in this process, partition by partition; return how many."""
+                     matched: MatchedKeys, runs: Iterable[tuple[int, list[Any]]],
+                     rocksdb: bool, version: int) -> int:
+    """The matched keys (``runs``: each partition's, in turn) removed in this process,
+    partition by partition; return how many."""
     removed = 0
-    for partition in track(sorted(matched.matched_rows), f"prune: rewriting '{op.name}'",
-                           unit="partition"):
+    for partition, keys in track(runs, f"prune: rewriting '{op.name}'",
+                                 total=len(matched.matched_rows), unit="partition"):
         pdir = state_root / str(op.operator_id) / str(partition)
         if rocksdb:
-            gone = _rewrite_rocksdb_partition(spark, state_root, op, partition, version,
-                                              matched.by_partition[partition],
+            gone = _rewrite_rocksdb_partition(spark, state_root, op, partition, version, keys,
                                               matched.partition_rows.get(partition, 0))
         else:
-            gone = _rewrite_hdfs_partition(pdir, version, matched.by_partition[partition])
+            gone = _rewrite_hdfs_partition(pdir, version, keys)
         expected = matched.matched_rows[partition]
         if gone != expected:
             raise CheckpointFormatError(
@@ -347,11 +349,16 @@ def prune_snapshot(
             rewritten_partitions = sorted(p for p, (b, a) in counts.items() if b != a)
         else:
             say(f"finding the keys of operator '{op.name}' where {where}")
+            args = (spark, checkpoint.local_root, batch, op.operator_id, key_schema, where,
+                    op.name)
             with phase(f"prune: finding the keys of '{op.name}'"):
-                matched = matching_keys(spark, checkpoint.local_root, batch, op.operator_id,
-                                        key_schema, where, op.name,
-                                        collect_keys="rows" if rocksdb else "bytes")
-            removed = _prune_in_driver(spark, state_root, op, matched, rocksdb, version)
+                # RocksDB: the JVM's rows, for Spark's provider to remove; HDFS: counted
+                # here, their bytes taken below a partition at a time.
+                matched = matching_keys(*args, collect_keys=rocksdb)
+            runs: Iterable[tuple[int, list[Any]]] = (
+                sorted(matched.by_partition.items()) if rocksdb
+                else matched_key_bytes(*args, matched.matched_rows))
+            removed = _prune_in_driver(spark, state_root, op, matched, runs, rocksdb, version)
             rows_before = matched.total_rows
             rewritten_partitions = sorted(matched.matched_rows)
         if v2_commit is not None:

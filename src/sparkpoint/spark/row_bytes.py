@@ -11,7 +11,10 @@ null, and refuses anything else.
 
 from __future__ import annotations
 
+import os
 import struct
+import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 MAGIC = b"\xac\xed\x00\x05"
@@ -110,7 +113,23 @@ def parse_rows(data: bytes) -> list[bytes | None]:
     reader.class_desc()
     reader.handles.append(None)  # the array itself takes a handle
     rows: list[bytes | None] = []
+    row_class: bytes | None = None  # a reference to UnsafeRow's descriptor, once written
     for _ in range(reader.int32()):
+        pos = reader.pos
+        if row_class is not None and data.startswith(row_class, pos) \
+                and data[pos + 6] == TC_BLOCKDATA:
+            # The usual row: a reference to the class, then one short block of data
+            # (length, fields, bytes) and its end: read without the general reader.
+            length = data[pos + 7]
+            end = pos + 8 + length
+            if length >= 8 and end < len(data) and data[end] == TC_ENDBLOCKDATA:
+                (size,) = struct.unpack_from(">i", data, pos + 8)
+                if size != length - 8:
+                    raise RowStreamError(f"a row of {size} bytes in a record of {length - 8}")
+                rows.append(data[pos + 16:end])
+                reader.handles.append(None)
+                reader.pos = end + 1
+                continue
         tag = reader.byte()
         if tag == TC_NULL:
             rows.append(None)
@@ -120,6 +139,9 @@ def parse_rows(data: bytes) -> list[bytes | None]:
         name = reader.class_desc()
         if name != UNSAFE_ROW_CLASS:
             raise RowStreamError(f"expected {UNSAFE_ROW_CLASS}, found {name}")
+        if row_class is None:
+            handle = reader.handles.index(UNSAFE_ROW_CLASS) + 0x7E0000
+            row_class = bytes([TC_OBJECT, TC_REFERENCE]) + struct.pack(">i", handle)
         reader.handles.append(None)  # the object's own handle
         block = reader.block_data()
         size, _fields = struct.unpack_from(">ii", block)
@@ -130,10 +152,27 @@ def parse_rows(data: bytes) -> list[bytes | None]:
 
 
 def rows_bytes(spark: Any, java_rows: Any) -> list[bytes | None]:
-    """The bytes of each ``UnsafeRow`` of the JVM array ``java_rows``, in one py4j call."""
+    """The bytes of each ``UnsafeRow`` of the JVM array ``java_rows``, in one py4j call. The
+    JVM writes them to a file, read here: py4j's own transfer of a byte array decodes it in
+    Python a byte at a time."""
     jvm = spark._jvm
-    out = jvm.java.io.ByteArrayOutputStream()
-    stream = jvm.java.io.ObjectOutputStream(out)
-    stream.writeObject(java_rows)
-    stream.close()
-    return parse_rows(bytes(out.toByteArray()))
+    with tempfile.TemporaryDirectory(prefix="sparkpoint-rows-") as scratch:
+        path = os.path.join(scratch, "rows")
+        stream = jvm.java.io.ObjectOutputStream(
+            jvm.java.io.BufferedOutputStream(jvm.java.io.FileOutputStream(path), 1 << 20))
+        try:
+            stream.writeObject(java_rows)
+        finally:
+            stream.close()
+        with open(path, "rb") as handle:
+            return parse_rows(handle.read())
+
+
+def iter_rows_bytes(spark: Any, scala_rows: Any, chunk: int) -> Iterator[bytes | None]:
+    """The bytes of each ``UnsafeRow`` a JVM (Scala) iterator yields, taken ``chunk`` rows
+    per py4j call, so that no more than a chunk is held here at once."""
+    jvm = spark._jvm
+    any_ref = getattr(jvm.scala.reflect, "ClassTag$").__getattr__("MODULE$").AnyRef()
+    groups = scala_rows.grouped(chunk)
+    while groups.hasNext():
+        yield from rows_bytes(spark, groups.next().toArray(any_ref))

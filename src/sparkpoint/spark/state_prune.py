@@ -12,14 +12,15 @@ version.
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from sparkpoint.errors import InvalidPredicateError
-from sparkpoint.spark.row_bytes import rows_bytes
+from sparkpoint.spark.row_bytes import iter_rows_bytes
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -133,11 +134,11 @@ def matching_keys(
     key_schema: dict[str, Any],
     where: str,
     operator_name: str,
-    collect_keys: Literal["no", "bytes", "rows"] = "bytes",
+    collect_keys: bool = True,
 ) -> MatchedKeys:
     """The keys whose columns satisfy ``where`` (Spark SQL, evaluated by Spark), per partition:
-    counted, and with ``collect_keys`` brought to the driver as their stored bytes or as the
-    JVM's rows.
+    counted, and with ``collect_keys`` brought to the driver as the JVM's rows (one py4j call
+    each: for Spark's provider to remove them).
 
     Raises:
         InvalidPredicateError: Spark cannot parse or resolve ``where`` over the key columns,
@@ -160,25 +161,20 @@ def matching_keys(
                                 operator_name, exc) from exc
     partition_rows = {int(row[0]): int(row[1]) for row in counted}
     matched_rows = {int(row[0]): int(row[2]) for row in counted if row[2]}
-    if collect_keys == "no":
+    if not collect_keys:
         return MatchedKeys(partition_rows, matched_rows, {})
-    # Sorted by partition, the collected keys fall into runs of the counted lengths. The key's
-    # own columns, projected as the row, are its stored bytes (the HDFS rewrite and RocksDB's
-    # key count check that every matched key was found). As bytes, all rows come over in
-    # one call; as JVM rows (for Spark's provider to remove), one call each.
+    # Sorted by partition, the collected keys fall into runs of the counted lengths: a key
+    # costs one call into the JVM to take it, none to learn its partition. The key's own
+    # columns, projected as the row, are its stored bytes (RocksDB's key count checks that
+    # every matched key was found).
     ordered = matched.orderBy(_PARTITION).select(f"{_KEY_ROW}.*")
-    java_rows = ordered._jdf.queryExecution().executedPlan().executeCollect()
-    rows: Any = rows_bytes(spark, java_rows) if collect_keys == "bytes" else java_rows
+    rows = ordered._jdf.queryExecution().executedPlan().executeCollect()
     collected = len(rows)
     by_partition: dict[int, list[Any]] = {}
     index = 0
     for partition in sorted(matched_rows):
         count = matched_rows[partition]
-        if collect_keys == "bytes":
-            by_partition[partition] = rows[index:index + count]
-        else:
-            by_partition[partition] = [rows[i] for i in range(index, min(index + count,
-                                                                          collected))]
+        by_partition[partition] = [rows[i] for i in range(index, min(index + count, collected))]
         index += count
     if index != collected:
         raise InvalidPredicateError(
@@ -186,6 +182,43 @@ def matching_keys(
             "when collecting; expected a deterministic condition (no rand(), no current "
             "time)")
     return MatchedKeys(partition_rows, matched_rows, by_partition)
+
+
+# Matched keys taken from the JVM per py4j call: a bounded slice of them is held here.
+KEY_CHUNK = 50_000
+
+
+def matched_key_bytes(spark: SparkSession, checkpoint: Path, batch: int, operator_id: int,
+                      key_schema: dict[str, Any], where: str, operator_name: str,
+                      matched_rows: dict[int, int]) -> Iterator[tuple[int, list[bytes]]]:
+    """The stored bytes of the keys ``where`` selects, a partition at a time, in partition
+    order (``matched_rows``: the counts of :func:`matching_keys`). Spark collects them once;
+    they come over a chunk per call, and a partition's keys are dropped here once yielded.
+
+    Raises:
+        InvalidPredicateError: Spark selected other keys than it counted (a condition that
+            is not deterministic).
+    """
+    _flat, matched = _matching(spark, checkpoint, batch, operator_id, key_schema, where,
+                               operator_name)
+    ordered = matched.orderBy(_PARTITION).select(f"{_KEY_ROW}.*")
+    collected = ordered._jdf.queryExecution().executedPlan().executeCollectIterator()
+    rows = iter_rows_bytes(spark, collected._2(), KEY_CHUNK)
+    taken = 0
+    for partition in sorted(matched_rows):
+        keys = [row for row in itertools.islice(rows, matched_rows[partition])
+                if row is not None]
+        taken += len(keys)
+        if len(keys) != matched_rows[partition]:
+            break
+        yield partition, keys
+    taken += sum(1 for _ in rows)
+    expected = sum(matched_rows.values())
+    if taken != expected:
+        raise InvalidPredicateError(
+            f"--where {where!r}: Spark selected {expected} key(s) when counting and {taken} "
+            "when collecting; expected a deterministic condition (no rand(), no current "
+            "time)")
 
 
 def remove_rocksdb_keys(
