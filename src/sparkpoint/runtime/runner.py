@@ -290,6 +290,16 @@ class _ProgressKeeper:
             self.on_batch(newest)
 
 
+def _ended(query: Any, seconds: float) -> bool:
+    """Whether the query ended within ``seconds``, told the moment it ends (a run that has
+    caught up exits without waiting out a poll). A failed query has ended: its exception is
+    read where the run ends."""
+    try:
+        return bool(query.awaitTermination(seconds))
+    except Exception:
+        return True  # it failed: the failure itself is read from query.exception()
+
+
 def _batch_counter(
     spark: SparkSession, query_name: str, limit: int
 ) -> tuple[threading.Event, Callable[[], None]]:
@@ -432,8 +442,11 @@ def run_job(
                     if on_started is not None:
                         on_started(query)
                     while query.isActive:
-                        if limit_reached.wait(POLL_SECONDS):
-                            query.stop()
+                        if options.max_batches is not None:
+                            if limit_reached.wait(POLL_SECONDS):
+                                query.stop()
+                                break
+                        elif _ended(query, POLL_SECONDS):
                             break
                         keeper.keep(query)
                         # A run of one planned batch (a drain's, or one completed before a
