@@ -16,7 +16,9 @@ long-lived driver would be):
   snapshot's files back;
 - the same start into 64 partitions (repartitioning: keys per second over the whole start);
 - ``snapshot import`` of the job's checkpoint against ``plan`` of the same job from its
-  snapshot.
+  snapshot;
+- ``sparkpoint jobs list`` over 50 jobs (the CLI in its own process) against the CLI's own
+  start (``--help``).
 
 It prints keys, bytes, seconds, keys per second, the baseline and the ratio where there is
 one, the target and a verdict, and the peak memory (resident set) of this Python process so
@@ -32,6 +34,7 @@ import os
 import resource
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -51,6 +54,7 @@ OPERATOR = "key_counts"
 FILES = 8
 SHUFFLE_CONF = "spark.sql.shuffle.partitions"
 REPARTITION_TO = 64
+JOBS_LISTED = 50
 JOB_SOURCE = f'''\
 """Count events per key: one aggregation whose state holds every key seen."""
 
@@ -135,6 +139,7 @@ def measure(provider: str, keys: int, partitions: int, work: Path, spark: object
     built = timed(lambda: api.run(home, job, name, params=params, conf=conf,
                                   until_caught_up=True, spark=spark))  # type: ignore[arg-type]
     checkpoint = home.checkpoint_dir(name)
+    assert isinstance(checkpoint, Path)  # a home on local disk
     rows = [Row(f"{provider}: build (Spark job)", keys, tree_bytes(checkpoint), built,
                 peak_mb=peak_mb())]
 
@@ -187,6 +192,21 @@ def measure(provider: str, keys: int, partitions: int, work: Path, spark: object
         spark=spark))  # type: ignore[arg-type]
     rows.append(Row(f"{provider}: snapshot import", keys, manifest.total_bytes, imported,
                     planned, "<= 2x plan", imported / planned <= 2, peak_mb()))
+
+    # jobs list over JOBS_LISTED jobs (this one, the two started from its snapshot, and small
+    # ones), as a user runs it: the CLI in its own process, against the CLI's own start.
+    tiny = work / "tiny"
+    write_keys(tiny, FILES)
+    small = {PROVIDER_CONF: PROVIDERS[provider], SHUFFLE_CONF: "2"}
+    for index in range(JOBS_LISTED - len(api.jobs_list(home))):
+        api.run(home, job, f"small-{index}", params={"input": str(tiny)}, conf=small,
+                until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+    cli = [sys.executable, "-m", "sparkpoint.cli.main", "--home", str(home.location)]
+    bare = timed(lambda: subprocess.run([*cli, "--help"], check=True, capture_output=True))
+    listed = timed(lambda: subprocess.run([*cli, "jobs", "list"], check=True,
+                                          capture_output=True))
+    rows.append(Row(f"{provider}: jobs list ({JOBS_LISTED} jobs)", 0, 0, listed, bare,
+                    "(vs CLI --help)", None, peak_mb()))
     return rows
 
 

@@ -55,7 +55,6 @@ __all__ = [
     "files_for_version",
     "load_fixed_version",
     "load_version",
-    "merge_fixed",
     "read_records",
     "state_file_versions",
     "write_fixed_snapshot",
@@ -746,26 +745,6 @@ class FixedState:
 
     keys: Any
     values: Any
-
-
-def merge_fixed(states: list[FixedState]) -> FixedState | None:
-    """The states one after the other, a later state's value winning for a key in several
-    (as ``dict.update`` in turn); None when their key or value lengths differ, or keys
-    collide in the hash (``load_version`` and dicts then do it)."""
-    import numpy as np
-
-    shaped = [state for state in states if len(state.keys)]
-    if not shaped:
-        return states[0] if states else None
-    if len({(s.keys.shape[1], s.values.shape[1]) for s in shaped}) != 1:
-        return None
-    keys = np.concatenate([state.keys for state in shaped])
-    values = np.concatenate([state.values for state in shaped])
-    if keys.shape[1] % 8:
-        return None
-    words = np.ascontiguousarray(keys).view("<u8")
-    last = _last_per_key(_hash_keys(words), stable=True, words=lambda: words)
-    return None if last is None else FixedState(keys[last], values[last])
 
 
 def load_fixed_version(partition_dir: Path, version: int) -> FixedState | None:

@@ -39,10 +39,19 @@ PARTITION_KEY = "partition_key"
 
 def partition_key_fields(spark: SparkSession, checkpoint: Path, batch: int,
                          operator_id: int) -> list[str]:
-    """The columns of ``partition_key`` as Spark's stored-bytes reader gives them."""
-    frame = (spark.read.format("statestore").option(READ_ALL_COLUMN_FAMILIES, "true")
-             .option("batchId", batch).option("operatorId", operator_id).load(str(checkpoint)))
-    return [field.name for field in frame.schema[PARTITION_KEY].dataType.fields]  # type: ignore[attr-defined]
+    """The columns of ``partition_key`` as Spark's stored-bytes reader gives them; none when
+    the reader refuses the state (then the rewriter would too)."""
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
+    try:
+        frame = (spark.read.format("statestore").option(READ_ALL_COLUMN_FAMILIES, "true")
+                 .option("batchId", batch).option("operatorId", operator_id)
+                 .load(str(checkpoint)))
+        key_type = frame.schema[PARTITION_KEY].dataType
+    except (PySparkException, Py4JError, KeyError):
+        return []
+    return [field.name for field in key_type.fields]  # type: ignore[attr-defined]
 
 
 def _target(source: Path, target: Path, batch: int, operator_id: int) -> None:

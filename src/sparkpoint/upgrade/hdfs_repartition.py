@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -123,38 +124,59 @@ def _repartition_fixed(operator: OperatorDir, layout: StoreLayout, prefix: int,
                        old_partitions: list[int], version: int, partitions: int) -> bool:
     """The same move with numpy when every key has one length and every value another and
     the partition key columns are of types hashed column-wise; False (nothing changed)
-    otherwise, and the row-by-row move runs."""
-    op_dir = operator.local_path
+    otherwise, and the row-by-row move runs.
+
+    One old partition is held at a time: its records are hashed and appended to a spill
+    file per new partition (beside the state, removed after), and each new partition is then
+    written from its spill, so memory stays that of the largest partition, old or new."""
+    import numpy as np
+
     from sparkpoint.checkpoint.murmur3_columns import hash_columns  # numpy: imported late
 
-    states = []
-    for old in track(old_partitions, f"repartition: reading {operator.operator_name}",
-                     unit="partition"):
-        state = hdfs_state.load_fixed_version(layout.partition_dir(op_dir, old), version)
-        if state is None:
-            return False
-        states.append(state)
-    merged = hdfs_state.merge_fixed(states)
-    if merged is None:
-        return False
-    count = len(merged.keys)
-    if count:
-        schema = operator.schema(layout)
-        if schema is None:
-            return False  # the row-by-row move reports it
-        key_fields = schema.key_schema["fields"]
-        fields = partition_key_fields(operator.operator_name, layout.name, prefix, key_fields)
-        hashed = hash_columns(merged.keys, key_fields, len(fields))
-        if hashed is None:
-            return False
-        # pmod, as Spark's HashPartitioning: numpy's remainder takes the divisor's sign.
-        targets = hashed.astype("int64") % partitions
-    _remove_state_files(operator, layout, old_partitions)
-    for partition in track(range(partitions), f"repartition: writing {operator.operator_name}",
-                           unit="partition"):
-        chosen = (targets == partition).nonzero()[0] if count else slice(0, 0)
-        state = hdfs_state.FixedState(merged.keys[chosen], merged.values[chosen])
-        hdfs_state.write_fixed_snapshot(layout.partition_dir(op_dir, partition),
-                                        version, state)
-        crash_point("restore.hdfs_partition_moved")
+    op_dir = operator.local_path
+    schema = operator.schema(layout)
+    if schema is None:
+        return False  # the row-by-row move reports it
+    key_fields = schema.key_schema["fields"]
+    fields = partition_key_fields(operator.operator_name, layout.name, prefix, key_fields)
+    with tempfile.TemporaryDirectory(dir=op_dir, prefix=".repartition-") as spill_dir:
+        spills = [Path(spill_dir) / str(partition) for partition in range(partitions)]
+        widths: tuple[int, int] | None = None
+        for old in track(old_partitions, f"repartition: reading {operator.operator_name}",
+                         unit="partition"):
+            state = hdfs_state.load_fixed_version(layout.partition_dir(op_dir, old), version)
+            if state is None:
+                return False
+            if not len(state.keys):
+                continue
+            shape = (state.keys.shape[1], state.values.shape[1])
+            if widths not in (None, shape) or shape[0] % 8:
+                return False
+            widths = shape
+            hashed = hash_columns(state.keys, key_fields, len(fields))
+            if hashed is None:
+                return False
+            # pmod, as Spark's HashPartitioning: numpy's remainder takes the divisor's sign.
+            targets = hashed.astype("int64") % partitions
+            records = np.concatenate([state.keys, state.values], axis=1)
+            order = np.argsort(targets, kind="stable")
+            bounds = np.searchsorted(targets[order], np.arange(partitions + 1))
+            for partition in range(partitions):
+                rows = records[order[bounds[partition]:bounds[partition + 1]]]
+                if len(rows):
+                    with open(spills[partition], "ab") as out:
+                        out.write(rows.tobytes())
+        _remove_state_files(operator, layout, old_partitions)
+        key_len, value_len = widths or (8, 0)
+        for partition in track(range(partitions),
+                               f"repartition: writing {operator.operator_name}",
+                               unit="partition"):
+            spill = spills[partition]
+            rows = (np.fromfile(spill, np.uint8).reshape(-1, key_len + value_len)
+                    if spill.exists() else np.zeros((0, key_len + value_len), np.uint8))
+            spill.unlink(missing_ok=True)
+            state = hdfs_state.FixedState(rows[:, :key_len], rows[:, key_len:])
+            hdfs_state.write_fixed_snapshot(layout.partition_dir(op_dir, partition),
+                                            version, state)
+            crash_point("restore.hdfs_partition_moved")
     return True
