@@ -390,6 +390,56 @@ def test_partition_change_of_hdfs_state_moves_keys_where_spark_looks(
         assert {r.partition_id for r in rows} == {0, 1, 2}
 
 
+FIXED_WIDTH_JOB = """
+from pyspark.sql import SparkSession
+import sparkpoint as sp
+
+
+def build(spark: SparkSession, ctx: sp.JobContext):
+    keys = spark.readStream.name("keys").schema("key STRING").parquet(ctx.require_param("input"))
+    counts = ctx.stateful("key_counts", keys.groupBy("key").count())
+    return counts.writeStream.format("noop").outputMode("update")
+"""
+
+
+def test_partition_change_of_fixed_width_hdfs_state_streams_keys_where_spark_looks(
+    spark: Any, home: Home, tmp_path: Path
+) -> None:
+    """Keys of one width (the numpy path, which holds one partition at a time and spills per
+    new partition): every key reaches the partition Spark's hash partitioning gives it, with
+    its count, as Spark's state reader sees it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql import functions as F
+
+    from sparkpoint.checkpoint.layout import Checkpoint
+
+    hdfs = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+    (tmp_path / "in").mkdir()
+    keys = [f"k{n:06d}" for n in range(5000)]
+    pq.write_table(pa.table({"key": keys + keys[:100]}), tmp_path / "in" / "part-0.parquet")
+    job = tmp_path / "fixed_width_job.py"
+    job.write_text(FIXED_WIDTH_JOB)
+    conf = {"spark.sql.streaming.stateStore.providerClass": hdfs,
+            "spark.sql.shuffle.partitions": "4"}
+    params = {"input": str(tmp_path / "in")}
+    api.run(home, job, "f1", params=params, conf=conf, until_caught_up=True, spark=spark)
+    api.snapshot_create(home, "f1", "fs")
+    api.run(home, job, "f2", params=params, from_snapshot="fs", until_caught_up=True,
+            conf={**conf, "spark.sql.shuffle.partitions": "3"}, spark=spark)
+    ckpt = Checkpoint(home.checkpoint_dir("f2"))
+    state = (spark.read.format("statestore")
+             .option("batchId", ckpt.require_latest_committed_batch()).load(str(ckpt.root)))
+    rows = state.select("partition_id", F.expr("pmod(hash(key.*), 3)").alias("want"),
+                        "key.key", "value.count").collect()
+    assert Counter((r.key, r["count"]) for r in rows) == Counter(
+        (key, 2 if index < 100 else 1) for index, key in enumerate(keys))
+    assert all(r.partition_id == r.want for r in rows)
+    assert {r.partition_id for r in rows} == {0, 1, 2}
+    # The spill files are gone with the move.
+    assert not list((ckpt.local_root / "state").rglob(".repartition-*"))
+
+
 def test_same_typed_dedupes_swapping_places_keep_their_own_state(
     spark: object, home: Home, tmp_path: Path
 ) -> None:
