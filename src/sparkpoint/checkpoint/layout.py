@@ -15,6 +15,7 @@ from sparkpoint.storage.location import Location, local_path, numbered_files
 
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 SHUFFLE_PARTITIONS_CONF = "spark.sql.shuffle.partitions"
+CHECKPOINT_FORMAT_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
 
 
 @dataclass(frozen=True)

@@ -177,6 +177,13 @@ class OffsetLogEntry:
         conf: dict[str, str] = self.metadata.get("conf", {})
         return conf
 
+    def with_conf(self, settings: dict[str, str]) -> OffsetLogEntry:
+        """This entry with ``settings`` in its recorded conf (the SQL settings Spark restores
+        from it on restart)."""
+        metadata = self.metadata
+        metadata.setdefault("conf", {}).update(settings)
+        return OffsetLogEntry(self.version, compact_json(metadata), self.sources)
+
     def source_offsets(self) -> dict[str, str | None]:
         """Offsets by source name; v1 entries are keyed by position ('0', '1', ...)."""
         return {

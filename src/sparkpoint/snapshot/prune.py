@@ -326,15 +326,15 @@ def prune_snapshot(
         checkpoint = Checkpoint(scratch / "checkpoint")
         _link_tree(store.checkpoint_path(snapshot), checkpoint.local_root)
         crash_point("prune.scratch_linked")
+        rocksdb = manifest.state_store_provider == ROCKSDB_PROVIDER
         unique_ids = (checkpoint.commit(batch).state_unique_ids.get(op.operator_id)
-                      if manifest.state_store_provider == ROCKSDB_PROVIDER else None)
+                      if rocksdb else None)
         v2_commit = None
         if unique_ids is not None:
             _plain_names(checkpoint, op, batch, unique_ids)
             v2_commit = _commit_as_format_v1(checkpoint, batch)
         key_schema = op.stores[0].key_schema
         assert key_schema is not None
-        rocksdb = manifest.state_store_provider == ROCKSDB_PROVIDER
         # Spark's rewriter evaluates the condition on the stored key's partition key: the
         # same columns as the key for every prunable kind, checked rather than assumed.
         by_spark = rocksdb and partition_key_fields(

@@ -42,8 +42,8 @@ class MatchedKeys:
     partition_rows: dict[int, int]
     # partition -> how many of its keys match (partitions without a match left out)
     matched_rows: dict[int, int]
-    # partition -> each matching key, byte for byte as stored: bytes, or the JVM's UnsafeRow
-    # (empty when the keys were only counted)
+    # partition -> each matching key as the JVM's UnsafeRow, byte for byte as stored (empty
+    # when the keys were only counted; their bytes come from matched_key_bytes)
     by_partition: dict[int, list[Any]]
 
     @property
@@ -111,7 +111,7 @@ def check_condition(spark: SparkSession, checkpoint: Path, batch: int, operator_
     _matching(spark, checkpoint, batch, operator_id, key_schema, where, operator_name)
 
 
-def condition_failure(spark: SparkSession, checkpoint: Path, batch: int, operator_id: int,
+def _condition_failure(spark: SparkSession, checkpoint: Path, batch: int, operator_id: int,
                       key_schema: dict[str, Any], where: str, operator_name: str,
                       exc: BaseException) -> InvalidPredicateError:
     """The error for a job that failed while it evaluated ``where`` on the state: the state's
@@ -157,7 +157,7 @@ def matching_keys(
         counted = (flat.groupBy(_PARTITION).agg(F.count(F.lit(1)), F.sum(selected))
                    .collect())
     except PySparkException as exc:
-        raise condition_failure(spark, checkpoint, batch, operator_id, key_schema, where,
+        raise _condition_failure(spark, checkpoint, batch, operator_id, key_schema, where,
                                 operator_name, exc) from exc
     partition_rows = {int(row[0]): int(row[1]) for row in counted}
     matched_rows = {int(row[0]): int(row[2]) for row in counted if row[2]}

@@ -24,13 +24,13 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sparkpoint.checkpoint.logs import OffsetLogEntry, compact_json
+from sparkpoint.checkpoint.layout import CHECKPOINT_FORMAT_CONF
+from sparkpoint.checkpoint.logs import OffsetLogEntry
 from sparkpoint.storage.local import write_atomic
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-CHECKPOINT_FORMAT_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
 # The state reader's option for stored bytes (StateSourceOptions.INTERNAL_ONLY_READ_ALL_
 # COLUMN_FAMILIES in 4.3.0).
 READ_ALL_COLUMN_FAMILIES = "_readAllColumnFamilies"
@@ -62,12 +62,9 @@ def _target(source: Path, target: Path, batch: int, operator_id: int) -> None:
     shutil.copyfile(source / "metadata", target / "metadata")
     offsets = source / "offsets" / str(batch)
     entry = OffsetLogEntry.parse(offsets.read_bytes(), str(offsets))
-    metadata = entry.metadata
-    conf = metadata.setdefault("conf", {})
-    if CHECKPOINT_FORMAT_CONF in conf:
-        conf[CHECKPOINT_FORMAT_CONF] = "1"
-    write_atomic(target / "offsets" / str(batch),
-                 OffsetLogEntry(entry.version, compact_json(metadata), entry.sources).to_bytes())
+    if CHECKPOINT_FORMAT_CONF in entry.conf:
+        entry = entry.with_conf({CHECKPOINT_FORMAT_CONF: "1"})
+    write_atomic(target / "offsets" / str(batch), entry.to_bytes())
     op_source = source / "state" / str(operator_id)
     op_target = target / "state" / str(operator_id)
     for entry_path in op_source.iterdir():

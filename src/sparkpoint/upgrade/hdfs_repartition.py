@@ -24,7 +24,7 @@ from sparkpoint.checkpoint.layout import (
     OperatorDir,
     StoreLayout,
 )
-from sparkpoint.checkpoint.logs import OffsetLogEntry, compact_json
+from sparkpoint.checkpoint.logs import OffsetLogEntry
 from sparkpoint.checkpoint.murmur3 import partition_of
 from sparkpoint.checkpoint.unsafe_row import read_fields
 from sparkpoint.crash_points import crash_point
@@ -70,10 +70,8 @@ def repartition_hdfs_state(checkpoint: Path, batch: int, partitions: int) -> Non
         if not path.is_file():
             continue
         entry = OffsetLogEntry.parse(path.read_bytes(), str(path))
-        metadata = entry.metadata
-        metadata.setdefault("conf", {})[SHUFFLE_PARTITIONS_CONF] = str(partitions)
-        write_atomic(path, OffsetLogEntry(entry.version, compact_json(metadata),
-                                          entry.sources).to_bytes())
+        write_atomic(path, entry.with_conf({SHUFFLE_PARTITIONS_CONF: str(partitions)})
+                     .to_bytes())
 
 
 def _repartition_store(operator: OperatorDir, store_name: str, prefix: int,

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from sparkpoint.checkpoint import hdfs_state
-from sparkpoint.checkpoint.layout import SHUFFLE_PARTITIONS_CONF, Checkpoint
+from sparkpoint.checkpoint.layout import CHECKPOINT_FORMAT_CONF, SHUFFLE_PARTITIONS_CONF, Checkpoint
 from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER
 from sparkpoint.checkpoint.schema_paths import relocate_schema_paths
 from sparkpoint.crash_points import crash_point
@@ -268,9 +268,6 @@ def _empty_state_writer(
         copy_file(template[0], partition_dir / f"{version}.zip")
 
     return write
-
-
-CHECKPOINT_FORMAT_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
 
 
 def _asked_state_format(conf: Mapping[str, str], provider: str) -> int | None:
