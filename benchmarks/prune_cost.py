@@ -12,13 +12,9 @@ and the operator's bytes before and after. A report, not a test: it exits 0.
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 import time
-from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+from workspace import work_dir, write_keys  # benchmarks/, beside this script
 
 from sparkpoint import api
 from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
@@ -52,11 +48,8 @@ def main() -> None:
     parser.add_argument("--provider", choices=sorted(PROVIDERS), default="rocksdb")
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="sparkpoint-prune-bench-"))
-    try:
-        (work / "in").mkdir()
-        pq.write_table(pa.table({"key": [f"k{n:010d}" for n in range(args.keys)]}),
-                       work / "in" / "part-000.parquet")
+    with work_dir("sparkpoint-prune-bench-", args.keep) as work:
+        write_keys(work / "in", args.keys, 1)
         job = work / "job.py"
         job.write_text(JOB_SOURCE)
         home = Home(work / "home")
@@ -76,12 +69,6 @@ def main() -> None:
               f"({result.rows_removed / seconds:,.0f} keys/s)")
         print(f"rows {result.rows_before} -> {result.rows_after}, "
               f"operator bytes {result.bytes_before:,} -> {result.bytes_after:,}")
-    finally:
-        if args.keep:
-            print(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-
 
 if __name__ == "__main__":
     main()

@@ -27,7 +27,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -38,6 +37,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 from timing import Timing  # benchmarks/timing.py, beside this script
+from workspace import work_dir  # benchmarks/, beside this script
 
 from sparkpoint import api
 from sparkpoint.snapshot.manifest import CHECKPOINT_SUBDIR, Manifest
@@ -430,10 +430,9 @@ def report(args: argparse.Namespace, figures: Figures, first: Manifest) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="sparkpoint-s3-bench-"))
-    print(f"work dir {work}: {args.keys:,} keys x {args.value_bytes} B values, "
-          f"{args.partitions} shuffle partitions", flush=True)
-    try:
+    with work_dir("sparkpoint-s3-bench-", args.keep) as work:
+        print(f"work dir {work}: {args.keys:,} keys x {args.value_bytes} B values, "
+              f"{args.partitions} shuffle partitions", flush=True)
         with moto_server(work / "moto.log") as endpoint:
             home = Home(work / "home")
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -447,11 +446,6 @@ def main(argv: list[str] | None = None) -> int:
                 spark.stop()
             figures.build_s = build_s
             report(args, figures, first)
-    finally:
-        if args.keep:
-            print(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
     # A report, not a test: a missed target is printed, not signalled.
     return 0
 

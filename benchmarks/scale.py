@@ -29,20 +29,15 @@ it exits 0 whatever the verdict.
 from __future__ import annotations
 
 import argparse
-import itertools
-import os
 import resource
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+from workspace import tree_bytes, work_dir, write_keys  # benchmarks/, beside this script
 
 from sparkpoint import api
 from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
@@ -107,23 +102,9 @@ def timed(action: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def tree_bytes(root: Path) -> int:
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _s, files in os.walk(root)
-               for f in files)
-
-
 def copy_tree(source: Path, target: Path) -> float:
     """Seconds ``cp -r`` takes, with the copy's pages written out (a snapshot's are too)."""
     return timed(lambda: subprocess.run(["cp", "-r", str(source), str(target)], check=True))
-
-
-def write_keys(directory: Path, keys: int) -> None:
-    """N distinct keys over FILES parquet files, written a file at a time (bounded memory)."""
-    directory.mkdir(parents=True)
-    bounds = [keys * i // FILES for i in range(FILES + 1)]
-    for index, (start, end) in enumerate(itertools.pairwise(bounds)):
-        keys_array = pa.array([f"k{n:010d}" for n in range(start, end)])
-        pq.write_table(pa.table({"key": keys_array}), directory / f"part-{index:03d}.parquet")
 
 
 def measure(provider: str, keys: int, partitions: int, work: Path, spark: object) -> list[Row]:
@@ -132,7 +113,7 @@ def measure(provider: str, keys: int, partitions: int, work: Path, spark: object
     job = work / "job.py"
     job.write_text(JOB_SOURCE)
     inputs = work / "in"
-    write_keys(inputs, keys)
+    write_keys(inputs, keys, FILES)
     params = {"input": str(inputs)}
     conf = {PROVIDER_CONF: PROVIDERS[provider], SHUFFLE_CONF: str(partitions)}
     name = f"scale-{provider}"
@@ -196,7 +177,7 @@ def measure(provider: str, keys: int, partitions: int, work: Path, spark: object
     # jobs list over JOBS_LISTED jobs (this one, the two started from its snapshot, and small
     # ones), as a user runs it: the CLI in its own process, against the CLI's own start.
     tiny = work / "tiny"
-    write_keys(tiny, FILES)
+    write_keys(tiny, FILES, FILES)
     small = {PROVIDER_CONF: PROVIDERS[provider], SHUFFLE_CONF: "2"}
     for index in range(JOBS_LISTED - len(api.jobs_list(home))):
         api.run(home, job, f"small-{index}", params={"input": str(tiny)}, conf=small,
@@ -223,20 +204,13 @@ def main(argv: list[str] | None = None) -> None:
     unknown = set(providers) - set(PROVIDERS)
     if unknown:
         parser.error(f"--providers: expected some of {', '.join(PROVIDERS)}, found {unknown}")
-    work = Path(tempfile.mkdtemp(prefix="sparkpoint-scale-"))
-    spark = create_session("local[2]", {"spark.driver.memory": args.driver_memory}, "scale")
-    print(f"{args.keys:,} keys, {args.partitions} partitions, work dir {work}", flush=True)
-    print(HEADER, flush=True)
-    try:
+    with work_dir("sparkpoint-scale-", args.keep) as work:
+        spark = create_session("local[2]", {"spark.driver.memory": args.driver_memory}, "scale")
+        print(f"{args.keys:,} keys, {args.partitions} partitions, work dir {work}", flush=True)
+        print(HEADER, flush=True)
         for provider in providers:
             for row in measure(provider, args.keys, args.partitions, work / provider, spark):
                 print(row.line(), flush=True)
-    finally:
-        if args.keep:
-            print(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-
 
 if __name__ == "__main__":
     main()

@@ -15,22 +15,19 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import itertools
 import os
 import pstats
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from timing import Timing  # benchmarks/timing.py, beside this script
+from workspace import tree_bytes, work_dir, write_keys
 
 from sparkpoint import api
 from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
@@ -103,23 +100,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
     return args
-
-
-def write_events(directory: Path, keys: int) -> None:
-    """N distinct keys over FILES parquet files, each key exactly once."""
-    directory.mkdir(parents=True)
-    bounds = [keys * i // FILES for i in range(FILES + 1)]
-    for index, (start, end) in enumerate(itertools.pairwise(bounds)):
-        table = pa.table({"key": pa.array([f"k{n:010d}" for n in range(start, end)])})
-        pq.write_table(table, directory / f"part-{index:03d}.parquet")
-
-
-def tree_bytes(root: Path) -> int:
-    total = 0
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            total += os.path.getsize(os.path.join(dirpath, name))
-    return total
 
 
 def hdfs_version_bytes(state_root: Path, version: int) -> int:
@@ -227,7 +207,7 @@ def run_job(args: argparse.Namespace, home: Home, work: Path) -> JobRun:
     events = work / "events"
     job_file = work / "bench_job.py"
     job_file.write_text(JOB_SOURCE)
-    write_events(events, args.keys)
+    write_keys(events, args.keys, FILES)
     partitions = str(args.partitions)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -369,21 +349,15 @@ def profile_costs(home: Home, work: Path, manifest: Manifest) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="sparkpoint-bench-"))
-    print(f"work dir {work}: {args.keys:,} keys, provider {args.provider}, "
-          f"{args.partitions} shuffle partitions", flush=True)
-    try:
+    with work_dir("sparkpoint-bench-", args.keep) as work:
+        print(f"work dir {work}: {args.keys:,} keys, provider {args.provider}, "
+              f"{args.partitions} shuffle partitions", flush=True)
         home = Home(work / "home")
         job = run_job(args, home, work)
         costs, manifest = measure_costs(home, work, args.repeats)
         report(args, home, job, costs, manifest)
         if args.profile:
             profile_costs(home, work, manifest)
-    finally:
-        if args.keep:
-            print(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
     # A report, not a test: a missed target is printed, not signalled.
     return 0
 
