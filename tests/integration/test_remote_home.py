@@ -4,7 +4,9 @@ from the snapshot with nothing lost; the job's lock is taken in the home itself.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import hashlib
 import json
 import shutil
 import time
@@ -83,12 +85,18 @@ def test_job_with_its_home_on_s3_runs_snapshots_and_continues(
     assert created.code == 0, created.err
     assert created.json()["batch_id"] == last_batch
     assert any(key.startswith("home/snapshots/") for key in s3_server.keys(bucket, "home/"))
+    _assert_state_copied_inside_the_store(s3_server, bucket, "v1", "s1",
+                                          tmp_path / "machine_a" / "files")
 
     # Continued from another machine: a fresh local working copy of the same home.
     events += write_clicks(inp, range(3, 6))
     second = sparkpoint(home, *_run_args("v2", inp, tmp_path / "out2"), "--from-snapshot", "s1",
                         env={"SPARKPOINT_SCRATCH": str(tmp_path / "machine_b")})
     assert second.code == 0, second.err
+    # The start copied the snapshot's state inside the store: none of it came to machine b.
+    fetched = [str(p) for p in (tmp_path / "machine_b").rglob("*") if p.suffix in
+               (".sst", ".zip", ".changelog")]
+    assert not fetched, f"state files passed through the starting machine: {fetched}"
     listed = sparkpoint(home, "jobs", "list", "--json")
     assert listed.code == 0, listed.err
     batches = {row["name"]: row["batch"] for row in listed.json()}
@@ -99,6 +107,27 @@ def test_job_with_its_home_on_s3_runs_snapshots_and_continues(
     expected = expected_hourly_counts(events)
     assert expected, "no window closes: the test input is too small"
     assert combined == expected
+
+
+def _assert_state_copied_inside_the_store(server: S3Server, bucket: str, job: str,
+                                          snapshot: str, cache: Path) -> None:
+    """The snapshot's state files were copied by the store (CopyObject), not through
+    sparkpoint: each carries the SHA-256 the store computed, equal to the SHA-256 of the
+    job's own file computed here, and no SST came to this machine."""
+    client = server.client()
+    manifest = json.loads(client.get_object(
+        Bucket=bucket, Key=f"home/snapshots/{snapshot}/manifest.json")["Body"].read())
+    copied = [entry for entry in manifest["files"] if entry.get("etag")]
+    assert any(entry["path"].endswith(".sst") for entry in copied), manifest["files"]
+    for entry in copied:
+        assert entry["path"].startswith("checkpoint/state/") and entry["xxh3_128"] is None
+        rel = entry["path"][len("checkpoint/"):]
+        body = client.get_object(Bucket=bucket,
+                                 Key=f"home/jobs/{job}/checkpoint/{rel}")["Body"].read()
+        assert entry["sha256"] == base64.b64encode(hashlib.sha256(body).digest()).decode()
+        assert entry["bytes"] == len(body)
+    fetched = [p.name for p in cache.rglob("*.sst")] if cache.is_dir() else []
+    assert not fetched, f"SSTs passed through this machine: {fetched}"
 
 
 def _all_windows(clicks: list[Click]) -> Counter[tuple[object, ...]]:

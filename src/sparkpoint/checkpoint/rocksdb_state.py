@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,12 +103,16 @@ def version_numbers(partition_dir: Location) -> tuple[set[int], set[int]]:
 
 
 def locate_version(partition_dir: Path, version: int,
-                   unique_id: str | None = None) -> RocksDBVersion:
+                   unique_id: str | None = None,
+                   sst_present: Callable[[str], bool] | None = None) -> RocksDBVersion:
     """The newest zip at or below ``version`` and the changelogs that bring it to ``version``
     (no zip when every changelog from 1 is there). ``unique_id``: the version's id from the
-    commit log (checkpoint format v2), whose changelog names the files it builds on."""
+    commit log (checkpoint format v2), whose changelog names the files it builds on.
+    ``sst_present``: whether ``SSTs/<name>`` exists, where the SSTs are not in
+    ``partition_dir`` (a partition in a store whose SSTs are not fetched)."""
+    present = sst_present or (lambda sst: (partition_dir / "SSTs" / sst).is_file())
     if unique_id is not None:
-        return _locate_unique(partition_dir, version, unique_id)
+        return _locate_unique(partition_dir, version, unique_id, present)
     zips = _versions(partition_dir, _ZIP_NAME)
     changelogs = _versions(partition_dir, _CHANGELOG_NAME)
     base = max((v for v in zips if v <= version), default=None)
@@ -132,16 +137,17 @@ def locate_version(partition_dir: Path, version: int,
                 f"{base}.zip, found it missing"
             )
         needed.append(changelogs[v])
-    return _on_zip(partition_dir, zips[base], needed)
+    return _on_zip(partition_dir, zips[base], needed, present)
 
 
-def _on_zip(partition_dir: Path, zip_name: str, changelogs: list[str]) -> RocksDBVersion:
+def _on_zip(partition_dir: Path, zip_name: str, changelogs: list[str],
+            sst_present: Callable[[str], bool]) -> RocksDBVersion:
     """A version loaded from ``zip_name`` (with the SSTs its metadata lists, which must be
     there) and then ``changelogs``; its key count is known when no changelog follows."""
     metadata = read_zip_metadata(partition_dir / zip_name)
     ssts = tuple(str(entry["dfsSstFileName"]) for entry in metadata.get("sstFiles", []))
     for sst in ssts:
-        if not (partition_dir / "SSTs" / sst).is_file():
+        if not sst_present(sst):
             raise CheckpointFormatError(
                 f"{partition_dir / zip_name}: lists SSTs/{sst}, found it missing"
             )
@@ -149,7 +155,8 @@ def _on_zip(partition_dir: Path, zip_name: str, changelogs: list[str]) -> RocksD
     return RocksDBVersion(zip_name, ssts, tuple(changelogs), num_keys)
 
 
-def _locate_unique(partition_dir: Path, version: int, unique_id: str) -> RocksDBVersion:
+def _locate_unique(partition_dir: Path, version: int, unique_id: str,
+                   sst_present: Callable[[str], bool]) -> RocksDBVersion:
     """Format v2, as Spark's RocksDB.load does: ``<version>_<id>.zip`` when it exists, else
     ``<version>_<id>.changelog`` on top of the newest zip its lineage names (or the empty
     store when the lineage starts at version 1). Files of other ids (attempts of failed
@@ -184,7 +191,7 @@ def _locate_unique(partition_dir: Path, version: int, unique_id: str) -> RocksDB
         if base is None:
             return RocksDBVersion("", (), tuple(needed), None)
         own_zip = zips[base]
-    return _on_zip(partition_dir, own_zip, needed)
+    return _on_zip(partition_dir, own_zip, needed, sst_present)
 
 
 def changelog_lineage(path: Path) -> list[tuple[int, str]]:

@@ -8,11 +8,13 @@ cache of immutable files (``storage/file_cache.py``) and read there.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from sparkpoint.checkpoint.version_files import files_for_version, rocksdb_ssts
 from sparkpoint.storage.file_cache import cached_copies
-from sparkpoint.storage.location import Location
+from sparkpoint.storage.fileio import StoredFile
+from sparkpoint.storage.location import Location, StorePath
 
 # A running job's maintenance may remove an old version between listing and fetching.
 FETCH_ATTEMPTS = 3
@@ -30,6 +32,32 @@ def readable_partition(partition_dir: Location, version: int) -> Path:
             local = cached_copies(io, url, {rel: stats[rel] for rel in wanted}, set(stats))
             ssts = rocksdb_ssts(local, wanted) & set(stats)
             return cached_copies(io, url, {rel: stats[rel] for rel in ssts})
+        except FileNotFoundError:
+            if attempt == FETCH_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class ListedPartition:
+    """A partition in a store, for a reader that needs only what describes a version: the
+    RocksDB zips (their metadata lists the SSTs and counts the keys) and changelogs fetched
+    into ``local``, the SSTs left in the store, and every file as one listing found it."""
+
+    local: Path
+    files: dict[str, StoredFile]
+
+
+def listed_partition(partition_dir: StorePath, version: int) -> ListedPartition:
+    io, url = partition_dir.io, partition_dir.url
+    for attempt in range(FETCH_ATTEMPTS):
+        files = io.walk_objects(url)
+        wanted = files_for_version(files, version)
+        try:
+            local = cached_copies(io, url, {rel: (files[rel].bytes, files[rel].modified)
+                                            for rel in wanted},
+                                  set(files))
+            return ListedPartition(local, files)
         except FileNotFoundError:
             if attempt == FETCH_ATTEMPTS - 1:
                 raise

@@ -334,7 +334,7 @@ def _check_same_history(store: SnapshotStore, old: Checkpoint, rows: list[Any]) 
         batch = store.get(name).batch_id
         if not (old.root / "offsets" / str(batch)).is_file():
             continue  # Spark no longer holds it; nothing to compare with
-        theirs = Checkpoint(store.checkpoint_path(name)).offsets(batch).source_offsets()
+        theirs = Checkpoint(store.logs_path(name)).offsets(batch).source_offsets()
         ours = old.offsets(batch).source_offsets()
         if theirs.get(source) != ours.get(source):
             raise PreconditionError(

@@ -34,7 +34,7 @@ from sparkpoint.checkpoint.logs import (
 from sparkpoint.checkpoint.retained import describe_range, snapshottable_batches
 from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER, locate_version
 from sparkpoint.checkpoint.source_log import file_source_log_offset
-from sparkpoint.checkpoint.state_files import readable_partition
+from sparkpoint.checkpoint.state_files import listed_partition, readable_partition
 from sparkpoint.crash_points import crash_point, steps
 from sparkpoint.drain.synthetic import MAX_WATERMARK_MS
 from sparkpoint.errors import BatchNotHeldError, CheckpointFormatError, StateRetentionError
@@ -49,6 +49,7 @@ from sparkpoint.snapshot.manifest import (
     StoreEntry,
     operator_kind,
 )
+from sparkpoint.storage.fileio import FileIO, StoredFile
 from sparkpoint.storage.local import checksum_of, is_hidden_or_temp, write_atomic
 from sparkpoint.storage.location import Location, StorePath, copy_into
 from sparkpoint.windows import WindowSpec
@@ -66,6 +67,25 @@ class _Plan:
 
     copies: list[tuple[Location, str]] = field(default_factory=list)
     written: list[str] = field(default_factory=list)
+
+
+@dataclass
+class InStoreCopies:
+    """State files a snapshot store copies inside the store the checkpoint is in (S3's
+    CopyObject) rather than through this process: filled by the export with each such file
+    (path relative to the snapshot's checkpoint dir -> the file as the store lists it).
+
+    Only the files that make up state versions (SSTs, zips, deltas, snapshot files) go this
+    way: written once under a name of their own, their ETag and size identify their
+    content. Logs, metadata and the files the export reads (zips for their SST list and
+    key count) still pass through the process, as do the deltas of an HDFS-provider
+    operator whose rows no progress of the batch records (they are counted)."""
+
+    io: FileIO
+    files: dict[str, StoredFile] = field(default_factory=dict)
+
+    def takes(self, location: Location) -> bool:
+        return isinstance(location, StorePath) and location.io is self.io
 
 
 @dataclass(frozen=True)
@@ -165,6 +185,53 @@ def _link_hdfs_version(pdir: Location, out_dir: Path, version: int) -> hdfs_stat
     )
 
 
+@dataclass
+class _RowCount:
+    rows: int | None
+
+
+def _plan_in_store(pdir: StorePath, prel: str, version: int, unique_id: str | None,
+                   in_store: InStoreCopies, count: _RowCount) -> int:
+    """A RocksDB partition's files of ``version`` for copying inside the store: only its
+    zip and changelogs are fetched (to find the SSTs and the key count); return their
+    bytes. A file gone meanwhile (a running job's cleanup) is a FileNotFoundError, which
+    makes the export start over from a newer batch."""
+    listed = listed_partition(pdir, version)
+    located = locate_version(listed.local, version, unique_id,
+                             sst_present=lambda sst: f"SSTs/{sst}" in listed.files)
+    names = located.relative_files()
+    if unique_id is not None:
+        # Format v2 files carry Spark's own checksum sidecar (<name>.crc).
+        names += [f"{name}.crc" for name in names if f"{name}.crc" in listed.files]
+    total = 0
+    for name in names:
+        found = listed.files.get(name)
+        if found is None or found.etag is None:
+            raise FileNotFoundError(2, "gone from the store", str(pdir / name))
+        in_store.files[f"{prel}/{name}"] = found
+        total += found.bytes
+    if count.rows is not None and located.num_keys is not None:
+        count.rows += located.num_keys
+    else:
+        count.rows = None
+    return total
+
+
+def _plan_hdfs_in_store(pdir: StorePath, prel: str, version: int,
+                        in_store: InStoreCopies) -> int:
+    """An HDFS-provider partition's files of ``version`` (whose rows are known) for copying
+    inside the store; return their bytes."""
+    listed = pdir.io.walk_objects(pdir.url)
+    total = 0
+    for name in hdfs_state.files_for_version(pdir, version).names():
+        found = listed.get(name)
+        if found is None or found.etag is None:
+            raise FileNotFoundError(2, "gone from the store", str(pdir / name))
+        in_store.files[f"{prel}/{name}"] = found
+        total += found.bytes
+    return total
+
+
 def _export_operator(
     operator: OperatorDir,
     version: int,
@@ -173,6 +240,7 @@ def _export_operator(
     plan: _Plan,
     commit: CommitLogEntry,
     known_rows: int | None = None,
+    in_store: InStoreCopies | None = None,
 ) -> tuple[int | None, int]:
     """Plan copies (RocksDB) or link the version's files (HDFS); return (rows, state bytes).
     ``commit``: the batch's commit, which names each partition's state files in checkpoint
@@ -198,7 +266,14 @@ def _export_operator(
             schema = pdir / "_metadata" / "schema"
             if schema.is_file():
                 plan.copies.append((schema, f"{prel}/_metadata/schema"))
-            if rocksdb:
+            if rocksdb and in_store is not None and isinstance(pdir, StorePath) \
+                    and in_store.takes(pdir):
+                counted = _RowCount(rows)
+                state_bytes += _plan_in_store(pdir, prel, version,
+                                              operator.unique_id(commit, partition, store_index),
+                                              in_store, counted)
+                rows = counted.rows
+            elif rocksdb:
                 unique_id = operator.unique_id(commit, partition, store_index)
                 located = locate_version(readable_partition(pdir, version), version, unique_id)
                 names = located.relative_files()
@@ -217,6 +292,9 @@ def _export_operator(
                     rows += located.num_keys
                 else:
                     rows = None
+            elif known_rows is not None and in_store is not None \
+                    and isinstance(pdir, StorePath) and in_store.takes(pdir):
+                state_bytes += _plan_hdfs_in_store(pdir, prel, version, in_store)
             else:
                 out_dir = out_checkpoint / prel
                 files = _link_hdfs_version(pdir, out_dir, version)
@@ -236,6 +314,7 @@ def export_checkpoint(
     info: JobInfo,
     progress: Callable[[str], None] | None = None,
     batch: int | None = None,
+    in_store: InStoreCopies | None = None,
 ) -> Manifest:
     """Write a complete snapshot of the latest committed batch (or of the earlier committed
     ``batch``) into ``staging`` (manifest last) and return its manifest.
@@ -245,15 +324,21 @@ def export_checkpoint(
     (the rest of the create can take as long as it likes); a file deleted before we linked
     it means the job moved on: the export starts over from the then newest batch, and after
     EXPORT_ATTEMPTS such losses it fails naming the cause, with nothing published.
+
+    ``in_store``: state files the caller copies inside the checkpoint's store itself are
+    not copied here but listed there (see InStoreCopies); their manifest entries carry the
+    store's ETag instead of a checksum.
     """
     say = progress or (lambda _msg: None)
     if batch is not None:
-        return _export_past_batch(checkpoint, batch, staging, snapshot_name, info, say)
+        return _export_past_batch(checkpoint, batch, staging, snapshot_name, info, say,
+                                  in_store)
     lost = ""
     for _attempt in range(EXPORT_ATTEMPTS):
         batch = _latest_exportable(checkpoint)
         try:
-            return _export_batch(checkpoint, batch, staging, snapshot_name, info, say)
+            return _export_batch(checkpoint, batch, staging, snapshot_name, info, say,
+                                 in_store)
         except (FileNotFoundError, CheckpointFormatError) as exc:
             lost = str(exc.filename) if isinstance(exc, FileNotFoundError) else exc.message
             newest = checkpoint.require_latest_committed_batch()
@@ -291,12 +376,13 @@ def _export_past_batch(
     snapshot_name: str,
     info: JobInfo,
     say: Callable[[str], None],
+    in_store: InStoreCopies | None,
 ) -> Manifest:
     """Export one earlier batch. A running job's cleanup may delete its files before they
     are linked; no other batch can stand in for the one asked for, so that fails naming
     the batches still held."""
     try:
-        return _export_batch(checkpoint, batch, staging, snapshot_name, info, say)
+        return _export_batch(checkpoint, batch, staging, snapshot_name, info, say, in_store)
     except (FileNotFoundError, CheckpointFormatError) as exc:
         held = snapshottable_batches(checkpoint)
         if any(entry.batch == batch for entry in held):
@@ -325,8 +411,11 @@ def _export_batch(
     snapshot_name: str,
     info: JobInfo,
     say: Callable[[str], None],
+    in_store: InStoreCopies | None,
 ) -> Manifest:
     offsets = checkpoint.offsets(batch)
+    if in_store is not None:
+        in_store.files.clear()  # an earlier attempt's
     rocksdb = checkpoint.provider(batch) == ROCKSDB_PROVIDER
     out = staging / CHECKPOINT_SUBDIR
     out.mkdir(parents=True, exist_ok=True)
@@ -361,7 +450,7 @@ def _export_batch(
     for operator in operators:
         steps.info("operator %s (%s)", operator.operator_id, operator.operator_name)
         rows, state_bytes = _export_operator(operator, batch + 1, rocksdb, out, plan, commit,
-                                             known.get(operator.operator_id))
+                                             known.get(operator.operator_id), in_store)
         stores = []
         for store in operator.stores():
             schema = operator.schema(store)
@@ -397,6 +486,9 @@ def _export_batch(
         # Checksums are taken of what the snapshot holds, not of what it was copied from.
         size, digest = checksum_of(out / rel)
         files.append(FileEntry(path=f"{CHECKPOINT_SUBDIR}/{rel}", bytes=size, xxh3_128=digest))
+    for rel, found in (in_store.files.items() if in_store is not None else ()):
+        files.append(FileEntry(path=f"{CHECKPOINT_SUBDIR}/{rel}", bytes=found.bytes,
+                               etag=found.etag))
     files.sort(key=lambda entry: entry.path)
 
     conf = offsets.conf

@@ -23,11 +23,12 @@ from sparkpoint.snapshot.manifest import (
     CHECKPOINT_SUBDIR,
     MANIFEST_FILE,
     Manifest,
+    content_mismatch,
     read_manifest,
 )
 from sparkpoint.snapshot.store import Problem, SnapshotStore
 from sparkpoint.storage.home import name_problem, validate_name
-from sparkpoint.storage.local import checksum_of, fsync_dir, walk_files
+from sparkpoint.storage.local import fsync_dir, walk_files
 from sparkpoint.storage.processes import pid_alive
 
 DELETED_PREFIX = "deleted"
@@ -151,13 +152,10 @@ class LinkedSnapshotStore(SnapshotStore):
                     Problem(str(path), f"expected {entry.bytes} bytes, found {size}")
                 )
                 continue
-            _size, digest = checksum_of(path)
-            if digest != entry.xxh3_128:
-                problems.append(
-                    Problem(str(path), f"checksum mismatch: expected xxh3-128 "
-                            f"{entry.xxh3_128[:16]}..., found {digest[:16]}...: the file was "
-                            "modified or corrupted")
-                )
+            mismatch = content_mismatch(path, entry)
+            if mismatch is not None:
+                problems.append(Problem(str(path), f"checksum mismatch: {mismatch}: the file "
+                                        "was modified or corrupted"))
         for path in walk_files(root / CHECKPOINT_SUBDIR):
             rel = path.relative_to(root).as_posix()
             if rel not in listed and not path.name.startswith("."):

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from sparkpoint.errors import SnapshotDamagedError
+from sparkpoint.storage.local import checksum_of
 from sparkpoint.windows import WindowSpec
 
 MANIFEST_FILE = "manifest.json"
@@ -42,7 +45,54 @@ class _Strict(BaseModel):
 class FileEntry(_Strict):
     path: str
     bytes: int
-    xxh3_128: str
+    # Taken of the bytes by sparkpoint, for every file that passed through its process.
+    xxh3_128: str | None = None
+    # A file copied inside its store (S3's CopyObject) without passing through sparkpoint:
+    # the source object's ETag, its identity there, and the SHA-256 the store computed of
+    # the snapshot's copy (base64, as S3 gives it).
+    etag: str | None = None
+    sha256: str | None = None
+
+    @model_validator(mode="after")
+    def _identified(self) -> FileEntry:
+        if self.xxh3_128 is None and self.etag is None:
+            raise ValueError("a file needs its xxh3_128 checksum or its store's etag")
+        return self
+
+    @property
+    def content_key(self) -> tuple[str, int]:
+        """Equal for files of equal content (as far as their checksums tell)."""
+        if self.xxh3_128 is not None:
+            return f"xxh3:{self.xxh3_128}", self.bytes
+        return f"etag:{self.etag}", self.bytes
+
+
+def content_mismatch(path: Path, entry: FileEntry) -> str | None:
+    """How a local copy of a snapshot's file differs from what the manifest records (the
+    expected and the found size and checksum), or None when it matches."""
+    if entry.xxh3_128 is not None:
+        size, digest = checksum_of(path)
+        if size == entry.bytes and digest == entry.xxh3_128:
+            return None
+        return (f"expected {entry.bytes} bytes with xxh3-128 {entry.xxh3_128[:16]}..., found "
+                f"{size} bytes with {digest[:16]}...")
+    hasher = hashlib.sha256() if entry.sha256 is not None else hashlib.md5()
+    size = 0
+    with open(path, "rb") as reader:
+        while chunk := reader.read(1 << 20):
+            hasher.update(chunk)
+            size += len(chunk)
+    if entry.sha256 is not None:
+        found, expected, kind = base64.b64encode(hasher.digest()).decode(), entry.sha256, "sha256"
+    elif entry.etag is not None and "-" not in entry.etag:
+        # A single-part upload's ETag is the MD5 of its bytes.
+        found, expected, kind = hasher.hexdigest(), entry.etag, "md5"
+    else:
+        found, expected, kind = "", "", "size only"
+    if size == entry.bytes and found == expected:
+        return None
+    return (f"expected {entry.bytes} bytes with {kind} {expected[:16]}..., found {size} bytes "
+            f"with {found[:16]}...")
 
 
 class SourceEntry(_Strict):

@@ -26,13 +26,26 @@ from typing import Any
 
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.crash_points import crash_point
-from sparkpoint.errors import NameTakenError, SnapshotDamagedError, UnknownSnapshotError
-from sparkpoint.snapshot.export import JobInfo, discard, export_checkpoint
-from sparkpoint.snapshot.manifest import MANIFEST_FILE, FileEntry, Manifest, parse_manifest
+from sparkpoint.errors import (
+    NameTakenError,
+    SnapshotDamagedError,
+    StateRetentionError,
+    UnknownSnapshotError,
+)
+from sparkpoint.snapshot.export import InStoreCopies, JobInfo, discard, export_checkpoint
+from sparkpoint.snapshot.manifest import (
+    CHECKPOINT_SUBDIR,
+    MANIFEST_FILE,
+    FileEntry,
+    Manifest,
+    content_mismatch,
+    parse_manifest,
+)
 from sparkpoint.snapshot.store import Problem, SnapshotStore
 from sparkpoint.storage.fileio import FileIO, join, progress_bars
 from sparkpoint.storage.home import Home, name_problem, validate_name
-from sparkpoint.storage.local import checksum_of, write_atomic
+from sparkpoint.storage.local import write_atomic
+from sparkpoint.storage.location import Location, StorePath
 from sparkpoint.storage.processes import OTHER_HOST_EXPIRY, holder_record, live_holder
 
 FILES_DIR = ".files"
@@ -49,7 +62,11 @@ CLOCK_MARGIN_S = 1.0
 
 
 def blob_name(entry: FileEntry) -> str:
-    return f"{entry.xxh3_128[:2]}/{entry.xxh3_128}-{entry.bytes}"
+    """Where a file's content is stored: by its xxh3-128 when it passed through sparkpoint,
+    by its source's ETag when the store copied it (``etag/``: never one of the other)."""
+    if entry.xxh3_128 is not None:
+        return f"{entry.xxh3_128[:2]}/{entry.xxh3_128}-{entry.bytes}"
+    return f"etag/{entry.etag}-{entry.bytes}"
 
 
 class ObjectSnapshotStore(SnapshotStore):
@@ -57,6 +74,8 @@ class ObjectSnapshotStore(SnapshotStore):
         self.location = location.rstrip("/")
         self.io = io
         self.home = home
+        # Blob name -> the SHA-256 its store computed, as read in published manifests.
+        self._known_sha256: dict[str, str] = {}
 
     # -- locations --------------------------------------------------------------------
     def _manifest_url(self, name: str) -> str:
@@ -127,14 +146,30 @@ class ObjectSnapshotStore(SnapshotStore):
     def local_dir(self, name: str) -> Path:
         """Fetch the snapshot into the home's scratch space once (keyed by its manifest, so a
         recreated snapshot of the same name is fetched again), checking every file."""
+        return self._fetched(name, with_state=True)
+
+    def copies_into(self, target: Location) -> bool:
+        return isinstance(target, StorePath) and target.io is self.io \
+            and self.io.capabilities.server_side_copy
+
+    def local_dir_without_state(self, name: str) -> tuple[Path, dict[str, str]]:
+        manifest = self.get(name)
+        left = {entry.path: self._blob_url(entry) for entry in manifest.files
+                if is_state_data(entry.path)}
+        return self._fetched(name, with_state=False), left
+
+    def _fetched(self, name: str, with_state: bool) -> Path:
         manifest = self.get(name)
         key = manifest.created_at.replace(":", "").replace(".", "")
-        target = self.home.scratch_dir / "snapshots" / f"{name}.{key}"
+        target = self.home.scratch_dir / "snapshots" / \
+            f"{name}.{key}{'' if with_state else '.without-state'}"
         if (target / _FETCHED_MARK).is_file():
             return target
         partial = target.with_name(f"{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+        wanted = manifest if with_state else manifest.model_copy(update={
+            "files": [e for e in manifest.files if not is_state_data(e.path)]})
         try:
-            self._fetch_checked(name, manifest, partial)
+            self._fetch_checked(name, wanted, partial)
             write_atomic(partial / MANIFEST_FILE, manifest.to_json().encode("utf-8"))
             write_atomic(partial / _FETCHED_MARK, b"")
             discard(target)
@@ -157,8 +192,13 @@ class ObjectSnapshotStore(SnapshotStore):
         staging = self.home.scratch_dir / "export" / f"{os.getpid()}.{name}.{uuid.uuid4().hex[:8]}"
         staging.mkdir(parents=True)
         lease = join(self.location, LEASES_DIR, f"{name}.{uuid.uuid4().hex}.json")
+        # State files of a checkpoint in this same store are copied by the store itself.
+        in_store = InStoreCopies(self.io) if self.io.capabilities.server_side_copy else None
         try:
-            manifest = export_checkpoint(checkpoint, staging, name, info, progress, batch)
+            manifest = export_checkpoint(checkpoint, staging, name, info, progress, batch,
+                                         in_store)
+            sources = {f"{CHECKPOINT_SUBDIR}/{rel}": found.url
+                       for rel, found in (in_store.files.items() if in_store else ())}
             # Registered before deciding what to share: a collection that lists leases from
             # now on keeps every file this create names (see collect_garbage).
             self.io.write_bytes(lease, _lease_record(name, manifest.files))
@@ -168,15 +208,24 @@ class ObjectSnapshotStore(SnapshotStore):
             # Identical files (same content) are stored once, also within one snapshot.
             new = {blob: entry for entry in manifest.files
                    if (blob := blob_name(entry)) not in held}
-            uploads = [(staging / entry.path, self._blob_url(entry)) for entry in new.values()]
+            uploads = [(staging / entry.path, self._blob_url(entry)) for entry in new.values()
+                       if entry.path not in sources]
+            copies = [(sources[entry.path], self._blob_url(entry)) for entry in new.values()
+                      if entry.path in sources]
             added = sum(entry.bytes for entry in new.values())
-            say(f"uploading {len(uploads)} of {len(manifest.files)} files "
+            inside = f" and copying {len(copies)} inside the store" if copies else ""
+            say(f"uploading {len(uploads)}{inside} of {len(manifest.files)} files "
                 f"({added} bytes new) to {self.location}")
             self.io.put_files(uploads, show_progress=progress_bars(),
                               description=f"snapshot {name}")
+            copied = dict(zip((blob for _, blob in copies), self._copy_in_store(copies),
+                              strict=True))
             crash_point("remote_snapshot.files_uploaded")
-            self._put_back_collected(manifest.files, staging, registered)
-            manifest = manifest.model_copy(update={"added_bytes": added})
+            self._put_back_collected(manifest.files, staging, sources, registered)
+            manifest = manifest.model_copy(update={
+                "added_bytes": added,
+                "files": [self._with_store_checksum(entry, copied) for entry in manifest.files],
+            })
             if not self.io.create_exclusive(self._manifest_url(name),
                                             manifest.to_json().encode("utf-8")):
                 raise NameTakenError(
@@ -189,8 +238,36 @@ class ObjectSnapshotStore(SnapshotStore):
             discard(staging)
         return manifest
 
+    def _copy_in_store(self, copies: list[tuple[str, str]]) -> list[str]:
+        """Copy a checkpoint's files to blobs inside the store; their SHA-256 as computed
+        there. A source gone since the listing was deleted by the running job's cleanup."""
+        try:
+            return self.io.copy_within(copies)
+        except FileNotFoundError as exc:
+            raise StateRetentionError(
+                f"{self.location}: a state file of the job was deleted while the snapshot "
+                f"was copied ({exc}): the job commits batches faster than the copy and keeps "
+                "only spark.sql.streaming.minBatchesToRetain of them; nothing was published: "
+                "create the snapshot again, or with --cancel") from exc
+
+    def _with_store_checksum(self, entry: FileEntry, copied: dict[str, str]) -> FileEntry:
+        """A file copied inside the store with the SHA-256 the store computed of its blob:
+        from this copy, else from a published snapshot that holds the same blob, else asked
+        of the store."""
+        if entry.xxh3_128 is not None or entry.sha256 is not None:
+            return entry
+        blob = self._blob_url(entry)
+        sha256 = copied.get(blob) or self._known_sha256.get(blob_name(entry)) \
+            or self.io.stored_sha256(blob)
+        if sha256 is None:
+            raise SnapshotDamagedError(
+                f"{blob}: expected the store to keep the SHA-256 of a copied file, found "
+                "none; the snapshot cannot be checked later: delete the blob's snapshots "
+                "and create them again")
+        return entry.model_copy(update={"sha256": sha256})
+
     def _put_back_collected(self, files: Iterable[FileEntry], staging: Path,
-                            registered: float) -> None:
+                            sources: dict[str, str], registered: float) -> None:
         """Before publishing: put back any shared file a collection removed.
 
         A collection that listed leases before ours was written may still delete files it
@@ -202,7 +279,10 @@ class ObjectSnapshotStore(SnapshotStore):
                        - time.monotonic()))
         held = set(self.io.walk_sizes(join(self.location, FILES_DIR)))
         lost = {blob_name(e): e for e in files if blob_name(e) not in held}
-        self.io.put_files([(staging / e.path, self._blob_url(e)) for e in lost.values()])
+        self.io.put_files([(staging / e.path, self._blob_url(e)) for e in lost.values()
+                           if e.path not in sources])
+        self._copy_in_store([(sources[e.path], self._blob_url(e)) for e in lost.values()
+                             if e.path in sources])
 
     def delete(self, name: str) -> None:
         self.get(name)
@@ -261,11 +341,26 @@ class ObjectSnapshotStore(SnapshotStore):
         return remaining
 
     def _files_of(self, name: str) -> list[FileEntry]:
-        """The files of a published snapshot; none when it was deleted meanwhile."""
+        """The files of a published snapshot; none when it was deleted meanwhile. The
+        store's checksums of copied files are remembered for creates sharing them."""
         try:
-            return list(self.read(name).files)
+            files = list(self.read(name).files)
         except UnknownSnapshotError:
             return []
+        for entry in files:
+            if entry.sha256 is not None:
+                self._known_sha256[blob_name(entry)] = entry.sha256
+        return files
+
+
+def is_state_data(path: str) -> bool:
+    """A snapshot's file of state data (``checkpoint/state/<op>/<partition>/...``, not in
+    a ``_``-named metadata directory nor a partition's ``schema``): the bulk of its bytes,
+    which a start copies unread."""
+    parts = path.split("/")
+    return (len(parts) >= 5 and parts[:2] == [CHECKPOINT_SUBDIR, "state"]
+            and not any(part.startswith("_") for part in parts[2:])
+            and parts[-1] != "schema")
 
 
 def _uploading(blob: str) -> str | None:
@@ -290,10 +385,9 @@ def _lease_alive(record: dict[str, Any]) -> bool:
 
 
 def _check_fetched(path: Path, entry: FileEntry, url: str) -> None:
-    size, digest = checksum_of(path)
-    if size != entry.bytes or digest != entry.xxh3_128:
+    mismatch = content_mismatch(path, entry)
+    if mismatch is not None:
         raise SnapshotDamagedError(
-            f"{url}: expected {entry.bytes} bytes with xxh3-128 {entry.xxh3_128[:16]}... for "
-            f"{entry.path}, found {size} bytes with {digest[:16]}...; the stored file was "
-            "modified or corrupted: delete the snapshot and create it again"
+            f"{url}: {entry.path}: {mismatch}; the stored file was modified or corrupted: "
+            "delete the snapshot and create it again"
         )

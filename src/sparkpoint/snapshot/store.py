@@ -25,6 +25,7 @@ from sparkpoint.snapshot.export import JobInfo
 from sparkpoint.snapshot.manifest import CHECKPOINT_SUBDIR, Manifest
 from sparkpoint.storage.fileio import file_io
 from sparkpoint.storage.home import Home, validate_name
+from sparkpoint.storage.location import Location
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,23 @@ class SnapshotStore(ABC):
     def checkpoint_path(self, name: str) -> Path:
         return self.local_dir(name) / CHECKPOINT_SUBDIR
 
+    def logs_path(self, name: str) -> Path:
+        """The snapshot's checkpoint for readers of its logs and metadata only (offsets,
+        commits, sources, operator metadata): its state data files may be absent."""
+        return self.local_dir_without_state(name)[0] / CHECKPOINT_SUBDIR
+
+    def copies_into(self, target: Location) -> bool:
+        """Whether this store copies its files to ``target`` without them passing through
+        this process (both in one S3 store)."""
+        return False
+
+    def local_dir_without_state(self, name: str) -> tuple[Path, dict[str, str]]:
+        """Like ``local_dir``, but the state data files (the files of ``checkpoint/state``
+        outside ``_``-named metadata directories) are left where they are: returns the
+        directory and, for each file left, its path relative to it -> its URL, for a
+        ``copy_within`` by the target's FileIO (where ``copies_into`` says so)."""
+        return self.local_dir(name), {}
+
     def get(self, name: str) -> Manifest:
         validate_name(name, "snapshot")
         if not self.exists(name):
@@ -101,10 +119,10 @@ class SnapshotStore(ABC):
         """How much of the snapshot other snapshots hold too (same content, stored once
         where the store shares files)."""
         manifest = self.get(name)
-        others = {(entry.xxh3_128, entry.bytes)
+        others = {entry.content_key
                   for other in self.manifests() if other.name != name
                   for entry in other.files}
-        shared = sum(e.bytes for e in manifest.files if (e.xxh3_128, e.bytes) in others)
+        shared = sum(e.bytes for e in manifest.files if e.content_key in others)
         return Sharing(shared, manifest.total_bytes - shared)
 
 

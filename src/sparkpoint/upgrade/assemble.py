@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkpoint.checkpoint import hdfs_state
@@ -36,6 +36,7 @@ from sparkpoint.errors import ValidationError
 from sparkpoint.progress import track
 from sparkpoint.snapshot.manifest import CHECKPOINT_SUBDIR, Manifest
 from sparkpoint.sources.positions import ResolvedPosition
+from sparkpoint.storage.fileio import FileIO, file_io
 from sparkpoint.storage.local import link_or_copy, write_atomic
 from sparkpoint.upgrade.validate import UpgradePlan
 
@@ -60,16 +61,43 @@ class NewOperatorLayout:
 class UsedSnapshot:
     manifest: Manifest
     directory: Path
+    # State data files left in the snapshot store (copied inside the store when the
+    # checkpoint is published): path relative to ``directory`` -> the file's URL.
+    in_store: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def checkpoint(self) -> Checkpoint:
         return Checkpoint(self.directory / CHECKPOINT_SUBDIR)
+
+    def state_in_store(self, operator_dir: Path) -> dict[Path, str]:
+        """The operator's files left in the store: where they would be locally -> URL."""
+        found = {}
+        for rel, url in self.in_store.items():
+            path = self.directory / rel
+            if operator_dir in path.parents:
+                found[path] = url
+        return found
 
 
 @dataclass(frozen=True)
 class AssembleResult:
     batch_id: int | None
     partitions: int | None
+    # Files of the new checkpoint still to be copied inside the store: path relative to
+    # the checkpoint -> the snapshot's file URL.
+    in_store: Mapping[str, str] = field(default_factory=dict)
+
+
+def fetch_into_place(placed: dict[Path, str]) -> None:
+    """Fetch files left in a store to their local paths (several at once); ``placed`` is
+    emptied: every file is local now."""
+    by_store: dict[int, tuple[FileIO, list[tuple[str, Path]]]] = {}
+    for path, url in placed.items():
+        io = file_io(url)
+        by_store.setdefault(id(io), (io, []))[1].append((url, path))
+    for io, pairs in by_store.values():
+        io.get_files(pairs)
+    placed.clear()
 
 
 def _shifted_name(name: str, shift: int) -> str:
@@ -79,20 +107,25 @@ def _shifted_name(name: str, shift: int) -> str:
     return f"{int(match.group(1)) + shift}.{match.group(2)}"
 
 
-def _copy_operator(src: Path, dst: Path, new_id: int, shift: int) -> None:
+def _copy_operator(src: Path, dst: Path, new_id: int, shift: int,
+                   in_store: Mapping[Path, str], placed: dict[Path, str]) -> None:
+    """Link the operator's files from ``src`` into ``dst`` under their new names; those
+    ``in_store`` (not fetched) are only noted in ``placed``: new path -> URL."""
     delta_dirs: set[Path] = set()
     snapshot_dirs: set[Path] = set()
-    for path in track(sorted(src.rglob("*")), f"restore: state of operator {new_id}",
+    local = [path for path in src.rglob("*") if path.is_file()]
+    for path in track(sorted([*local, *in_store]), f"restore: state of operator {new_id}",
                       unit="file"):
-        if not path.is_file():
-            continue
         rel = path.relative_to(src)
         if rel.parent.as_posix() == "_metadata/v2" and rel.name.isdigit():
             # transformWithState's metadata is kept per batch: it moves with the batches.
             name = str(int(rel.name) + shift)
         else:
             name = _shifted_name(rel.name, shift)
-        link_or_copy(path, dst / rel.parent / name)
+        if path in in_store:
+            placed[dst / rel.parent / name] = in_store[path]
+        else:
+            link_or_copy(path, dst / rel.parent / name)
         if name.endswith(".delta"):
             delta_dirs.add(dst / rel.parent)
         elif name.endswith(".snapshot"):
@@ -230,9 +263,11 @@ def assemble_checkpoint(
         raise ValidationError(f"the new checkpoint's batch {batch} would come before the "
                               f"snapshots' batch {newest}; a batch id only goes forward")
     out.mkdir(parents=True)
-    _write(out, batch, primary, plan, snapshots, new_operators, empty_state, used,
-           positions or {}, state_format)
-    return AssembleResult(batch, primary.manifest.shuffle_partitions)
+    placed = _write(out, batch, primary, plan, snapshots, new_operators, empty_state, used,
+                    positions or {}, state_format)
+    return AssembleResult(batch, primary.manifest.shuffle_partitions,
+                          {path.relative_to(out).as_posix(): url
+                           for path, url in placed.items()})
 
 
 def _write(
@@ -246,8 +281,10 @@ def _write(
     used: list[str],
     positions: Mapping[str, ResolvedPosition],
     state_format: int | None,
-) -> None:
+) -> dict[Path, str]:
+    """Returns the state files left in the snapshot store: new path -> URL."""
     watermark = min(snapshots[name].manifest.watermark_ms for name in used)
+    placed: dict[Path, str] = {}
 
     # Offsets N-1 and N: Spark rebuilds the committed offsets from both on restart.
     for offset_batch, back in ((batch - 1, 1), (batch, 0)):
@@ -306,8 +343,9 @@ def _write(
             old = snap.manifest.operator(op_row.origin["operator"])
             assert old is not None and op_row.operator_id is not None
             shift = batch - snap.manifest.batch_id
-            _copy_operator(snap.checkpoint.local_root / "state" / str(old.operator_id),
-                           out / "state" / str(op_row.operator_id), op_row.operator_id, shift)
+            src = snap.checkpoint.local_root / "state" / str(old.operator_id)
+            _copy_operator(src, out / "state" / str(op_row.operator_id), op_row.operator_id,
+                           shift, snap.state_in_store(src), placed)
         elif op_row.action == "initialize":
             layout = new_operators[op_row.name]
             op_dir = out / "state" / str(layout.operator_id)
@@ -328,6 +366,11 @@ def _write(
                     empty_state(pdir, batch + 1)
 
     body: dict[str, object] = {"nextBatchWatermarkMs": watermark}
+    formats = {bool(snapshots[name].checkpoint.commit(snapshots[name].manifest.batch_id)
+                    .state_unique_ids) for name in used}
+    if placed and (state_format is not None or len(formats) > 1):
+        # A move between formats renames and rewrites the state files here: fetch them.
+        fetch_into_place(placed)
     unique_ids = _state_format(out, batch, plan, snapshots, state_format)
     if unique_ids is not None:
         # Checkpoint format v2: Spark loads each partition's state by the id its latest
@@ -335,3 +378,4 @@ def _write(
         body["stateUniqueIds"] = {str(op): ids for op, ids in sorted(unique_ids.items())}
     commit = CommitLogEntry(1 if unique_ids is None else 2, compact_json(body))
     write_atomic(out / "commits" / str(batch), commit.to_bytes())
+    return placed

@@ -25,7 +25,13 @@ from sparkpoint.checkpoint.layout import CHECKPOINT_FORMAT_CONF, SHUFFLE_PARTITI
 from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER
 from sparkpoint.checkpoint.schema_paths import relocate_schema_paths
 from sparkpoint.crash_points import crash_point
-from sparkpoint.errors import NameTakenError, SparkpointError, UsageError, ValidationError
+from sparkpoint.errors import (
+    NameTakenError,
+    SnapshotDamagedError,
+    SparkpointError,
+    UsageError,
+    ValidationError,
+)
 from sparkpoint.progress import phase
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.store import SnapshotStore
@@ -54,6 +60,7 @@ from sparkpoint.upgrade.assemble import (
     NewOperatorLayout,
     UsedSnapshot,
     assemble_checkpoint,
+    fetch_into_place,
     used_snapshots,
 )
 from sparkpoint.upgrade.batches import BatchChoice, SinkInfo, number_batches
@@ -145,10 +152,13 @@ def job_shape(planned: PlannedJob) -> tuple[JobShape, dict[str, NewOperatorLayou
 def resolve(
     store: SnapshotStore, planned: PlannedJob, resume_point: ResumePoint | None,
     from_snapshot: str | None, choice: BatchChoice | None = None,
-    read: ReadResumePoint | None = None,
+    read: ReadResumePoint | None = None, target: Location | None = None,
 ) -> Resolution:
     """``read``: the resume point as ``plan`` reads it, its entries that did not parse
-    reported among the plan's problems (then ``resume_point`` is ``read.point``)."""
+    reported among the plan's problems (then ``resume_point`` is ``read.point``).
+    ``target``: where the checkpoint will be published; when the snapshot store can copy
+    there itself, a snapshot's state files are not fetched unless they must be rewritten
+    here (a partition change or a format move)."""
     shape, layouts = job_shape(planned)
     manifests: dict[str, Manifest | None] = {}
     if resume_point is None:
@@ -167,7 +177,13 @@ def resolve(
         manifest = manifests[name]
         if manifest is None:
             continue
-        resolution.snapshots[name] = UsedSnapshot(manifest, store.local_dir(name))
+        if target is not None and store.copies_into(target) \
+                and shape.partitions in (None, manifest.shuffle_partitions) \
+                and planned.conf.get(CHECKPOINT_FORMAT_CONF) is None:
+            directory, in_store = store.local_dir_without_state(name)
+            resolution.snapshots[name] = UsedSnapshot(manifest, directory, in_store)
+        else:
+            resolution.snapshots[name] = UsedSnapshot(manifest, store.local_dir(name))
     providers = {s.manifest.state_store_provider for s in resolution.snapshots.values()}
     if len(providers) > 1:
         plan.problems.append(
@@ -216,7 +232,7 @@ def _check_snapshot_formats(
         manifest = manifests.get(name)
         if manifest is None:
             continue
-        conf = Checkpoint(store.checkpoint_path(name)).offsets(manifest.batch_id).conf
+        conf = Checkpoint(store.logs_path(name)).offsets(manifest.batch_id).conf
         plan.problems.extend(snapshot_format_problems(
             name, manifest, conf, spark_version, resumes_state=name in state_from))
         # Every used snapshot's: the new checkpoint's offsets log takes its settings from
@@ -286,16 +302,29 @@ def _asked_state_format(conf: Mapping[str, str], provider: str) -> int | None:
     return int(value)
 
 
-def upload_checkpoint(staging: Path, target: StorePath) -> None:
+def upload_checkpoint(staging: Path, target: StorePath,
+                      in_store: Mapping[str, str] | None = None,
+                      expected_sha256: Mapping[str, str] | None = None) -> None:
     """Publish a checkpoint built here in a store: its ``metadata`` (the query id the intent
     names) first, so that whatever part a cut-off upload leaves is recognised as this
-    start's and rolled back by the next; then every other file, several at once."""
+    start's and rolled back by the next; then every other file, several at once, and the
+    files ``in_store`` (path in the checkpoint -> URL in the same store) copied there by
+    the store, each checked against the SHA-256 the snapshot recorded (``expected_sha256``,
+    by URL) where it has one."""
     files = sorted(p for p in walk_files(staging) if p.is_file())
     first = [p for p in files if p == staging / "metadata"]
     rest = [p for p in files if p != staging / "metadata"]
     for batch in (first, rest):
         target.io.put_files([(p, join(target.url, p.relative_to(staging).as_posix()))
                              for p in batch])
+    copies = sorted((url, join(target.url, rel)) for rel, url in (in_store or {}).items())
+    for (url, copy), found in zip(copies, target.io.copy_within(copies), strict=True):
+        expected = (expected_sha256 or {}).get(url)
+        if expected is not None and found != expected:
+            raise SnapshotDamagedError(
+                f"{url}: expected content with SHA-256 {expected}, the store's copy at {copy} "
+                f"has {found}; the snapshot's file was modified or corrupted: delete the "
+                "snapshot and create it again")
 
 
 def build_new_checkpoint(
@@ -341,7 +370,13 @@ def build_new_checkpoint(
         if publish:
             crash_point("restore.assembled")
         wanted = resolution.shape.partitions
-        if wanted is not None and result.partitions is not None and wanted != result.partitions:
+        moved = wanted is not None and result.partitions is not None \
+            and wanted != result.partitions
+        if result.in_store and (moved or not isinstance(target, StorePath) or not publish):
+            # The state is read here (a repartition), or it is not published into the store.
+            fetch_into_place({staging / rel: url for rel, url in result.in_store.items()})
+            result = AssembleResult(result.batch_id, result.partitions)
+        if moved and wanted is not None and result.batch_id is not None:
             if provider == ROCKSDB_PROVIDER:
                 echo(f"repartitioning state from {result.partitions} to {wanted} partitions "
                      "(Spark's offline repartition)")
@@ -378,7 +413,10 @@ def build_new_checkpoint(
                 fsync_dir(target.parent)
             else:
                 record_intent(target, staging)
-                upload_checkpoint(staging, target)
+                upload_checkpoint(staging, target, result.in_store, {
+                    url: entry.sha256 for snap in resolution.snapshots.values()
+                    for entry in snap.manifest.files
+                    if entry.sha256 is not None and (url := snap.in_store.get(entry.path))})
             crash_point("restore.published")
         return result
     finally:

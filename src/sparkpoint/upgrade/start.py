@@ -104,7 +104,7 @@ def start_from_snapshots(home: Home, options: RunOptions, from_snapshot: str | N
         crash_point("restore.job_locked")
         # A checkpoint left by a cut-off start goes whole.
         roll_back(target, registry.exists(job), lambda line: echo(f"job '{job}': {line}"))
-        resolution = resolve(store, planned, point, from_snapshot, choice)
+        resolution = resolve(store, planned, point, from_snapshot, choice, target=target)
         refuse_start_outside_lineage(registry, store, job, planned.file_sink,
                                      used_snapshots(resolution.plan))
         for warning in resolution.plan.warnings:
