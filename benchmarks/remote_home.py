@@ -11,7 +11,11 @@ and B batches of offsets, commits and source logs, as a run leaves them), and me
 (b) taking, renewing and letting go of a job's lease, against the same three steps of a
     local home's kernel lock, and what renewing costs a running job: one renewal every third
     of ``SPARKPOINT_LEASE_SECONDS`` (default 60), so the share of its wall time a renewal
-    takes (target: at most 1%, i.e. a throughput ratio of at least 0.99).
+    takes (target: at most 1%, i.e. a throughput ratio of at least 0.99);
+(c) with ``--copies``, ``remote_copies.py``'s figures: the bytes a snapshot create and a start
+    from it move through sparkpoint's process on an S3 home whose snapshots are in the same
+    store (target: at most 1% of the state's bytes), and their time against boto3
+    downloading and uploading the same files (target: at most 0.3).
 
 It is a report, not a test: it exits 0 whatever the verdict.
 """
@@ -44,6 +48,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=50)
     parser.add_argument("--batches", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--copies", action="store_true",
+                        help="also run remote_copies.py (a Spark job on an S3 home)")
     return parser.parse_args(argv)
 
 
@@ -140,6 +146,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{DEFAULT_LEASE_SECONDS / 3:g} s): {share:.5f}, throughput ratio {1 - share:.5f} "
           f"(target >= {1 - RENEWAL_SHARE_TARGET:g}) "
           f"{'PASS' if share <= RENEWAL_SHARE_TARGET else 'FAIL'}")
+    if args.copies:
+        import remote_copies  # benchmarks/remote_copies.py, beside this script
+
+        for line in remote_copies.run([]):
+            print(line)
     return 0
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from sparkpoint import api
+from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
 from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE
 from sparkpoint.storage.fileio import file_io, join
 from sparkpoint.storage.home import Home
@@ -46,13 +47,16 @@ def _run_args(job: str, inp: Path, out: Path) -> list[str]:
             f"spark.jars={_s3a_jars()}", "--until-caught-up"]
 
 
-@pytest.mark.parametrize("cache_deleted", [False, True], ids=["cache-kept", "cache-deleted"])
+@pytest.mark.parametrize(("cache_deleted", "provider"),
+                         [(False, HDFS_PROVIDER), (True, ROCKSDB_PROVIDER)],
+                         ids=["cache-kept-hdfs-provider", "cache-deleted-rocksdb"])
 def test_job_with_its_home_on_s3_runs_snapshots_and_continues(
     spark: object, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    cache_deleted: bool,
+    cache_deleted: bool, provider: str,
 ) -> None:
     """With ``cache_deleted`` every local working copy is deleted before every command: the
-    home is the truth, so the results are the same."""
+    home is the truth, so the results are the same. The state's files are copied inside
+    the store by the snapshot and by the start, whatever the state store provider."""
     bucket = s3_server.new_bucket()
     monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine_a"))
     home = Home.resolve(f"s3://{bucket}/home")
@@ -65,7 +69,8 @@ def test_job_with_its_home_on_s3_runs_snapshots_and_continues(
 
     inp = tmp_path / "in"
     events = write_clicks(inp, range(0, 3))
-    first = sparkpoint(home, *_run_args("v1", inp, tmp_path / "out1"))
+    first = sparkpoint(home, *_run_args("v1", inp, tmp_path / "out1"), "--conf",
+                       f"spark.sql.streaming.stateStore.providerClass={provider}")
     assert first.code == 0, first.err
     # Spark wrote the checkpoint in the bucket (s3a), sparkpoint the job record beside it.
     keys = s3_server.keys(bucket, "home/jobs/v1/")
@@ -86,16 +91,22 @@ def test_job_with_its_home_on_s3_runs_snapshots_and_continues(
     assert created.json()["batch_id"] == last_batch
     assert any(key.startswith("home/snapshots/") for key in s3_server.keys(bucket, "home/"))
     _assert_state_copied_inside_the_store(s3_server, bucket, "v1", "s1",
-                                          tmp_path / "machine_a" / "files")
+                                          tmp_path / "machine_a" / "files",
+                                          ".sst" if provider == ROCKSDB_PROVIDER else ".delta")
 
     # Continued from another machine: a fresh local working copy of the same home.
     events += write_clicks(inp, range(3, 6))
+    if cache_deleted:
+        _start_refused_when_a_copied_file_changed(s3_server, bucket, "s1", lambda: sparkpoint(
+            home, *_run_args("v2", inp, tmp_path / "out2"), "--from-snapshot", "s1",
+            env={"SPARKPOINT_SCRATCH": str(tmp_path / "machine_b")}),
+            lambda: sparkpoint(home, "snapshot", "verify", "s1"))
     second = sparkpoint(home, *_run_args("v2", inp, tmp_path / "out2"), "--from-snapshot", "s1",
                         env={"SPARKPOINT_SCRATCH": str(tmp_path / "machine_b")})
     assert second.code == 0, second.err
     # The start copied the snapshot's state inside the store: none of it came to machine b.
     fetched = [str(p) for p in (tmp_path / "machine_b").rglob("*") if p.suffix in
-               (".sst", ".zip", ".changelog")]
+               (".sst", ".zip", ".changelog", ".delta", ".snapshot")]
     assert not fetched, f"state files passed through the starting machine: {fetched}"
     listed = sparkpoint(home, "jobs", "list", "--json")
     assert listed.code == 0, listed.err
@@ -110,7 +121,7 @@ def test_job_with_its_home_on_s3_runs_snapshots_and_continues(
 
 
 def _assert_state_copied_inside_the_store(server: S3Server, bucket: str, job: str,
-                                          snapshot: str, cache: Path) -> None:
+                                          snapshot: str, cache: Path, kind: str) -> None:
     """The snapshot's state files were copied by the store (CopyObject), not through
     sparkpoint: each carries the SHA-256 the store computed, equal to the SHA-256 of the
     job's own file computed here, and no SST came to this machine."""
@@ -118,7 +129,7 @@ def _assert_state_copied_inside_the_store(server: S3Server, bucket: str, job: st
     manifest = json.loads(client.get_object(
         Bucket=bucket, Key=f"home/snapshots/{snapshot}/manifest.json")["Body"].read())
     copied = [entry for entry in manifest["files"] if entry.get("etag")]
-    assert any(entry["path"].endswith(".sst") for entry in copied), manifest["files"]
+    assert any(entry["path"].endswith(kind) for entry in copied), manifest["files"]
     for entry in copied:
         assert entry["path"].startswith("checkpoint/state/") and entry["xxh3_128"] is None
         rel = entry["path"][len("checkpoint/"):]
@@ -126,8 +137,33 @@ def _assert_state_copied_inside_the_store(server: S3Server, bucket: str, job: st
                                  Key=f"home/jobs/{job}/checkpoint/{rel}")["Body"].read()
         assert entry["sha256"] == base64.b64encode(hashlib.sha256(body).digest()).decode()
         assert entry["bytes"] == len(body)
-    fetched = [p.name for p in cache.rglob("*.sst")] if cache.is_dir() else []
-    assert not fetched, f"SSTs passed through this machine: {fetched}"
+    fetched = [p.name for p in cache.rglob(f"*{kind}")] if cache.is_dir() else []
+    assert not fetched, f"state files passed through this machine: {fetched}"
+
+
+def _start_refused_when_a_copied_file_changed(server: S3Server, bucket: str, snapshot: str,
+                                              start: Any, verify: Any) -> None:
+    """One of the snapshot's state files changed in the store, same size: the start copies
+    it inside the store and finds the SHA-256 of the copy differ from the one recorded, so
+    it stops with one clear line, and ``snapshot verify`` (which reads the store) names
+    the file; the file put back, the next start of the same job name rolls back what the
+    refused one left."""
+    client = server.client()
+    manifest = json.loads(client.get_object(
+        Bucket=bucket, Key=f"home/snapshots/{snapshot}/manifest.json")["Body"].read())
+    victim = max((entry for entry in manifest["files"] if entry.get("sha256")),
+                 key=lambda entry: entry["bytes"])
+    key = f"home/snapshots/.files/etag/{victim['etag']}-{victim['bytes']}"
+    original = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    client.put_object(Bucket=bucket, Key=key, Body=bytes([original[0] ^ 0xFF]) + original[1:])
+    refused = start()
+    assert refused.code == 3, refused.err
+    assert "SNAPSHOT_DAMAGED" in refused.err and "corrupted" in refused.err, refused.err
+    assert "Traceback" not in refused.err
+    verified = verify()
+    assert verified.code == 3 and victim["path"] in verified.out, verified.out + verified.err
+    client.put_object(Bucket=bucket, Key=key, Body=original)
+    assert verify().code == 0
 
 
 def _all_windows(clicks: list[Click]) -> Counter[tuple[object, ...]]:

@@ -131,6 +131,20 @@ class ObjectSnapshotStore(SnapshotStore):
             discard(scratch)
         return []
 
+    def check_before_start(self, name: str) -> list[Problem]:
+        """Every file of the snapshot in the store with its size, from one listing. Their
+        content is checked as the start uses them: a fetched file by its checksum, a file
+        copied inside the store by the SHA-256 the store computes of the copy."""
+        manifest = self.get(name)
+        held = self.io.walk_sizes(join(self.location, FILES_DIR))
+        for entry in manifest.files:
+            size = held.get(blob_name(entry))
+            if size != entry.bytes:
+                found = "nothing" if size is None else f"{size} bytes"
+                return [Problem(self._blob_url(entry),
+                                f"{entry.path}: expected {entry.bytes} bytes, found {found}")]
+        return []
+
     def _fetch_checked(self, name: str, manifest: Manifest, target: Path) -> None:
         pairs = [(self._blob_url(entry), target / entry.path) for entry in manifest.files]
         try:
@@ -221,7 +235,11 @@ class ObjectSnapshotStore(SnapshotStore):
             copied = dict(zip((blob for _, blob in copies), self._copy_in_store(copies),
                               strict=True))
             crash_point("remote_snapshot.files_uploaded")
-            self._put_back_collected(manifest.files, staging, sources, registered)
+            if len(new) < len({blob_name(entry) for entry in manifest.files}):
+                self._put_back_collected(manifest.files, staging, sources, registered)
+            # Else nothing is shared: every file was stored after the lease was written, so
+            # no collection can delete one (one that listed the files before they were
+            # stored does not know them; one that listed them after sees the lease).
             manifest = manifest.model_copy(update={
                 "added_bytes": added,
                 "files": [self._with_store_checksum(entry, copied) for entry in manifest.files],

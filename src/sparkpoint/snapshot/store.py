@@ -77,6 +77,11 @@ class SnapshotStore(ABC):
     def checkpoint_path(self, name: str) -> Path:
         return self.local_dir(name) / CHECKPOINT_SUBDIR
 
+    def check_before_start(self, name: str) -> list[Problem]:
+        """What a start checks before it uses a snapshot (``verify`` unless the store
+        checks the files as the start reads or copies them)."""
+        return self.verify(name)
+
     def logs_path(self, name: str) -> Path:
         """The snapshot's checkpoint for readers of its logs and metadata only (offsets,
         commits, sources, operator metadata): its state data files may be absent."""

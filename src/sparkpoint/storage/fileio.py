@@ -305,6 +305,22 @@ class S3FileIO(FileIO):
             return False
         return True
 
+    def read_bytes(self, location: str) -> bytes:
+        # One GET: fsspec's cat_file asks for the object's details first, and for a missing
+        # key also lists a directory of that name (three round trips where one tells).
+        bucket, key, _ = self.fs.split_path(self.path(location))
+        if not key:
+            raise IsADirectoryError(location)
+
+        async def get() -> bytes:
+            response = await self.fs._call_s3("get_object", Bucket=bucket, Key=key)
+            async with response["Body"] as body:
+                return bytes(await body.read())
+
+        from fsspec.asyn import sync
+
+        return bytes(sync(self.fs.loop, get))
+
     def copy_within(self, pairs: Sequence[tuple[str, str]]) -> list[str]:
         # CopyObject, TRANSFER_CONCURRENCY at once on s3fs's event loop. S3 computes the
         # copy's SHA-256 from the bytes it copies and returns it (x-amz-checksum-algorithm).

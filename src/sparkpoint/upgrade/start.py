@@ -71,7 +71,7 @@ def check_snapshots_intact(store: SnapshotStore, names: list[str]) -> None:
     for name in names:
         if not store.exists(name):
             continue
-        problems = store.verify(name)
+        problems = store.check_before_start(name)
         if problems:
             raise SnapshotDamagedError(
                 f"snapshot '{name}' is damaged: {problems[0].path}: {problems[0].message}; "
