@@ -1,8 +1,9 @@
 """File sinks on S3 (moto's server, Spark through s3a) and on HDFS (a MiniDFSCluster) get every
 rule a local output gets: a new, empty output of a job that ran batches gets the empty history
 Spark's sink log compaction reads; a start from a snapshot behind the output's sink log is
-refused, and --renumber-batches continues it with every row written; a new job's mistyped
-name is refused the output.
+refused, --renumber-batches continues it with every row written, and --rewind-output takes
+the table back to the snapshot (completed after a crash); a new job's mistyped name is
+refused the output.
 
 On main before sinks at any URL: ``file_sink_path`` gave None for any URL but file:, so such
 an output was "a sink sparkpoint cannot read": the job given a new output on S3 or HDFS
@@ -26,8 +27,10 @@ import pytest
 from sparkpoint import api
 from sparkpoint.checkpoint.sink_log import SinkLog
 from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE
-from sparkpoint.errors import OutputHasHistoryError, SinkAheadError, SinkRewindError
+from sparkpoint.errors import OutputHasHistoryError, SinkAheadError
 from sparkpoint.sinks.history import pending_seeding
+from sparkpoint.sinks.rewind import finished as finished_rewinds
+from sparkpoint.sinks.rewind import pending as pending_rewinds
 from sparkpoint.spark.s3a import s3a_conf
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import expected_hourly_counts, output_rows, write_clicks
@@ -56,6 +59,10 @@ def _remote_dir(store: str, request: pytest.FixtureRequest, spark: Any) -> str:
 def _table(spark: Any, output: str) -> Counter[Any]:
     """The output's rows as Spark's readers see them: through its sink log."""
     return Counter(tuple(row) for row in spark.read.parquet(output).collect())
+
+
+def _conf_args(conf: dict[str, str]) -> list[str]:
+    return [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
 
 
 def _assert_no_hole(output: str) -> list[int]:
@@ -106,16 +113,40 @@ def test_a_job_moved_to_a_remote_output_compacts_and_a_rollback_into_it_is_refus
         api.run(**rollback)
     assert log.names() == before
     assert not home.job_dir("v2").exists()
-    with pytest.raises(SinkRewindError,
-                       match=f"{re.escape(out)} is on S3 or HDFS.*--renumber-batches"):
-        api.run(**rollback, rewind_output=True)
-    assert log.names() == before
 
+    # --renumber-batches: v2 continues past the output's batches, v1's rows stay.
     renumbered = api.run(**rollback, renumber_batches=True)
     assert renumbered.first_batch == moved.last_batch
     _assert_no_hole(out)
     # v1's rows after the snapshot, and v2's from the same snapshot over the same input.
     assert _table(spark, out) == after_snapshot + after_snapshot
+
+    # --rewind-output: the table goes back to the snapshot's batch, the rows of v1 and v2
+    # after it are moved aside (a table of their own there), and v3 writes them once. On
+    # HDFS the rewind is first cut off after its first data file moved (kill -9); a reader
+    # meanwhile sees whole batches, and the same command again finishes it.
+    rewind = {**rollback, "job": "v3", "rewind_output": True}
+    if store == "hdfs":
+        crashed = sparkpoint(home, "run", str(JOB), "--job", "v3", "--from-snapshot", "old",
+                             "--rewind-output", "--param", f"input={inp}", "--param",
+                             f"output={out}", "--param", "files_per_batch=2",
+                             "--until-caught-up", *_conf_args(COMPACT),
+                             env={CRASH_ENV: "rewind.file_moved"})
+        assert crashed.code == CRASH_EXIT_CODE, crashed.err
+        [cut_off] = pending_rewinds(out)
+        assert cut_off.to_batch == snap.batch_id
+        logged = max(SinkLog(out).entries())
+        assert logged == snap.batch_id  # every abandoned entry left the log first
+    lines: list[str] = []
+    rewound = api.run(**rewind, echo=lines.append)
+    assert rewound.first_batch == snap.batch_id
+    assert (store == "hdfs") == any("finished an interrupted rewind" in line
+                                    for line in lines), lines
+    assert pending_rewinds(out) == []
+    [record] = finished_rewinds(out)
+    _assert_no_hole(out)
+    assert _table(spark, out) == after_snapshot
+    assert _table(spark, record.directory) == after_snapshot + after_snapshot
 
 
 def test_a_new_outputs_history_cut_off_is_finished_by_the_next_run(

@@ -81,15 +81,15 @@ def test_rewind_moves_later_entries_and_their_files_aside(
         for path in paths:
             relative = path.relative_to(out)
             assert path.exists() == (batch <= to_batch)
-            assert (plan.directory / relative).exists() == (batch > to_batch)
-            assert (plan.directory / relative.parent / f".{path.name}.crc").exists() == \
+            assert (Path(plan.directory) / relative).exists() == (batch > to_batch)
+            assert (Path(plan.directory) / relative.parent / f".{path.name}.crc").exists() == \
                 (batch > to_batch)
     for name in moved_entries:
-        assert (plan.directory / ABANDONED_LOG_DIR / name).is_file()
-        assert (plan.directory / ABANDONED_LOG_DIR / f".{name}.crc").is_file()
+        assert (Path(plan.directory) / ABANDONED_LOG_DIR / name).is_file()
+        assert (Path(plan.directory) / ABANDONED_LOG_DIR / f".{name}.crc").is_file()
         assert not (out / "_spark_metadata" / f".{name}.crc").exists()
-    assert not (plan.directory / INTENT_FILE).exists()
-    record = json.loads((plan.directory / RECORD_FILE).read_text())
+    assert not (Path(plan.directory) / INTENT_FILE).exists()
+    record = json.loads((Path(plan.directory) / RECORD_FILE).read_text())
     assert record["to_batch"] == to_batch and record["log_entries"] == moved_entries
     assert pending(out) == []
 
@@ -150,7 +150,7 @@ def test_an_interrupted_rewind_is_finished(tmp_path: Path, monkeypatch: pytest.M
     for batch, paths in files.items():
         for path in paths:
             assert path.exists() == (batch <= 3)
-            assert (plan.directory / path.name).exists() == (batch > 3)
+            assert (Path(plan.directory) / path.name).exists() == (batch > 3)
 
 
 def test_sink_ahead_names_the_three_ways_out(tmp_path: Path) -> None:

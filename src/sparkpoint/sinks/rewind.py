@@ -28,12 +28,11 @@ the record of what was done. A process cut off on the way leaves the intent: the
 command that runs a job into this output does the remaining renames (each one already done
 is skipped), so the rewind is completed, never half applied.
 
-Only a local output is rewound. On S3 a rename is a copy and a delete, and on HDFS the moves
-would go through WebHDFS one request each; both could be made resumable under the same intent,
-but they are not done yet: a start with --rewind-output into an output on S3 or HDFS is
-refused before anything changes (``refuse_remote_rewind``), naming the ways that work there.
-Reading what a rewind left (``pending``, ``finished``) works on every store, so the checks
-every run makes cost one listing there.
+On S3 a rename is a copy inside the store and a delete, on HDFS one WebHDFS rename: each
+move is repeated safely (a source already gone is a move already made), so a cut-off rewind
+is completed the same way everywhere. The intent becomes the record by writing the record
+and then deleting the intent where there is no atomic rename (both present means the moves
+are done). Reading what a rewind left (``pending``, ``finished``) costs one listing.
 """
 
 from __future__ import annotations
@@ -53,8 +52,8 @@ from pydantic import ValidationError as PydanticValidationError
 from sparkpoint.checkpoint.sink_log import SINK_LOG_DIR, Location, SinkLog, output_location
 from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import CorruptRecordError, SinkRewindError
-from sparkpoint.storage.fileio import file_io, is_local, join
-from sparkpoint.storage.local import fsync_dir, write_atomic
+from sparkpoint.storage.fileio import FileIO, file_io, is_local, join, scheme_of
+from sparkpoint.storage.local import fsync_dir
 
 REWOUND_DIR = "_sparkpoint_rewound"
 ABANDONED_LOG_DIR = "_spark_metadata_abandoned"
@@ -81,8 +80,8 @@ class RewindPlan(BaseModel):
     recorded_at: str
 
     @property
-    def directory(self) -> Path:
-        return Path(self.output) / REWOUND_DIR / self.rewind_id
+    def directory(self) -> str:
+        return join(self.output, REWOUND_DIR, self.rewind_id)
 
     def summary(self) -> str:
         return (f"rewound the output {self.output} to batch {self.to_batch}: the sink log "
@@ -90,42 +89,40 @@ class RewindPlan(BaseModel):
                 f"{len(self.files)} data file(s) moved aside to {self.directory}")
 
 
-def _relative_to_output(output: Path, location: str) -> str:
+def _relative_to_output(output: str, location: str) -> str:
     parsed = urlparse(location)
-    if parsed.scheme not in ("", "file"):
+    if is_local(output):
+        if parsed.scheme not in ("", "file"):
+            raise SinkRewindError(
+                f"{join(output, SINK_LOG_DIR)}: names {location}, not a local file like the "
+                "output; its files cannot be moved aside under the output; write the new job "
+                "to a new output directory instead; nothing was changed")
+        path = Path(unquote(parsed.path))
+        try:
+            # Spark qualifies the path it was given; a symlink in it must not make it
+            # "outside".
+            relative = path.resolve().relative_to(Path(output).resolve()).as_posix()
+        except ValueError:
+            relative = None
+    else:
+        base = urlparse(output)
+        inside = scheme_of(location) == scheme_of(output) and parsed.netloc == base.netloc \
+            and unquote(parsed.path).startswith(unquote(base.path).rstrip("/") + "/")
+        relative = unquote(parsed.path)[len(unquote(base.path).rstrip("/")) + 1:] \
+            if inside else None
+    if relative is None:
         raise SinkRewindError(
-            f"{output / SINK_LOG_DIR}: names {location}, not a local file; only a local "
-            "file sink's output can be rewound; nothing was changed")
-    path = Path(unquote(parsed.path))
-    try:
-        # Spark qualifies the path it was given; a symlink in it must not make it "outside".
-        relative = path.resolve().relative_to(output.resolve())
-    except ValueError:
-        raise SinkRewindError(
-            f"{output / SINK_LOG_DIR}: names {path}, outside the output {output} (was the "
-            "output copied from elsewhere?); its files cannot be moved aside under the "
+            f"{join(output, SINK_LOG_DIR)}: names {location}, outside the output {output} (was "
+            "the output copied from elsewhere?); its files cannot be moved aside under the "
             "output; write the new job to a new output directory instead; nothing was "
             "changed") from None
-    if relative.parts[:1] in ((SINK_LOG_DIR,), (REWOUND_DIR,)):
+    if relative.split("/")[:1] in ([SINK_LOG_DIR], [REWOUND_DIR]):
         raise SinkRewindError(
-            f"{output / SINK_LOG_DIR}: names {path} as a data file, expected files of the "
-            "table only; the log was not written by Spark's file sink alone, so the output "
-            "cannot be taken back: write the new job to a new output directory instead; "
-            "nothing was changed")
-    return relative.as_posix()
-
-
-def refuse_remote_rewind(output: str, snapshot_batch: int, latest: int | None) -> None:
-    """--rewind-output moves files under the output: only a local one (see the module)."""
-    if is_local(output):
-        return
-    raise SinkRewindError(
-        f"--rewind-output: the output {output} is on S3 or HDFS, expected a local directory "
-        "(sparkpoint moves a rewound output's files aside only on a local filesystem); "
-        "nothing was changed: write the new job to a new output directory, or pass "
-        "--renumber-batches to number its batches past the output's "
-        f"{'latest batch ' + str(latest) if latest is not None else 'sink log'} (the old "
-        f"run's batches after {snapshot_batch} then stay in the table)")
+            f"{join(output, SINK_LOG_DIR)}: names {location} as a data file, expected files "
+            "of the table only; the log was not written by Spark's file sink alone, so the "
+            "output cannot be taken back: write the new job to a new output directory "
+            "instead; nothing was changed")
+    return relative
 
 
 def plan_rewind(output: Location, to_batch: int, reason: str) -> RewindPlan | None:
@@ -136,12 +133,11 @@ def plan_rewind(output: Location, to_batch: int, reason: str) -> RewindPlan | No
     abandoned = sorted((b for b in entries if b > to_batch), reverse=True)
     if not abandoned:
         return None
-    refuse_remote_rewind(log.output, to_batch, abandoned[0])
-    output = Path(log.output)
+    output = log.output
     kept = log.files_up_to(to_batch)
     if kept is None:
         raise SinkRewindError(
-            f"{output / SINK_LOG_DIR}: the sink log no longer holds the entries that tell "
+            f"{join(output, SINK_LOG_DIR)}: the sink log no longer holds the entries that tell "
             f"which files batch {to_batch} ended with (an entry is missing: Spark removes "
             "entries before an older compaction once spark.sql.streaming.minBatchesToRetain "
             "batches have passed and spark.sql.streaming.fileSink.log.cleanupDelay has "
@@ -158,15 +154,18 @@ def plan_rewind(output: Location, to_batch: int, reason: str) -> RewindPlan | No
             files.append(_relative_to_output(output, location))
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     return RewindPlan(
-        rewind_id=f"{stamp}-to-batch-{to_batch}-{uuid.uuid4().hex[:6]}", output=str(output),
+        rewind_id=f"{stamp}-to-batch-{to_batch}-{uuid.uuid4().hex[:6]}", output=output,
         to_batch=to_batch, latest_batch=abandoned[0],
         log_entries=[entries[b] for b in abandoned], files=files, reason=reason,
         recorded_at=dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"))
 
 
-def _move(src: Path, dst: Path) -> bool:
-    """Rename ``src`` to ``dst`` with Hadoop's ``.<name>.crc`` sibling; False when it was
-    moved already (the step is repeated after a crash)."""
+def _move(io: FileIO, source: str, target: str) -> bool:
+    """Move a file; False when it was moved already (the step is repeated after a crash).
+    Locally Hadoop's ``.<name>.crc`` sibling goes with it."""
+    if not is_local(source):
+        return io.move(source, target)
+    src, dst = Path(io.path(source)), Path(io.path(target))
     crc = src.parent / f".{src.name}.crc"
     if crc.exists():
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -178,33 +177,46 @@ def _move(src: Path, dst: Path) -> bool:
     return True
 
 
+def _synced(io: FileIO, directory: str) -> None:
+    """A local directory's entries made durable (stores make each request durable)."""
+    if is_local(directory):
+        fsync_dir(Path(io.path(directory)))
+
+
 def _finish(plan: RewindPlan) -> None:
-    """The renames after the intent, each skipped when done: log entries newest first, then
+    """The moves after the intent, each skipped when done: log entries newest first, then
     data files, then the intent becomes the record."""
-    output = Path(plan.output)
-    log_dir = output / SINK_LOG_DIR
-    abandoned_log = plan.directory / ABANDONED_LOG_DIR
+    io = file_io(plan.output)
+    log_dir = join(plan.output, SINK_LOG_DIR)
+    abandoned_log = join(plan.directory, ABANDONED_LOG_DIR)
     for n, name in enumerate(plan.log_entries):
-        _move(log_dir / name, abandoned_log / name)
-        fsync_dir(log_dir)
+        _move(io, join(log_dir, name), join(abandoned_log, name))
+        _synced(io, log_dir)
         if n == 0:
             crash_point("rewind.log_entry_moved")
     crash_point("rewind.log_rewound")
     for n, relative in enumerate(plan.files):
-        _move(output / relative, plan.directory / relative)
+        _move(io, join(plan.output, relative), join(plan.directory, relative))
         if n == 0:
             crash_point("rewind.file_moved")
-    fsync_dir(output)
+    _synced(io, plan.output)
     crash_point("rewind.files_moved")
-    os.replace(plan.directory / INTENT_FILE, plan.directory / RECORD_FILE)
-    fsync_dir(plan.directory)
+    intent, record = join(plan.directory, INTENT_FILE), join(plan.directory, RECORD_FILE)
+    if is_local(plan.output):
+        os.replace(io.path(intent), io.path(record))
+    else:
+        io.write_bytes(record, io.read_bytes(intent))
+        io.delete(intent)
+    _synced(io, plan.directory)
 
 
 def rewind(plan: RewindPlan) -> None:
-    """Record the intent, then make every rename it lists."""
+    """Record the intent, then make every move it lists."""
     text = json.dumps(plan.model_dump(mode="json"), indent=2) + "\n"
-    write_atomic(plan.directory / INTENT_FILE, text.encode("utf-8"))
-    fsync_dir(plan.directory.parent)
+    io = file_io(plan.output)
+    io.makedirs(plan.directory)
+    io.write_bytes(join(plan.directory, INTENT_FILE), text.encode("utf-8"))
+    _synced(io, join(plan.output, REWOUND_DIR))
     crash_point("rewind.intent_recorded")
     _finish(plan)
 

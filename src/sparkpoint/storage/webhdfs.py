@@ -284,6 +284,14 @@ class WebHdfsFileIO(FileIO):
             return False
         return True
 
+    def move(self, source: str, target: str) -> bool:
+        # HDFS rename2 is atomic; its target's parent must exist.
+        if not self.exists(source):
+            return False
+        self.makedirs(target.rstrip("/").rsplit("/", 1)[0])
+        self._rename(self.path(source), self.path(target), overwrite=True)
+        return True
+
     def exists(self, location: str) -> bool:
         # Not fsspec's exists, which answers False for any error, an unreachable NameNode too.
         try:

@@ -17,7 +17,6 @@ from typing import Any
 
 from sparkpoint.checkpoint.sink_log import Location, latest_batch
 from sparkpoint.errors import UsageError
-from sparkpoint.sinks.rewind import refuse_remote_rewind
 
 RENUMBER_OPTION = "--renumber-batches"
 FIRST_BATCH_OPTION = "--first-batch"
@@ -100,8 +99,6 @@ def number_batches(snapshot_batch: int, sink: SinkInfo, choice: BatchChoice) -> 
     first = choice.first_batch if choice.first_batch is not None else snapshot_batch + 1
     if choice.rewind:
         ahead = latest is not None and latest > snapshot_batch
-        if ahead:
-            refuse_remote_rewind(str(sink.file_path), snapshot_batch, latest)
         return SinkCheck(BatchNumbering(snapshot_batch, first, False, latest,
                                         rewind_to_batch=snapshot_batch if ahead else None))
     if choice.renumber and latest is not None and latest >= first:
