@@ -83,9 +83,32 @@ class InStoreCopies:
 
     io: FileIO
     files: dict[str, StoredFile] = field(default_factory=dict)
+    # Files too large for one copy request (S3's CopyObject takes up to 5 GiB), fetched as
+    # before: path relative to the snapshot's checkpoint dir -> source.
+    fetched: dict[str, StorePath] = field(default_factory=dict)
 
     def takes(self, location: Location) -> bool:
         return isinstance(location, StorePath) and location.io is self.io
+
+    def take(self, pdir: StorePath, prel: str, names: list[str],
+             listed: dict[str, StoredFile]) -> int:
+        """Note a partition's files for copying; return their bytes. A file the listing
+        lacks was deleted by a running job's cleanup: FileNotFoundError, which makes the
+        export start over from a newer batch."""
+        total = 0
+        for name in names:
+            found = listed.get(name)
+            if found is None or found.etag is None:
+                raise FileNotFoundError(2, "gone from the store", str(pdir / name))
+            if found.bytes > COPY_REQUEST_LIMIT:
+                self.fetched[f"{prel}/{name}"] = pdir / name
+            else:
+                self.files[f"{prel}/{name}"] = found
+            total += found.bytes
+        return total
+
+
+COPY_REQUEST_LIMIT = 5 * 2**30
 
 
 @dataclass(frozen=True)
@@ -203,13 +226,7 @@ def _plan_in_store(pdir: StorePath, prel: str, version: int, unique_id: str | No
     if unique_id is not None:
         # Format v2 files carry Spark's own checksum sidecar (<name>.crc).
         names += [f"{name}.crc" for name in names if f"{name}.crc" in listed.files]
-    total = 0
-    for name in names:
-        found = listed.files.get(name)
-        if found is None or found.etag is None:
-            raise FileNotFoundError(2, "gone from the store", str(pdir / name))
-        in_store.files[f"{prel}/{name}"] = found
-        total += found.bytes
+    total = in_store.take(pdir, prel, names, listed.files)
     if count.rows is not None and located.num_keys is not None:
         count.rows += located.num_keys
     else:
@@ -221,15 +238,8 @@ def _plan_hdfs_in_store(pdir: StorePath, prel: str, version: int,
                         in_store: InStoreCopies) -> int:
     """An HDFS-provider partition's files of ``version`` (whose rows are known) for copying
     inside the store; return their bytes."""
-    listed = pdir.io.walk_objects(pdir.url)
-    total = 0
-    for name in hdfs_state.files_for_version(pdir, version).names():
-        found = listed.get(name)
-        if found is None or found.etag is None:
-            raise FileNotFoundError(2, "gone from the store", str(pdir / name))
-        in_store.files[f"{prel}/{name}"] = found
-        total += found.bytes
-    return total
+    names = hdfs_state.files_for_version(pdir, version).names()
+    return in_store.take(pdir, prel, list(names), pdir.io.walk_objects(pdir.url))
 
 
 def _export_operator(
@@ -416,6 +426,7 @@ def _export_batch(
     offsets = checkpoint.offsets(batch)
     if in_store is not None:
         in_store.files.clear()  # an earlier attempt's
+        in_store.fetched.clear()
     rocksdb = checkpoint.provider(batch) == ROCKSDB_PROVIDER
     out = staging / CHECKPOINT_SUBDIR
     out.mkdir(parents=True, exist_ok=True)
@@ -477,6 +488,8 @@ def _export_batch(
             )
         )
 
+    if in_store is not None:
+        plan.copies.extend((source, rel) for rel, source in in_store.fetched.items())
     steps.info("copying %s files", len(plan.copies))
     copy_into([(source, out / rel) for source, rel in plan.copies])
     crash_point("snapshot.files_copied")

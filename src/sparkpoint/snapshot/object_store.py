@@ -32,7 +32,13 @@ from sparkpoint.errors import (
     StateRetentionError,
     UnknownSnapshotError,
 )
-from sparkpoint.snapshot.export import InStoreCopies, JobInfo, discard, export_checkpoint
+from sparkpoint.snapshot.export import (
+    COPY_REQUEST_LIMIT,
+    InStoreCopies,
+    JobInfo,
+    discard,
+    export_checkpoint,
+)
 from sparkpoint.snapshot.manifest import (
     CHECKPOINT_SUBDIR,
     MANIFEST_FILE,
@@ -168,9 +174,8 @@ class ObjectSnapshotStore(SnapshotStore):
 
     def local_dir_without_state(self, name: str) -> tuple[Path, dict[str, str]]:
         manifest = self.get(name)
-        left = {entry.path: self._blob_url(entry) for entry in manifest.files
-                if is_state_data(entry.path)}
-        return self._fetched(name, with_state=False), left
+        return self._fetched(name, with_state=False), {
+            entry.path: self._blob_url(entry) for entry in manifest.files if _left(entry)}
 
     def _fetched(self, name: str, with_state: bool) -> Path:
         manifest = self.get(name)
@@ -181,7 +186,7 @@ class ObjectSnapshotStore(SnapshotStore):
             return target
         partial = target.with_name(f"{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
         wanted = manifest if with_state else manifest.model_copy(update={
-            "files": [e for e in manifest.files if not is_state_data(e.path)]})
+            "files": [e for e in manifest.files if not _left(e)]})
         try:
             self._fetch_checked(name, wanted, partial)
             write_atomic(partial / MANIFEST_FILE, manifest.to_json().encode("utf-8"))
@@ -379,6 +384,11 @@ def is_state_data(path: str) -> bool:
     return (len(parts) >= 5 and parts[:2] == [CHECKPOINT_SUBDIR, "state"]
             and not any(part.startswith("_") for part in parts[2:])
             and parts[-1] != "schema")
+
+
+def _left(entry: FileEntry) -> bool:
+    """A file a start leaves in the store, to be copied there (one copy request each)."""
+    return is_state_data(entry.path) and entry.bytes <= COPY_REQUEST_LIMIT
 
 
 def _uploading(blob: str) -> str | None:
