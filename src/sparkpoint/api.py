@@ -391,9 +391,11 @@ def snapshot_prune(
     where: str,
     spark: SparkSession | None = None,
     echo: Echo = _quiet,
+    master: str | None = None,
 ) -> PruneResult:
     """Write NEW_SNAPSHOT: SNAPSHOT without the keys of OPERATOR that match WHERE (Spark SQL
-    on the key columns). SNAPSHOT is only read; the new one holds the same batch."""
+    on the key columns). SNAPSHOT is only read; the new one holds the same batch.
+    ``master``: the Spark master of the session made when ``spark`` is not given."""
     from sparkpoint.runtime.runner import new_log_file
     from sparkpoint.spark.session import create_session
 
@@ -403,7 +405,7 @@ def snapshot_prune(
     check_prunable(store, manifest, new_snapshot, operator)
     check_snapshots_intact(store, [snapshot])
     _needs_spark(spark)
-    session = spark or create_session(None, {}, "sparkpoint:prune",
+    session = spark or create_session(master, {}, "sparkpoint:prune",
                                       log_file=new_log_file(home.logs_dir, "prune"))
     return prune_snapshot(home, store, session, snapshot, new_snapshot, operator, where, echo)
 

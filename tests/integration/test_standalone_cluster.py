@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,38 @@ def _executor_workers(logs: Path, app_name: str) -> set[str]:
             re.findall(rf"Launching executor {re.escape(app_id)}/\d+ on worker (\S+)", text)}
 
 
+def _task_executors(events_dir: Path, app_name: str, stage_text: str) -> set[str]:
+    """Executors that ran tasks of the named application's stages whose name or details
+    mention ``stage_text``, from Spark's event log."""
+    import json
+
+    for log in events_dir.iterdir():
+        events = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+        if not any(e.get("Event") == "SparkListenerApplicationStart"
+                   and e.get("App Name") == app_name for e in events):
+            continue
+        stages = {info["Stage ID"] for e in events if e.get("Event") == "SparkListenerJobStart"
+                  for info in e.get("Stage Infos", [])
+                  if stage_text in info.get("Stage Name", "") + info.get("Details", "")}
+        return {e["Task Info"]["Executor ID"] for e in events
+                if e.get("Event") == "SparkListenerTaskEnd" and e.get("Stage ID") in stages}
+    raise AssertionError(f"no event log of {app_name} in {events_dir}")
+
+
+def _state_keys(spark: Any, home: Home, snapshot: str, operator: str) -> Counter[Any]:
+    """An operator's keys in a snapshot, as Spark's state reader sees them."""
+    from sparkpoint import api
+    from sparkpoint.snapshot.store import open_snapshot_store
+
+    manifest = api.snapshot_show(home, snapshot)
+    entry = manifest.operator(operator)
+    assert entry is not None
+    frame = (spark.read.format("statestore")  # type: ignore[attr-defined]
+             .option("batchId", manifest.batch_id).option("operatorId", entry.operator_id)
+             .load(str(open_snapshot_store(home).checkpoint_path(snapshot))))
+    return Counter(tuple(row.key) for row in frame.collect())
+
+
 def _committed_batches(home: Home, job: str) -> int:
     """Batches the job has committed, read from its checkpoint in the home (HDFS)."""
     commits = join(home.job_url(job), "checkpoint", "commits")
@@ -94,6 +127,17 @@ def test_spark_submit_job_is_managed_snapshotted_while_running_and_continued(
 ) -> None:
     url, logs = cluster
     monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine"))
+    # Every application started from here writes Spark's event log (its tasks and where
+    # they ran), read below.
+    events_dir = tmp_path / "events"
+    events_dir.mkdir()
+    conf_dir = tmp_path / "spark-conf"
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text(
+        f"spark.eventLog.enabled true\nspark.eventLog.dir {events_dir.as_uri()}\n"
+        # One plain JSON file per application (Spark 4 rolls and compresses by default).
+        "spark.eventLog.rolling.enabled false\nspark.eventLog.compress false\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf_dir))
     home = Home.resolve(join(hdfs_server.new_dir(), "home"))
     inp, out = tmp_path / "in", tmp_path / "o1"
     events = write_clicks(inp, range(0, 3))
@@ -132,8 +176,9 @@ def test_spark_submit_job_is_managed_snapshotted_while_running_and_continued(
     assert len(_executor_workers(logs, "clicks-submitted")) == 2
 
     events += write_clicks(inp, range(5, 7))
+    # Into 3 partitions: Spark's offline repartition runs in the job's session, on the cluster.
     second = sparkpoint(home, "run", str(JOB), "--job", "after-submit", "--from-snapshot",
-                        "s-live", "--master", url, "--conf", "spark.sql.shuffle.partitions=2",
+                        "s-live", "--master", url, "--conf", "spark.sql.shuffle.partitions=3",
                         "--conf", "spark.executor.memory=512m", "--param", f"input={inp}",
                         "--param", f"output={tmp_path / 'o2'}", "--param", "files_per_batch=1",
                         "--until-caught-up", timeout=900)
@@ -142,6 +187,26 @@ def test_spark_submit_job_is_managed_snapshotted_while_running_and_continued(
     shown = sparkpoint(home, "jobs", "show", "after-submit", "--json").json()
     assert shown["master"] == url and shown["lineage"]["from_snapshot"] == "s-live"
     assert len(_executor_workers(logs, "sparkpoint:after-submit")) == 2
+    # Spark's offline repartition (StreamingCheckpointManager.repartition) ran its tasks on
+    # the executors of both workers.
+    repartition_executors = _task_executors(events_dir, "sparkpoint:after-submit",
+                                            "StreamingCheckpointManager.repartition")
+    assert len(repartition_executors) == 2, repartition_executors
     before = output_rows(spark, out, sink_files_up_to(out, live_batch))  # type: ignore[arg-type]
     after = output_rows(spark, tmp_path / "o2")  # type: ignore[arg-type]
     assert before + after == expected_hourly_counts(events)
+
+    # Prune on the cluster: Spark's state rewriter, one task per state partition, on the
+    # executors of both workers; the pruned state, read by Spark's state reader in this
+    # process (local[2]), is the snapshot's without the matched keys.
+    operator = "hourly_counts"
+    original = _state_keys(spark, home, "s-live", operator)
+    user = sorted(key[1] for key in original)[0]
+    pruned = sparkpoint(home, "snapshot", "prune", "s-live", "s-pruned", "--operator", operator,
+                        "--where", f"user = '{user}'", "--master", url, "--json", timeout=600)
+    assert pruned.code == 0, pruned.err[-3000:]
+    assert pruned.json()["rewritten_by"] == "spark_tasks"
+    # The prune's application does nothing else: every task of it is the prune's.
+    assert len(_task_executors(events_dir, "sparkpoint:prune", "")) == 2
+    kept = Counter({key: n for key, n in original.items() if key[1] != user})
+    assert kept != original and _state_keys(spark, home, "s-pruned", operator) == kept

@@ -453,16 +453,20 @@ def snapshot_import(ctx: click.Context, checkpoint: Path, name: str, job_file: P
 @click.option("--where", "where", required=True, metavar="SQL",
               help="A Spark SQL condition on the operator's key columns, e.g. "
                    "\"window.end < '2026-01-01'\" or \"user IN ('test1', 'test2')\".")
+@click.option("--master", default=None,
+              help="Spark master URL the rewrite runs on, one task per state partition "
+                   "(default local[2]).")
 @json_option
 @click.pass_context
 @handle_errors
 def snapshot_prune(ctx: click.Context, name: str, new_name: str, operator: str, where: str,
-                   as_json: bool) -> Output:
+                   master: str | None, as_json: bool) -> Output:
     """Write NEW_NAME: snapshot NAME without OPERATOR's keys that match --where.
 
     NAME is left unchanged; NEW_NAME holds the same batch, offsets and other state, so a job
     started from it behaves as if those keys had never been there."""
-    result = api.snapshot_prune(_home(ctx), name, new_name, operator, where, echo=_echo)
+    result = api.snapshot_prune(_home(ctx), name, new_name, operator, where, echo=_echo,
+                                master=master)
     return Output(result.to_dict(), lambda: (
         f"snapshot '{result.new_snapshot}' written from '{result.snapshot}' (batch "
         f"{result.batch}): operator '{result.operator}' {result.rows_before} -> "
