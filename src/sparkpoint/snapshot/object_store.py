@@ -240,11 +240,10 @@ class ObjectSnapshotStore(SnapshotStore):
             copied = dict(zip((blob for _, blob in copies), self._copy_in_store(copies),
                               strict=True))
             crash_point("remote_snapshot.files_uploaded")
-            if len(new) < len({blob_name(entry) for entry in manifest.files}):
-                self._put_back_collected(manifest.files, staging, sources, registered)
-            # Else nothing is shared: every file was stored after the lease was written, so
-            # no collection can delete one (one that listed the files before they were
-            # stored does not know them; one that listed them after sees the lease).
+            # Also when nothing was shared: a blob of the same name left by a dead create or
+            # a deleted snapshot may be on the delete list of a collection that listed the
+            # leases before ours, and that delete may land after our copy of it.
+            self._put_back_collected(manifest.files, staging, sources, registered)
             manifest = manifest.model_copy(update={
                 "added_bytes": added,
                 "files": [self._with_store_checksum(entry, copied) for entry in manifest.files],
