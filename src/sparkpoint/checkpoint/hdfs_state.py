@@ -462,14 +462,20 @@ def _frame_block_size(length: int) -> int:
 # Directories
 
 
-def _list_state_files(partition_dir: Location) -> tuple[set[int], set[int]]:
-    """(delta versions, snapshot versions) present, named as Spark names them.
+def _list_state_files(partition_dir: Location,
+                      listed: Iterable[str] | None = None) -> tuple[set[int], set[int]]:
+    """(delta versions, snapshot versions) present, named as Spark names them; ``listed``:
+    the directory's file names when the caller has listed it already.
 
     Anything else (``.crc`` sidecars, ``_metadata``, hidden temp files) is ignored, as Spark's
     listing ignores it.
     """
     try:
-        if isinstance(partition_dir, Path):
+        if listed is not None:
+            names = list(listed)
+            if not names:
+                raise FileNotFoundError(str(partition_dir))
+        elif isinstance(partition_dir, Path):
             names = [entry.name for entry in os.scandir(partition_dir) if entry.is_file()]
         else:
             names = [entry.name for entry in partition_dir.iterdir()]
@@ -532,8 +538,10 @@ class VersionFiles:
         return head + [f"{delta}.delta" for delta in self.deltas]
 
 
-def files_for_version(partition_dir: Location, version: int) -> VersionFiles:
-    """Which files load ``version`` of the store in ``partition_dir`` (see ``VersionFiles``).
+def files_for_version(partition_dir: Location, version: int,
+                      listed: Iterable[str] | None = None) -> VersionFiles:
+    """Which files load ``version`` of the store in ``partition_dir`` (see ``VersionFiles``);
+    ``listed``: the directory's file names when the caller has listed it already.
 
     Raises:
         CheckpointFormatError: the directory is missing or a needed delta is missing.
@@ -541,7 +549,7 @@ def files_for_version(partition_dir: Location, version: int) -> VersionFiles:
     """
     if version < 0:
         raise UsageError(f"state store version must be >= 0, got {version}")
-    deltas, snapshots = _list_state_files(partition_dir)
+    deltas, snapshots = _list_state_files(partition_dir, listed)
     if version == 0:
         return VersionFiles(0, 0, ())
     start = max((s for s in snapshots if s <= version), default=0)

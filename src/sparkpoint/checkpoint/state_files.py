@@ -24,18 +24,7 @@ def readable_partition(partition_dir: Location, version: int) -> Path:
     """A local directory holding what loading ``version`` of the partition reads."""
     if isinstance(partition_dir, Path):
         return partition_dir
-    io, url = partition_dir.io, partition_dir.url
-    for attempt in range(FETCH_ATTEMPTS):
-        stats = io.walk_stats(url)
-        wanted = files_for_version(stats, version)
-        try:
-            local = cached_copies(io, url, {rel: stats[rel] for rel in wanted}, set(stats))
-            ssts = rocksdb_ssts(local, wanted) & set(stats)
-            return cached_copies(io, url, {rel: stats[rel] for rel in ssts})
-        except FileNotFoundError:
-            if attempt == FETCH_ATTEMPTS - 1:
-                raise
-    raise AssertionError("unreachable")
+    return _fetched(partition_dir, version, with_ssts=True).local
 
 
 @dataclass(frozen=True)
@@ -49,14 +38,20 @@ class ListedPartition:
 
 
 def listed_partition(partition_dir: StorePath, version: int) -> ListedPartition:
+    return _fetched(partition_dir, version, with_ssts=False)
+
+
+def _fetched(partition_dir: StorePath, version: int, with_ssts: bool) -> ListedPartition:
     io, url = partition_dir.io, partition_dir.url
     for attempt in range(FETCH_ATTEMPTS):
         files = io.walk_objects(url)
+        stats = {rel: (found.bytes, found.modified) for rel, found in files.items()}
         wanted = files_for_version(files, version)
         try:
-            local = cached_copies(io, url, {rel: (files[rel].bytes, files[rel].modified)
-                                            for rel in wanted},
-                                  set(files))
+            local = cached_copies(io, url, {rel: stats[rel] for rel in wanted}, set(files))
+            if with_ssts:
+                ssts = rocksdb_ssts(local, wanted) & set(files)
+                cached_copies(io, url, {rel: stats[rel] for rel in ssts})
             return ListedPartition(local, files)
         except FileNotFoundError:
             if attempt == FETCH_ATTEMPTS - 1:

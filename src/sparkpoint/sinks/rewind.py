@@ -30,9 +30,9 @@ is skipped), so the rewind is completed, never half applied.
 
 On S3 a rename is a copy inside the store and a delete, on HDFS one WebHDFS rename: each
 move is repeated safely (a source already gone is a move already made), so a cut-off rewind
-is completed the same way everywhere. The intent becomes the record by writing the record
-and then deleting the intent where there is no atomic rename (both present means the moves
-are done). Reading what a rewind left (``pending``, ``finished``) costs one listing.
+is completed the same way everywhere. The intent becomes the record by a move too (on S3 a
+cut-off one leaves both: the moves are done, and the next run makes it again). Reading what
+a rewind left (``pending``, ``finished``) costs one listing.
 """
 
 from __future__ import annotations
@@ -201,12 +201,9 @@ def _finish(plan: RewindPlan) -> None:
             crash_point("rewind.file_moved")
     _synced(io, plan.output)
     crash_point("rewind.files_moved")
-    intent, record = join(plan.directory, INTENT_FILE), join(plan.directory, RECORD_FILE)
-    if is_local(plan.output):
-        os.replace(io.path(intent), io.path(record))
-    else:
-        io.write_bytes(record, io.read_bytes(intent))
-        io.delete(intent)
+    # A rename locally and on HDFS; on S3 a copy then a delete, and a cut-off there leaves
+    # both files: the intent is found again, every move is already made, and this is redone.
+    io.move(join(plan.directory, INTENT_FILE), join(plan.directory, RECORD_FILE))
     _synced(io, plan.directory)
 
 

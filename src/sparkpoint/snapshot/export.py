@@ -21,6 +21,7 @@ import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeGuard
 
 from sparkpoint.checkpoint import hdfs_state
 from sparkpoint.checkpoint.layout import SHUFFLE_PARTITIONS_CONF, Checkpoint, OperatorDir
@@ -32,7 +33,7 @@ from sparkpoint.checkpoint.logs import (
     named_sources_metadata,
 )
 from sparkpoint.checkpoint.retained import describe_range, snapshottable_batches
-from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER, locate_version
+from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER, RocksDBVersion, locate_version
 from sparkpoint.checkpoint.source_log import file_source_log_offset
 from sparkpoint.checkpoint.state_files import listed_partition, readable_partition
 from sparkpoint.crash_points import crash_point, steps
@@ -87,7 +88,7 @@ class InStoreCopies:
     # before: path relative to the snapshot's checkpoint dir -> source.
     fetched: dict[str, StorePath] = field(default_factory=dict)
 
-    def takes(self, location: Location) -> bool:
+    def takes(self, location: Location) -> TypeGuard[StorePath]:
         return isinstance(location, StorePath) and location.io is self.io
 
     def take(self, pdir: StorePath, prel: str, names: list[str],
@@ -208,38 +209,49 @@ def _link_hdfs_version(pdir: Location, out_dir: Path, version: int) -> hdfs_stat
     )
 
 
-@dataclass
-class _RowCount:
-    rows: int | None
+def _link_rocksdb_version(pdir: Location, out_checkpoint: Path, prel: str, version: int,
+                          unique_id: str | None, plan: _Plan) -> tuple[RocksDBVersion, int]:
+    """Link (fetch, from a store) a RocksDB partition's files of ``version`` into the
+    snapshot; return the version and their bytes."""
+    located = locate_version(readable_partition(pdir, version), version, unique_id)
+    names = located.relative_files()
+    if unique_id is not None:
+        # Format v2 files carry Spark's own checksum sidecar (<name>.crc), which it verifies
+        # on reading.
+        names += [f"{name}.crc" for name in names if (pdir / f"{name}.crc").is_file()]
+    # Linked at once, not with the other copies: from now on Spark's cleanup cannot take the
+    # files from us.
+    copy_into([(pdir / name, out_checkpoint / prel / name) for name in names])
+    total = 0
+    for name in names:
+        plan.written.append(f"{prel}/{name}")
+        total += (out_checkpoint / prel / name).stat().st_size
+    return located, total
 
 
 def _plan_in_store(pdir: StorePath, prel: str, version: int, unique_id: str | None,
-                   in_store: InStoreCopies, count: _RowCount) -> int:
+                   in_store: InStoreCopies) -> tuple[RocksDBVersion, int]:
     """A RocksDB partition's files of ``version`` for copying inside the store: only its
-    zip and changelogs are fetched (to find the SSTs and the key count); return their
-    bytes. A file gone meanwhile (a running job's cleanup) is a FileNotFoundError, which
-    makes the export start over from a newer batch."""
+    zip and changelogs are fetched (to find the SSTs and the key count); return the version
+    and the files' bytes. A file gone meanwhile (a running job's cleanup) is a
+    FileNotFoundError, which makes the export start over from a newer batch."""
     listed = listed_partition(pdir, version)
     located = locate_version(listed.local, version, unique_id,
                              sst_present=lambda sst: f"SSTs/{sst}" in listed.files)
     names = located.relative_files()
     if unique_id is not None:
-        # Format v2 files carry Spark's own checksum sidecar (<name>.crc).
         names += [f"{name}.crc" for name in names if f"{name}.crc" in listed.files]
-    total = in_store.take(pdir, prel, names, listed.files)
-    if count.rows is not None and located.num_keys is not None:
-        count.rows += located.num_keys
-    else:
-        count.rows = None
-    return total
+    return located, in_store.take(pdir, prel, names, listed.files)
 
 
 def _plan_hdfs_in_store(pdir: StorePath, prel: str, version: int,
                         in_store: InStoreCopies) -> int:
     """An HDFS-provider partition's files of ``version`` (whose rows are known) for copying
     inside the store; return their bytes."""
-    names = hdfs_state.files_for_version(pdir, version).names()
-    return in_store.take(pdir, prel, list(names), pdir.io.walk_objects(pdir.url))
+    listed = pdir.io.walk_objects(pdir.url)
+    names = hdfs_state.files_for_version(pdir, version,
+                                         [rel for rel in listed if "/" not in rel]).names()
+    return in_store.take(pdir, prel, list(names), listed)
 
 
 def _export_operator(
@@ -276,34 +288,19 @@ def _export_operator(
             schema = pdir / "_metadata" / "schema"
             if schema.is_file():
                 plan.copies.append((schema, f"{prel}/_metadata/schema"))
-            if rocksdb and in_store is not None and isinstance(pdir, StorePath) \
-                    and in_store.takes(pdir):
-                counted = _RowCount(rows)
-                state_bytes += _plan_in_store(pdir, prel, version,
-                                              operator.unique_id(commit, partition, store_index),
-                                              in_store, counted)
-                rows = counted.rows
-            elif rocksdb:
+            if rocksdb:
                 unique_id = operator.unique_id(commit, partition, store_index)
-                located = locate_version(readable_partition(pdir, version), version, unique_id)
-                names = located.relative_files()
-                if unique_id is not None:
-                    # Format v2 files carry Spark's own checksum sidecar (<name>.crc),
-                    # which it verifies on reading.
-                    names += [f"{name}.crc" for name in names
-                              if (pdir / f"{name}.crc").is_file()]
-                # Linked at once, not with the other copies: from now on Spark's cleanup
-                # cannot take the files from us.
-                copy_into([(pdir / name, out_checkpoint / prel / name) for name in names])
-                for name in names:
-                    plan.written.append(f"{prel}/{name}")
-                    state_bytes += (out_checkpoint / prel / name).stat().st_size
+                if in_store is not None and in_store.takes(pdir):
+                    located, size = _plan_in_store(pdir, prel, version, unique_id, in_store)
+                else:
+                    located, size = _link_rocksdb_version(pdir, out_checkpoint, prel, version,
+                                                          unique_id, plan)
+                state_bytes += size
                 if rows is not None and located.num_keys is not None:
                     rows += located.num_keys
                 else:
                     rows = None
-            elif known_rows is not None and in_store is not None \
-                    and isinstance(pdir, StorePath) and in_store.takes(pdir):
+            elif known_rows is not None and in_store is not None and in_store.takes(pdir):
                 state_bytes += _plan_hdfs_in_store(pdir, prel, version, in_store)
             else:
                 out_dir = out_checkpoint / prel

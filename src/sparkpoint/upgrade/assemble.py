@@ -36,8 +36,8 @@ from sparkpoint.errors import ValidationError
 from sparkpoint.progress import track
 from sparkpoint.snapshot.manifest import CHECKPOINT_SUBDIR, Manifest
 from sparkpoint.sources.positions import ResolvedPosition
-from sparkpoint.storage.fileio import FileIO, file_io
 from sparkpoint.storage.local import link_or_copy, write_atomic
+from sparkpoint.storage.location import StorePath, copy_into
 from sparkpoint.upgrade.validate import UpgradePlan
 
 _VERSIONED = re.compile(r"^(\d+)\.(zip|snapshot|delta|changelog)$")
@@ -91,12 +91,7 @@ class AssembleResult:
 def fetch_into_place(placed: dict[Path, str]) -> None:
     """Fetch files left in a store to their local paths (several at once); ``placed`` is
     emptied: every file is local now."""
-    by_store: dict[int, tuple[FileIO, list[tuple[str, Path]]]] = {}
-    for path, url in placed.items():
-        io = file_io(url)
-        by_store.setdefault(id(io), (io, []))[1].append((url, path))
-    for io, pairs in by_store.values():
-        io.get_files(pairs)
+    copy_into([(StorePath.of(url), path) for path, url in placed.items()])
     placed.clear()
 
 
