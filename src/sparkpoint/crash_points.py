@@ -42,6 +42,8 @@ CRASH_POINTS: dict[str, str] = {
     "restore.assembled": "new checkpoint assembled in staging, not checked by Spark",
     "restore.hdfs_partition_moved": "one HDFS state partition rewritten in staging, others not",
     "restore.repartitioned": "state repartitioned in staging, not checked by Spark",
+    "restore.files_uploaded": "a home in a store: the new checkpoint's logs and metadata "
+                              "uploaded, the snapshot's state files not yet copied into it",
     "restore.published": "new checkpoint renamed into place, job record not written",
     "restore.sink_seeded": "output's missing sink log entries written, job record not written",
     # the output's sink log brought up to a new checkpoint's batch (sinks/gaps.py): entries

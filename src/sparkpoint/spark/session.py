@@ -121,9 +121,21 @@ def create_session(
     return spark
 
 
+HADOOP_PREFIX = "spark.hadoop."
+
+
 def apply_query_conf(spark: SparkSession, conf: Mapping[str, str]) -> None:
     """Set the SQL confs a query records in its offsets log (they win on restart), in a
-    session of sparkpoint's own: never a caller's (``spark/job_session.py``)."""
+    session of sparkpoint's own: never a caller's (``spark/job_session.py``).
+
+    ``spark.hadoop.X`` settings (the s3a settings of a home on S3, the user's) are set as
+    ``X`` too: Spark strips the prefix only when it creates the SparkContext, so in a copy of
+    a caller's session they would be silently lost. Each query's Hadoop configuration
+    (checkpoint, state store, file sources and sinks) is the SparkContext's plus every conf
+    of its session (``SessionState.newHadoopConf``), so ``X`` reaches this job's queries and
+    no other session's."""
     for key, value in {**QUERY_DEFAULTS, **conf}.items():
         if key.startswith("spark.sql."):
             spark.conf.set(key, value)
+        elif key.startswith(HADOOP_PREFIX) and len(key) > len(HADOOP_PREFIX):
+            spark.conf.set(key[len(HADOOP_PREFIX):], value)

@@ -317,6 +317,7 @@ def upload_checkpoint(staging: Path, target: StorePath,
     for batch in (first, rest):
         target.io.put_files([(p, join(target.url, p.relative_to(staging).as_posix()))
                              for p in batch])
+    crash_point("restore.files_uploaded")
     copies = sorted((url, join(target.url, rel)) for rel, url in (in_store or {}).items())
     for (url, copy), found in zip(copies, target.io.copy_within(copies), strict=True):
         expected = (expected_sha256 or {}).get(url)
