@@ -25,6 +25,10 @@ from sparkpoint.storage.fileio import file_io
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import expected_hourly_counts, output_rows, write_clicks
 from tests.conftest import EXAMPLES, SHUFFLE_PARTITIONS
+from tests.integration.test_drain import JOB as DRAIN_JOB
+from tests.integration.test_drain import expected_all_windows
+from tests.integration.test_startpoints import JOB as PASSTHROUGH_JOB
+from tests.integration.test_startpoints import _rows
 from tests.support.cli import Result, sparkpoint
 from tests.support.s3 import S3Server
 
@@ -62,6 +66,11 @@ def _s3_home(s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_start_from_a_snapshot_on_s3_cut_off_at_each_point_is_rolled_back_and_rebuilt(
     spark: Any, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The jobs finishing the cut-off starts run in this test's own SparkSession, which has
+    no s3a settings: the in-driver API hands the job's copy of it the home's (on main they
+    were lost: Spark copies a session's confs into its Hadoop configuration with their
+    ``spark.hadoop.`` prefix, and only strips it when it creates the SparkContext), and the
+    caller's session is left without them."""
     home = _s3_home(s3_server, tmp_path, monkeypatch)
     inp = tmp_path / "in"
     events = write_clicks(inp, range(0, 3))
@@ -105,3 +114,75 @@ def test_start_from_a_snapshot_on_s3_cut_off_at_each_point_is_rolled_back_and_re
         sorted(["v1", *("after-" + p.split(".", 1)[1].replace("_", "-")
                         for p in RESTORE_POINTS)])
     assert Counter(api.snapshot_verify(home, "s1")) == Counter()
+    assert spark.conf.get("fs.s3a.endpoint", None) is None
+
+
+def _job_conf() -> dict[str, str]:
+    """What the job is run with: recorded with it, so that a command of another machine that
+    starts Spark for it (a drain, a run without --conf) has the s3a jars too."""
+    return {"spark.sql.shuffle.partitions": str(SHUFFLE_PARTITIONS), "spark.jars": _s3a_jars()}
+
+
+def test_drain_on_s3_cut_off_at_each_point_is_finished_or_rolled_back_by_the_next_drain(
+    spark: Any, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = _s3_home(s3_server, tmp_path, monkeypatch)
+    clicks = write_clicks(tmp_path / "in", range(0, 3))
+    expected = expected_all_windows("tumbling", clicks, [])
+    for point in [p for p in CRASH_POINTS if p.startswith("drain.")]:
+        job = "j-" + point.split(".", 1)[1].replace("_", "-")
+        params = {"kind": "tumbling", "input": str(tmp_path / "in"),
+                  "views_input": str(tmp_path / "views"), "output": str(tmp_path / job)}
+        api.run(home, DRAIN_JOB, job, params=params, conf=_job_conf(), until_caught_up=True,
+                spark=spark)
+        machine = tmp_path / f"machine-{job}"
+        _crash(home, point, machine, "drain", job, "--snapshot", f"d-{job}")
+        shutil.rmtree(machine)
+
+        said: list[str] = []
+        record = api.drain(home, job, snapshot=f"d-{job}", spark=spark, echo=said.append)
+        finished = point in ("drain.batch_committed", "drain.watermark_restored",
+                             "drain.recorded")
+        assert any("finishing the drain interrupted" in line for line in said) == finished, \
+            (point, said)
+        # Cut off before its batch ran: rolled back (nothing changed, or its offsets).
+        assert any("rolled back an interrupted drain" in line for line in said) == \
+            (not finished), (point, said)
+        assert record.residual == [] and record.snapshot == f"d-{job}"
+        # Every window, each once: what an unbounded run of the input emits.
+        assert output_rows(spark, tmp_path / job) == expected, point
+        assert {op.rows for op in api.snapshot_show(home, f"d-{job}").operators} == {0}
+        assert api.job_view(home, job).status == "drained"
+    assert not [key for key in s3_server.keys(home.location.split("/")[2], "home/jobs/")
+                if key.endswith("drain-intent.json")]
+
+
+def test_startpoint_apply_on_s3_cut_off_at_each_point_is_applied_exactly_once(
+    spark: Any, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = _s3_home(s3_server, tmp_path, monkeypatch)
+    for point in [p for p in CRASH_POINTS if p.startswith("startpoint.")]:
+        job = "j-" + point.split(".", 1)[1].replace("_", "-")
+        inp, out = tmp_path / f"{job}-in", tmp_path / job
+        params = {"input": str(inp), "output": str(out)}
+        first = write_clicks(inp, range(0, 2))
+        api.run(home, PASSTHROUGH_JOB, job, params=params, conf=_job_conf(),
+                until_caught_up=True, spark=spark)
+        assert api.startpoint_set(home, job, "clicks", "earliest").stored
+        later = write_clicks(inp, range(2, 3))
+        machine = tmp_path / f"machine-{job}"
+        _crash(home, point, machine, "run", str(PASSTHROUGH_JOB), "--job", job,
+               "--until-caught-up")
+        shutil.rmtree(machine)
+
+        said: list[str] = []
+        api.run(home, PASSTHROUGH_JOB, job, params=params, until_caught_up=True, spark=spark,
+                echo=said.append)
+        assert any("finishing the startpoints interrupted" in line for line in said), \
+            (point, said)
+        assert api.startpoint_list(home, job) == {}
+        applied = api.job_view(home, job).record.startpoints_applied
+        assert [a.source for a in applied] == ["clicks"], point
+        # Every file read again exactly once from the earliest, as an uninterrupted
+        # application reads them, then the new one.
+        assert output_rows(spark, out) == _rows(first + first + later), point
