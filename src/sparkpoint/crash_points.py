@@ -3,7 +3,10 @@
 Every command that changes things in more than one step calls ``crash_point(name)`` between
 its steps. With ``SPARKPOINT_CRASH_AT=<name>`` in the environment the process ends at that
 point at once (``os._exit(137)``: no ``finally``, no cleanup, as ``kill -9`` would), so a test
-can check that the next ordinary command completes or rolls back the interrupted work.
+can check that the next ordinary command completes or rolls back the interrupted work. With
+``SPARKPOINT_FREEZE_AT=<name>`` the process instead stops itself there (SIGSTOP, as a long
+pause of a machine would stop it) until a test continues it (SIGCONT), so that two
+processes' steps can be interleaved in a chosen order.
 
 Every name is declared here, in one place, so that ``sparkpoint debug crash-points`` can list
 them and a misspelt name in the code fails at once instead of never firing.
@@ -13,9 +16,11 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 
 CRASH_ENV = "SPARKPOINT_CRASH_AT"
+FREEZE_ENV = "SPARKPOINT_FREEZE_AT"
 # Internal steps of multi-step commands, for who watches one closely (``sparkpoint --verbose``,
 # the kill tests): not a command's output, silent by default.
 STEPS_LOGGER = "sparkpoint.steps"
@@ -36,6 +41,8 @@ CRASH_POINTS: dict[str, str] = {
     "remote_snapshot.files_uploaded": "new files uploaded, manifest not written (not listed)",
     "remote_snapshot.published": "manifest written (listed), lease not removed",
     "remote_snapshot.delete_unlisted": "manifest removed (not listed), files not collected",
+    "remote_snapshot.collection_announced": "a collection announced the files it will delete, "
+                                             "none deleted",
     # run --from-snapshot / --resume-point: staging beside the target, published by one
     # rename after an intent file; the next start of the same job rolls back the debris
     "restore.job_locked": "new job's lock taken, nothing assembled",
@@ -82,6 +89,10 @@ CRASH_POINTS: dict[str, str] = {
     "prune.scratch_linked": "scratch copy of the snapshot's checkpoint made, state not rewritten",
     "prune.partition_rewritten": "one state partition rewritten in scratch, others not",
     "prune.state_rewritten": "pruned state written in scratch, new snapshot not created",
+    # a job's lease in a home on S3 or HDFS (storage/lease.py): the next generation created,
+    # then the older ones removed
+    "lease.taken": "a job's lease taken (its next generation created), older generations "
+                   "not removed",
     # jobs delete: renamed aside, then removed
     "jobs.delete_renamed": "job directory renamed out of the listing, files not removed",
     "jobs.delete_tombstoned": "a home on S3 or HDFS: the job's tombstone written, its files "
@@ -90,10 +101,15 @@ CRASH_POINTS: dict[str, str] = {
 
 
 def crash_point(name: str) -> None:
-    """End the process here, at once, when the environment asks for this point."""
+    """End the process here, at once, when the environment asks for this point (or stop it
+    until it is continued, for a freeze)."""
     if name not in CRASH_POINTS:
         raise KeyError(f"undeclared crash point {name!r}; declare it in CRASH_POINTS")
     if os.environ.get(CRASH_ENV) == name:
         sys.stderr.write(f"crash point {name}: exiting with {CRASH_EXIT_CODE}\n")
         sys.stderr.flush()
         os._exit(CRASH_EXIT_CODE)
+    if os.environ.get(FREEZE_ENV) == name:
+        sys.stderr.write(f"freeze point {name}: stopped\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGSTOP)

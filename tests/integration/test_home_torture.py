@@ -1,7 +1,8 @@
 """Concurrency torture of one job in a home on S3 (moto's server) and on HDFS (a
 MiniDFSCluster): four processes, each a machine of its own (its host name in the lease, its
-own scratch space), change the job at once with a seeded random sequence of snapshot create,
-delete and verify, startpoint set, run, jobs stop and drain (tests/support/torture_machine.py).
+own scratch space), change the job at once with a seeded random sequence of snapshot create
+(with and without --cancel), delete and verify, startpoint set, run, jobs stop and drain
+(tests/support/torture_machine.py).
 
 Afterwards, from what the processes reported and what the home holds:
 - no operation ended in an unexpected error or a traceback; refusals are the expected ones
@@ -67,7 +68,7 @@ pytestmark = pytest.mark.spark
 
 JOB = "clicks"
 MACHINES = 4
-OPERATIONS = ("create", "delete", "verify", "startpoint", "run", "stop", "drain")
+OPERATIONS = ("create", "cancel", "delete", "verify", "startpoint", "run", "stop", "drain")
 SPARK_KINDS = ("run", "drain")  # the operations that need the machine's own Spark session
 SPARK_MACHINES = max(1, min(MACHINES, int(os.environ.get("SPARKPOINT_TORTURE_SPARK_MACHINES",
                                                          "2"))))
@@ -299,7 +300,8 @@ def test_four_machines_changing_one_job_at_random_leave_it_whole(
 
         # Snapshots: exactly those created and not deleted, each whole.
         created = {line["result"]["snapshot"] for line in ops if line["outcome"] == "ok"
-                   and line["op"] in ("create", "drain") and line["result"].get("snapshot")}
+                   and line["op"] in ("create", "cancel", "drain")
+                   and line["result"].get("snapshot")}
         deleted = {line["result"]["snapshot"] for line in ops
                    if line["op"] == "delete" and line["outcome"] == "ok"}
         listed = {m.name: m for m in api.snapshot_list(home)}

@@ -13,7 +13,8 @@ Commands come on stdin, one JSON object a line; each is answered on stdout by li
 - ``{"do": "spark"}``: start its Spark session now (before the torture, not during it).
 - ``{"do": "setup"}``: write the first input files, run the job until caught up.
 - ``{"do": "torture", "seed": S, "ops": [...], "deadline_s": T}``: the operations in order
-  (``create``, ``delete``, ``verify``, ``startpoint``, ``run``, ``stop``, ``drain``), none
+  (``create``, ``cancel``, ``delete``, ``verify``, ``startpoint``, ``run``, ``stop``,
+  ``drain``), none
   begun after T seconds; one line per operation with its outcome: ``ok``, the error code of a
   SparkpointError with its exit code, or ``traceback``.
 - ``{"do": "finish"}``: run the job until caught up, then drain it.
@@ -121,8 +122,11 @@ class Machine:
 
     def operation(self, op: str, name: str, rng: random.Random) -> dict[str, Any]:
         """One operation of the torture; returns what it did (raises what it refused)."""
-        if op == "create":
-            manifest = api.snapshot_create(self.home, self.job, name)
+        if op in ("create", "cancel"):
+            # cancel: a running job (on any machine) is asked to stop first, as Flink's
+            # cancel with savepoint.
+            manifest = api.snapshot_create(self.home, self.job, name, cancel=op == "cancel",
+                                           echo=log)
             return {"snapshot": name, "batch": manifest.batch_id}
         if op in ("delete", "verify"):
             listed = sorted(m.name for m in api.snapshot_list(self.home))

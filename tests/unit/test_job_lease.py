@@ -21,11 +21,13 @@ from typing import Any
 
 import pytest
 
+from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE
 from sparkpoint.errors import JobRunningError, LeaseLostError
 from sparkpoint.runtime.lock import held_lease, job_lock, lease_store, lock_holder
 from sparkpoint.storage.fileio import file_io, join
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.lease import LEASE_LOG_ENV, LeaseRecord, LeaseStore
+from tests.support.cli import wait_for
 
 # One contender: waits for "go" on stdin, tries the job's lock once, reports, then holds it
 # until its stdin gives "release" (or reports LEASE_LOST when a fence check fails).
@@ -174,6 +176,36 @@ def test_an_expired_lease_of_a_dead_machine_is_taken_over_and_the_job_shows_stop
     # Its older generation was tidied; the newest stays, marked let go.
     generation, record = lease_store(remote_home, "j").current()
     assert generation == 8 and record is not None and record.released
+
+
+def test_a_takeover_cut_off_after_taking_the_lease_holds_it_until_it_expires(
+    remote_home: Home, tmp_path: Path
+) -> None:
+    """Crash point lease.taken: a taker that dies right after its conditional create leaves
+    its generation beside the older ones; it holds the job (it may have begun to work) until
+    it expires, then the next taker takes over and removes every older generation."""
+    _write_lease(remote_home, 3, token="t", host="dead-machine", pid=4242,
+                 expires_at=time.time() - 5)
+    cut = subprocess.run([sys.executable, "-c", CONTENDER, remote_home.location], input="go\n",
+                         capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, SPARKPOINT_HOST="machine-a",
+                                  SPARKPOINT_LEASE_SECONDS="6", **{CRASH_ENV: "lease.taken"}))
+    assert cut.returncode == CRASH_EXIT_CODE, cut.stderr
+    store = lease_store(remote_home, "j")
+    assert store._generations() == [3, 4]
+    generation, record = store.current()
+    assert generation == 4 and record is not None and record.host == "machine-a"
+    # The cut-off taker's lease lasts its length: the job is held by machine-a until then.
+    with pytest.raises(JobRunningError, match="machine-a"), job_lock(remote_home, "j"):
+        pytest.fail("a live lease was taken")
+    wait_for(lambda: lock_holder(remote_home, "j") is None, 30, "the lease to expire")
+    said: list[str] = []
+    with job_lock(remote_home, "j", echo=said.append):
+        lease = held_lease(remote_home, "j")
+        assert lease is not None and lease.record.generation == 5
+        assert store._generations() == [5]
+        lease.check()
+    assert said and "took over the lease left by pid" in said[0] and "machine-a" in said[0]
 
 
 def test_a_lease_renewed_by_its_holder_outlives_its_length(

@@ -5,20 +5,21 @@ Layout under the store's root URL::
     <name>/manifest.json          the commit record: the snapshot exists once this exists
     .files/<xx>/<xxh3>-<bytes>    every file of every snapshot, stored once per content
     .leases/<name>.<id>.json      a create in flight: the files it relies on
+    .collections/<id>.json        a collection in flight: the files it means to delete
 
 A create exports locally (links, no copy), writes its lease, uploads only the files the store
 does not hold yet, then writes the manifest with a conditional put: of two creates of one
 name (from two homes) exactly one wins, and a create cut off anywhere before that leaves
 nothing listed. A delete removes the manifest first (the snapshot is gone from the listing
 at once), then every file no remaining manifest or live lease refers to; the next create or
-delete collects what a cut-off one left.
+delete collects what a cut-off one left. Creates and collections meet by a handshake of
+leases and announcements (snapshot/collection.py), so neither waits on a clock.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -32,6 +33,7 @@ from sparkpoint.errors import (
     StateRetentionError,
     UnknownSnapshotError,
 )
+from sparkpoint.snapshot.collection import Collection, wait_for_collections
 from sparkpoint.snapshot.export import (
     COPY_REQUEST_LIMIT,
     InStoreCopies,
@@ -60,11 +62,6 @@ LEASES_DIR = ".leases"
 # pid says so at once); its files are collected like any other unreferenced file.
 LEASE_EXPIRY = OTHER_HOST_EXPIRY
 _FETCHED_MARK = ".complete"
-# A collection deletes only within this many seconds of listing the leases of creates in
-# flight; a create waits this long (and a margin for requests still on the wire) after
-# writing its lease before it checks its files and publishes.
-COLLECTION_WINDOW_S = 3.0
-CLOCK_MARGIN_S = 1.0
 
 
 def blob_name(entry: FileEntry) -> str:
@@ -218,11 +215,14 @@ class ObjectSnapshotStore(SnapshotStore):
                                          in_store)
             sources = {f"{CHECKPOINT_SUBDIR}/{rel}": found.url
                        for rel, found in (in_store.files.items() if in_store else ())}
-            # Registered before deciding what to share: a collection that lists leases from
-            # now on keeps every file this create names (see collect_garbage).
+            # Registered before deciding what to share: a collection that announces itself
+            # from now on keeps every file this create names, and one that announced any of
+            # them before is waited out (snapshot/collection.py); what the store holds after
+            # that stays until the manifest or the lease lets it go.
             self.io.write_bytes(lease, _lease_record(name, manifest.files))
-            registered = time.monotonic()
             crash_point("remote_snapshot.lease_written")
+            wait_for_collections(self.io, self.location,
+                                 {blob_name(entry) for entry in manifest.files}, {name}, say)
             held = self.collect_garbage()
             # Identical files (same content) are stored once, also within one snapshot.
             new = {blob: entry for entry in manifest.files
@@ -240,10 +240,6 @@ class ObjectSnapshotStore(SnapshotStore):
             copied = dict(zip((blob for _, blob in copies), self._copy_in_store(copies),
                               strict=True))
             crash_point("remote_snapshot.files_uploaded")
-            # Also when nothing was shared: a blob of the same name left by a dead create or
-            # a deleted snapshot may be on the delete list of a collection that listed the
-            # leases before ours, and that delete may land after our copy of it.
-            self._put_back_collected(manifest.files, staging, sources, registered)
             manifest = manifest.model_copy(update={
                 "added_bytes": added,
                 "files": [self._with_store_checksum(entry, copied) for entry in manifest.files],
@@ -288,24 +284,6 @@ class ObjectSnapshotStore(SnapshotStore):
                 "and create them again")
         return entry.model_copy(update={"sha256": sha256})
 
-    def _put_back_collected(self, files: Iterable[FileEntry], staging: Path,
-                            sources: dict[str, str], registered: float) -> None:
-        """Before publishing: put back any shared file a collection removed.
-
-        A collection that listed leases before ours was written may still delete files it
-        found unreferenced, a file we decided to share among them, but only within
-        COLLECTION_WINDOW_S of that listing. Once that window has passed since our lease was
-        written, every such collection is over, so what the store holds now stays until our
-        manifest (or lease) lets it go: a published snapshot never lacks a file."""
-        time.sleep(max(0.0, registered + COLLECTION_WINDOW_S + CLOCK_MARGIN_S
-                       - time.monotonic()))
-        held = set(self.io.walk_sizes(join(self.location, FILES_DIR)))
-        lost = {blob_name(e): e for e in files if blob_name(e) not in held}
-        self.io.put_files([(staging / e.path, self._blob_url(e)) for e in lost.values()
-                           if e.path not in sources])
-        self._copy_in_store([(sources[e.path], self._blob_url(e)) for e in lost.values()
-                             if e.path in sources])
-
     def delete(self, name: str) -> None:
         self.get(name)
         self.io.delete(self._manifest_url(name))
@@ -320,9 +298,10 @@ class ObjectSnapshotStore(SnapshotStore):
         Safe against creates and deletes running meanwhile, anywhere:
         - Leases are listed before manifests, and a create writes its manifest before it
           removes its lease: a create is seen by one listing or the other.
-        - Deletions happen only within COLLECTION_WINDOW_S of listing the leases; a create
-          whose lease came later checks, after that window, that its files are all there
-          (ObjectSnapshotStore._put_back_collected) before it publishes.
+        - What it would delete is announced first, then the leases are listed again, and
+          only what no lease names is deleted, while the announcement lasts: a create whose
+          lease came too late for that listing finds the announcement and waits for it to
+          end (snapshot/collection.py).
         - A directory without a manifest is removed only when no live lease names it (on
           HDFS a manifest being published is a temp file in it until renamed).
         """
@@ -330,7 +309,38 @@ class ObjectSnapshotStore(SnapshotStore):
         published, _ = self._listed()
         referenced = {blob_name(entry) for name in published
                       for entry in self._files_of(name)}
-        listed_leases = time.monotonic()
+        live, creating = self._creates()
+        # Published after the first listing, by a create whose lease was gone by the second.
+        published, leftovers = self._listed_since(published, referenced)
+        garbage = {blob for blob in blobs if not _kept(blob, referenced | live)}
+        doomed = {name for name in leftovers if name not in creating}
+        if not garbage and not doomed:
+            return set(blobs)
+        collection = Collection(self.io, self.location, garbage, doomed)
+        deleted: set[str] = set()
+        try:
+            crash_point("remote_snapshot.collection_announced")
+            # The handshake's second read: a create registered before the announcement.
+            live, creating = self._creates()
+            _, leftovers = self._listed_since(published, referenced)
+            kept = referenced | live
+            for blob in sorted(garbage):
+                if _kept(blob, kept):
+                    continue
+                if not collection.may_delete():
+                    break  # past its length: a create may no longer wait for it
+                self.io.delete(join(self.location, FILES_DIR, blob))
+                deleted.add(blob)
+            for name in sorted(doomed & set(leftovers) - creating):
+                if not collection.may_delete():
+                    break
+                self.io.delete_tree(join(self.location, name))
+        finally:
+            collection.end()
+        return set(blobs) - deleted
+
+    def _creates(self) -> tuple[set[str], set[str]]:
+        """The files and snapshot names of creates in flight; leases of dead ones removed."""
         live: set[str] = set()
         creating: set[str] = set()
         for lease_name in self.io.list_names(join(self.location, LEASES_DIR)):
@@ -344,23 +354,16 @@ class ObjectSnapshotStore(SnapshotStore):
                 creating.add(str(record.get("name") or lease_name.split(".", 1)[0]))
             else:
                 self.io.delete(url)
-        # Published after the first listing, by a create whose lease was gone by the second.
+        return live, creating
+
+    def _listed_since(self, published: list[str],
+                      referenced: set[str]) -> tuple[list[str], list[str]]:
+        """List again; the files of snapshots published since ``published`` are added to
+        ``referenced``. Returns the published names and the leftovers, as _listed."""
         published_now, leftovers = self._listed()
         for name in set(published_now) - set(published):
             referenced |= {blob_name(entry) for entry in self._files_of(name)}
-        deadline = listed_leases + COLLECTION_WINDOW_S
-        remaining = set()
-        kept = referenced | live
-        for blob in blobs:
-            if blob in kept or _uploading(blob) in kept or time.monotonic() > deadline:
-                remaining.add(blob)
-            else:
-                self.io.delete(join(self.location, FILES_DIR, blob))
-        # A listed name whose manifest is gone is a delete's leftover directory marker.
-        for name in leftovers:
-            if name not in creating and time.monotonic() <= deadline:
-                self.io.delete_tree(join(self.location, name))
-        return remaining
+        return published_now, leftovers
 
     def _files_of(self, name: str) -> list[FileEntry]:
         """The files of a published snapshot; none when it was deleted meanwhile. The
@@ -388,6 +391,11 @@ def is_state_data(path: str) -> bool:
 def _left(entry: FileEntry) -> bool:
     """A file a start leaves in the store, to be copied there (one copy request each)."""
     return is_state_data(entry.path) and entry.bytes <= COPY_REQUEST_LIMIT
+
+
+def _kept(blob: str, kept: set[str]) -> bool:
+    """Named by a manifest or a live create, or an upload in flight of such a blob."""
+    return blob in kept or _uploading(blob) in kept
 
 
 def _uploading(blob: str) -> str | None:

@@ -46,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import JobRunningError, LeaseLostError, UsageError
 from sparkpoint.storage.fileio import FileIO, join
 from sparkpoint.storage.processes import pid_alive, this_host
@@ -179,6 +180,7 @@ class LeaseStore:
             if not self.io.create_exclusive(self._url(mine.generation), mine.to_bytes()):
                 continue  # another process took this generation: look again
             _log("acquired", self.job, mine, length=length, expires_at=mine.expires_at)
+            crash_point("lease.taken")
             if record is not None and not record.released:
                 echo(f"job '{self.job}': took over the lease left by {record.describe()}, "
                      f"expired {time.time() - record.expires_at:.0f} s ago")

@@ -1,0 +1,189 @@
+"""A delete's collection and a create sharing the same files, in a snapshot store on S3
+(moto's server) and on HDFS (a MiniDFSCluster), interleaved step by step: each process is
+stopped at a named point (``SPARKPOINT_FREEZE_AT``: it stops itself as a long pause of its
+machine would) while the other runs, then continued.
+
+Whatever the order, a published snapshot keeps every file it lists (it verifies), and a
+collection frozen past its announcement's length deletes nothing when it wakes.
+
+On main before the handshake, a create waited about 4 s after registering before it
+published, whether a collection ran or not (the collection window); a collection frozen
+between its check of that window and its delete could still delete a shared file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkpoint import api
+from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE, FREEZE_ENV
+from sparkpoint.runtime.registry import JobRecord, JobRegistry, OperatorRecord
+from sparkpoint.snapshot.collection import COLLECTIONS_DIR, announcements
+from sparkpoint.snapshot.object_store import FILES_DIR, blob_name
+from sparkpoint.storage.fileio import file_io, join
+from sparkpoint.storage.home import Home
+from tests.support.cli import _env, command, sparkpoint, wait_for
+
+GOLDEN = Path(__file__).resolve().parent.parent / "data" / "golden-rocks"
+JOB = "j"
+
+
+@pytest.fixture(params=["s3", "hdfs"])
+def home(request: pytest.FixtureRequest, tmp_path: Path) -> Home:
+    """A local home with a stopped job (Spark's own RocksDB checkpoint), its snapshots in a
+    store."""
+    server: Any = request.getfixturevalue("s3_server" if request.param == "s3"
+                                          else "hdfs_server")
+    for name, value in server.env.items():
+        os.environ.setdefault(name, value)
+    snapshots = f"s3://{server.new_bucket()}/snaps" if request.param == "s3" else \
+        join(server.new_dir(), "snaps")
+    home = Home(tmp_path / "home", snapshots)
+    shutil.copytree(GOLDEN, home.checkpoint_dir(JOB))
+    JobRegistry(home).save(JobRecord(
+        name=JOB, job_file=str(tmp_path / "job.py"), status="stopped",
+        operators=[OperatorRecord(name="hourly_counts", operator_id=0,
+                                  spark_operator_name="stateStoreSave", named_by_user=True),
+                   OperatorRecord(name="dedup_clicks", operator_id=1,
+                                  spark_operator_name="dedupe", named_by_user=True)]))
+    return home
+
+
+class Frozen:
+    """A CLI process that stops itself at a freeze point, then is continued."""
+
+    def __init__(self, home: Home, point: str, *args: str, env: dict[str, str] | None = None,
+                 log: Path) -> None:
+        self.log = log
+        with open(log, "wb") as err:
+            self.process = subprocess.Popen(
+                command(home, "--snapshots", str(home.snapshots), *args),
+                stdout=subprocess.DEVNULL, stderr=err,
+                env=_env(extra={FREEZE_ENV: point, **(env or {})}))
+        wait_for(self.stopped, 120, f"the process to stop at {point}", log)
+
+    def stopped(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"ended with {self.process.returncode} before its freeze "
+                                 f"point:\n{self.log.read_text()[-3000:]}")
+        state = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state == "T"
+
+    def said(self, text: str) -> bool:
+        return text in self.log.read_text()
+
+    def resume(self) -> int:
+        os.kill(self.process.pid, signal.SIGCONT)
+        return self.process.wait(timeout=120)
+
+
+def _cli(home: Home, *args: str, **env: str) -> Any:
+    return sparkpoint(home, "--snapshots", str(home.snapshots), *args, env=env)
+
+
+def _blobs(home: Home) -> set[str]:
+    assert home.snapshots is not None
+    return set(file_io(home.snapshots).walk_sizes(join(home.snapshots, FILES_DIR)))
+
+
+def _assert_whole(home: Home, *names: str) -> None:
+    """Exactly these snapshots are listed, each verifies and the store holds their files;
+    no collection is left announced."""
+    assert [m.name for m in api.snapshot_list(home)] == sorted(names)
+    for name in names:
+        assert api.snapshot_verify(home, name) == [], name
+    held = _blobs(home)
+    for manifest in api.snapshot_list(home):
+        assert {blob_name(entry) for entry in manifest.files} <= held
+    assert home.snapshots is not None
+    assert announcements(file_io(home.snapshots), home.snapshots) == []
+
+
+def _created(home: Home, name: str) -> None:
+    created = _cli(home, "snapshot", "create", JOB, name)
+    assert created.code == 0, created.err
+
+
+def test_a_create_during_a_collection_that_named_its_files_waits_and_stores_them_again(
+    home: Home, tmp_path: Path
+) -> None:
+    _created(home, "a")
+    # The delete's collection has announced every file of 'a' (no snapshot refers to them
+    # any more) and listed the creates again: none. It is frozen before deleting.
+    collector = Frozen(home, "remote_snapshot.collection_announced", "snapshot", "delete",
+                       "a", "--yes", log=tmp_path / "collector.log")
+    # A create of the same files now finds the announcement and waits.
+    log = tmp_path / "create.log"
+    with open(log, "wb") as err:
+        create = subprocess.Popen(
+            command(home, "--snapshots", str(home.snapshots), "snapshot", "create", JOB, "b"),
+            stdout=subprocess.DEVNULL, stderr=err, env=_env())
+    wait_for(lambda: "waiting for a collection" in log.read_text(), 120,
+             "the create to find the collection's announcement", log)
+    assert create.poll() is None, log.read_text()
+    assert collector.resume() == 0, collector.log.read_text()
+    assert create.wait(timeout=120) == 0, log.read_text()
+    # The collection deleted the files; the create stored them again after it ended.
+    _assert_whole(home, "b")
+
+
+def test_a_collection_after_a_create_registered_keeps_its_files(
+    home: Home, tmp_path: Path
+) -> None:
+    _created(home, "a")
+    shared = _blobs(home)
+    create = Frozen(home, "remote_snapshot.lease_written", "snapshot", "create", JOB, "b",
+                    log=tmp_path / "create.log")
+    deleted = _cli(home, "snapshot", "delete", "a", "--yes")
+    assert deleted.code == 0, deleted.err
+    assert _blobs(home) == shared, "the collection removed files a registered create names"
+    assert create.resume() == 0, create.log.read_text()
+    assert not create.said("waiting for a collection")
+    _assert_whole(home, "b")
+
+
+def test_a_collection_frozen_past_its_length_deletes_nothing_when_it_wakes(
+    home: Home, tmp_path: Path
+) -> None:
+    _created(home, "a")
+    shared = _blobs(home)
+    # A collector on another machine, with a 2-second announcement.
+    collector = Frozen(home, "remote_snapshot.collection_announced", "snapshot", "delete",
+                       "a", "--yes", log=tmp_path / "collector.log",
+                       env={"SPARKPOINT_LEASE_SECONDS": "2", "SPARKPOINT_HOST": "machine-b"})
+    # The create waits for it to end or expire, then shares every file.
+    created = _cli(home, "snapshot", "create", JOB, "b")
+    assert created.code == 0, created.err
+    assert "waiting for a collection" in created.err
+    assert _blobs(home) == shared
+    assert collector.resume() == 0, collector.log.read_text()
+    assert _blobs(home) == shared, "a collection past its length deleted files"
+    assert [m.name for m in api.snapshot_list(home)] == ["b"]
+    assert api.snapshot_verify(home, "b") == []
+
+
+def test_a_collection_cut_off_after_announcing_holds_up_nothing(
+    home: Home, tmp_path: Path
+) -> None:
+    """Crash point remote_snapshot.collection_announced: the announcement of a collector
+    that died on this machine is over at once; the next create removes it and the next
+    delete collects what the cut-off one left."""
+    _created(home, "a")
+    cut = _cli(home, "snapshot", "delete", "a", "--yes",
+               **{CRASH_ENV: "remote_snapshot.collection_announced"})
+    assert cut.code == CRASH_EXIT_CODE, cut.err
+    assert home.snapshots is not None
+    assert file_io(home.snapshots).list_names(join(home.snapshots, COLLECTIONS_DIR))
+    _created(home, "b")
+    _assert_whole(home, "b")
+    deleted = _cli(home, "snapshot", "delete", "b", "--yes")
+    assert deleted.code == 0, deleted.err
+    assert _blobs(home) == set()
+    assert api.snapshot_list(home) == []
