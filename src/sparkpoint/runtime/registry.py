@@ -186,9 +186,7 @@ class JobRegistry:
     def names(self) -> list[str]:
         """The jobs of the home. In a store, a job's deletion that was cut off after its
         tombstone is finished here: every listing finishes it."""
-        jobs = self.home.jobs_dir
-        candidates = [entry for entry in jobs.iterdir()
-                      if name_problem(entry.name, "job") is None] if jobs.is_dir() else []
+        candidates = self.candidates()
         # In a store each look is a round trip: the jobs are looked at several at once, one
         # listing of each job's directory telling its record and its tombstone apart.
         with ThreadPoolExecutor(max_workers=JOBS_LOOKED_AT_ONCE) as pool:
@@ -196,17 +194,32 @@ class JobRegistry:
         return sorted(entry.name for entry, there in zip(candidates, present, strict=True)
                       if there)
 
+    def candidates(self) -> list[Location]:
+        """The directories under the home's jobs that are named as jobs are (present or
+        not: see listing)."""
+        try:
+            return [entry for entry in self.home.jobs_dir.iterdir()
+                    if name_problem(entry.name, "job") is None]
+        except FileNotFoundError:
+            return []
+
     def _present(self, job_dir: Location, finish_deletion: bool = True) -> bool:
         """The job has a record and, in a store, no tombstone (one listing of its directory);
         with ``finish_deletion`` a tombstoned job's deletion is finished."""
+        return self.listing(job_dir, finish_deletion)[0]
+
+    def listing(self, job_dir: Location,
+                finish_deletion: bool = True) -> tuple[bool, frozenset[str] | None]:
+        """Whether the job is present (see _present), and in a store the names in its
+        directory (so that a reader skips a file the listing shows absent), else None."""
         if isinstance(job_dir, Path):
-            return (job_dir / JOB_FILE).is_file()
-        names = set(job_dir.io.list_names(job_dir.url))
+            return (job_dir / JOB_FILE).is_file(), None
+        names = frozenset(job_dir.io.list_names(job_dir.url))
         if TOMBSTONE in names:
             if finish_deletion:
                 self._remove_tombstoned(job_dir, keep_live_lease=True)
-            return False
-        return JOB_FILE in names
+            return False, names
+        return JOB_FILE in names, names
 
     def get(self, job: str) -> JobRecord:
         path = self.record_path(job)

@@ -20,7 +20,7 @@ from sparkpoint.checkpoint.source_log import (
 from sparkpoint.errors import (
     SparkpointError,
 )
-from sparkpoint.runtime.progress import ProgressSummary, read_progress
+from sparkpoint.runtime.progress import PROGRESS_FILE, ProgressSummary, read_progress
 from sparkpoint.runtime.registry import (
     JOBS_LOOKED_AT_ONCE,
     JobRecord,
@@ -31,6 +31,7 @@ from sparkpoint.sources.file_input import input_files, local_directory
 from sparkpoint.sources.kafka import KAFKA_KINDS
 from sparkpoint.sources.kafka_groups import records_behind
 from sparkpoint.storage.home import Home
+from sparkpoint.storage.location import Location
 
 Echo = Callable[[str], None]
 
@@ -108,13 +109,16 @@ def _unread_files(checkpoint: Checkpoint, source: str, path: str) -> int:
     return sum(1 for f in input_files(directory) if f.uri not in read)
 
 
-def job_view(home: Home, job: str, details: bool = True) -> JobView:
-    """What 'jobs show' reports; ``details``: also the batches that can be snapshotted."""
+def job_view(home: Home, job: str, details: bool = True,
+             listed: frozenset[str] | None = None) -> JobView:
+    """What 'jobs show' reports; ``details``: also the batches that can be snapshotted.
+    ``listed``: the names in the job's directory in a store, when the caller listed it."""
     registry = JobRegistry(home)
     record = registry.get(job)
     checkpoint = Checkpoint(home.checkpoint_dir(job))
     batch = checkpoint.latest_committed_batch()
-    progress = read_progress(home.job_dir(job))
+    progress = read_progress(home.job_dir(job)) \
+        if listed is None or PROGRESS_FILE in listed else None
     summary = None if progress is None else ProgressSummary.of(progress)
     if summary is not None and record.effective_status() == "drained":
         summary = _watermark_now(summary, checkpoint, batch)
@@ -161,8 +165,14 @@ def jobs_list(home: Home) -> list[JobView]:
     registry = JobRegistry(home)
     registry.remove_deleted_leftovers()
     # Each job is a few reads, each a round trip in a store: several jobs at once.
+    # Each job is looked at whole in one task: its directory's listing (present, not
+    # deleted), then its reads, several jobs at once.
+    def view(entry: Location) -> JobView | None:
+        present, listed = registry.listing(entry)
+        return job_view(home, entry.name, False, listed) if present else None
+
     with ThreadPoolExecutor(max_workers=JOBS_LOOKED_AT_ONCE) as pool:
-        return list(pool.map(lambda name: job_view(home, name, details=False),
-                             registry.names()))
+        views = list(pool.map(view, registry.candidates()))
+    return sorted((v for v in views if v is not None), key=lambda v: v.record.name)
 
 
