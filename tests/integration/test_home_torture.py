@@ -1,13 +1,14 @@
 """Concurrency torture of one job in a home on S3 (moto's server) and on HDFS (a
 MiniDFSCluster): four processes, each a machine of its own (its host name in the lease, its
 own scratch space), change the job at once with a seeded random sequence of snapshot create
-(with and without --cancel), delete and verify, startpoint set, run, jobs stop and drain
-(tests/support/torture_machine.py).
+(with and without --cancel), delete and verify, startpoint set, run, jobs stop, drain, and a
+machine dying while it holds the job's lease (tests/support/torture_machine.py).
 
 Afterwards, from what the processes reported and what the home holds:
 - no operation ended in an unexpected error or a traceback; refusals are the expected ones
   (JOB_RUNNING for a job another machine holds, and the like: EXPECTED_REFUSALS);
-- no two processes held a job's lease at once, by every process's lease log;
+- no two processes held a job's lease at once, by every process's lease log, and none took
+  the lease of a machine that died holding it before that lease expired;
 - every startpoint set was applied exactly once, or is still pending, and is applied once
   by the next start;
 - exactly the snapshots created and not deleted are listed, each verifies, and jobs started
@@ -68,7 +69,8 @@ pytestmark = pytest.mark.spark
 
 JOB = "clicks"
 MACHINES = 4
-OPERATIONS = ("create", "cancel", "delete", "verify", "startpoint", "run", "stop", "drain")
+OPERATIONS = ("create", "cancel", "delete", "verify", "startpoint", "run", "stop", "drain",
+              "crash")
 SPARK_KINDS = ("run", "drain")  # the operations that need the machine's own Spark session
 SPARK_MACHINES = max(1, min(MACHINES, int(os.environ.get("SPARKPOINT_TORTURE_SPARK_MACHINES",
                                                          "2"))))
@@ -85,6 +87,9 @@ EXPECTED_REFUSALS = {
     "verify": {"UNKNOWN_SNAPSHOT": "not found"},  # deleted by another machine meanwhile
     "delete": {"UNKNOWN_SNAPSHOT": "not found"},  # the same
 }
+# The job's lease lasts this long in the torture, so that a machine that died holding it
+# holds the others up for seconds, not the default minute.
+LEASE_SECONDS = "8"
 WINDOW = dt.timedelta(minutes=20)
 # How long one command of a machine may take, before the test calls it stuck.
 ANSWER_TIMEOUT_S = 600
@@ -100,7 +105,8 @@ class MachineProcess:
         self.lease_log = tmp_path / f"machine-{index}.leases.jsonl"
         env = _env(extra={"SPARKPOINT_HOST": f"machine-{index}",
                           "SPARKPOINT_SCRATCH": str(tmp_path / f"machine-{index}"),
-                          "SPARKPOINT_LEASE_LOG": str(self.lease_log), **(env or {})})
+                          "SPARKPOINT_LEASE_LOG": str(self.lease_log),
+                          "SPARKPOINT_LEASE_SECONDS": LEASE_SECONDS, **(env or {})})
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "tests.support.torture_machine", home_url, JOB,
@@ -208,9 +214,10 @@ def sink_files_up_to(output: Path, batch: int) -> list[str]:
 
 def lease_intervals(
     machines: list[MachineProcess],
-) -> dict[str, list[tuple[float, float, str, int]]]:
+) -> dict[str, list[tuple[float, float, str, int, float | None]]]:
     """Each holding of each job's lease, from the processes' logs: (taken, let go, host,
-    generation), in the order taken."""
+    generation, and for a holder that died holding it the expiry it wrote), in the order
+    taken."""
     taken: dict[str, dict[str, Any]] = {}
     let_go: dict[str, dict[str, Any]] = {}
     for machine in machines:
@@ -219,10 +226,12 @@ def lease_intervals(
             (taken if line["event"] == "acquired" else let_go)[line["token"]] = line
     assert set(taken) == set(let_go), \
         f"leases taken and never let go, or the reverse: {set(taken) ^ set(let_go)}"
-    holdings: dict[str, list[tuple[float, float, str, int]]] = {}
+    holdings: dict[str, list[tuple[float, float, str, int, float | None]]] = {}
     for token, line in taken.items():
+        died = let_go[token].get("outcome") == "died"
         holdings.setdefault(line["job"], []).append(
-            (line["wall"], let_go[token]["held_until"], line["host"], line["generation"]))
+            (line["wall"], let_go[token]["held_until"], line["host"], line["generation"],
+             line["expires_at"] if died else None))
     return {job: sorted(intervals) for job, intervals in holdings.items()}
 
 
@@ -300,7 +309,7 @@ def test_four_machines_changing_one_job_at_random_leave_it_whole(
 
         # Snapshots: exactly those created and not deleted, each whole.
         created = {line["result"]["snapshot"] for line in ops if line["outcome"] == "ok"
-                   and line["op"] in ("create", "cancel", "drain")
+                   and line["op"] in ("create", "cancel", "drain", "crash")
                    and line["result"].get("snapshot")}
         deleted = {line["result"]["snapshot"] for line in ops
                    if line["op"] == "delete" and line["outcome"] == "ok"}
@@ -333,6 +342,11 @@ def test_four_machines_changing_one_job_at_random_leave_it_whole(
             for before, after in itertools.pairwise(intervals):
                 assert before[1] <= after[0], f"{job}: two holders at once: {before}, {after}"
                 assert before[3] < after[3], f"{job}: generations out of order: {before}, {after}"
+                # A holder that died holding the lease holds the job until its lease expires.
+                assert before[4] is None or before[4] <= after[0], \
+                    f"{job}: taken before the lease of a dead holder expired: {before}, {after}"
+        died = sum(1 for holding in holdings[JOB] if holding[4] is not None)
+        print(f"holdings that ended with their holder's death: {died}")
     finally:
         for machine in machines:
             machine.stop()

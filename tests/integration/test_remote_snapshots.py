@@ -1,6 +1,7 @@
 """Snapshots on S3 (moto's server on loopback) and HDFS (a MiniDFSCluster) apart from the
 home: taken by one home, listed by another and continued there with nothing lost;
-incremental uploads; atomic publishing under crashes and concurrent creates."""
+incremental uploads; concurrent creates of one name. Crashes of create and delete:
+tests/unit/test_remote_snapshot_crashes.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from sparkpoint import api
-from sparkpoint.crash_points import CRASH_EXIT_CODE, CRASH_POINTS
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.object_store import FILES_DIR, blob_name
 from sparkpoint.storage.fileio import file_io, join
@@ -137,61 +137,6 @@ def stopped_job(spark: object, s3_server: S3Server, tmp_path: Path) -> Home:
     api.run(home, JOB, "v1", params=_params(inp, tmp_path / "out"), until_caught_up=True,
             spark=spark)  # type: ignore[arg-type]
     return home
-
-
-def _bucket_of(home: Home) -> str:
-    assert home.snapshots is not None
-    return home.snapshots.split("/")[2]
-
-
-def _crash(home: Home, point: str, *args: str) -> None:
-    assert home.snapshots is not None
-    result = sparkpoint(home, "--snapshots", home.snapshots, *args,
-                        env={"SPARKPOINT_CRASH_AT": point})
-    assert result.code == CRASH_EXIT_CODE, f"{point} did not fire: {result.err}"
-
-
-# A create's own collection announces nothing in a store without garbage: the collection's
-# point is walked by tests/unit/test_collection_handshake.py.
-CREATE_POINTS = [p for p in CRASH_POINTS if p.startswith("remote_snapshot.") and
-                 "delete" not in p and "collection" not in p]
-
-
-@pytest.mark.parametrize("point", CREATE_POINTS)
-def test_create_cut_off_on_s3_lists_nothing_partial_and_is_cleaned(
-    stopped_job: Home, s3_server: S3Server, point: str
-) -> None:
-    home = stopped_job
-    _crash(home, point, "snapshot", "create", "v1", "s1")
-    published = point == "remote_snapshot.published"
-    code, out, err = _cli(home, "snapshot", "list", "--json")
-    assert code == 0, err
-    assert [row["name"] for row in json.loads(out)] == (["s1"] if published else [])
-    if published:
-        assert api.snapshot_verify(home, "s1") == []
-    # The next create completes and collects what the cut-off one left.
-    code, _out, err = _cli(home, "snapshot", "create", "v1", "s2")
-    assert code == 0, err
-    assert api.snapshot_verify(home, "s2") == []
-    names = ["s1", "s2"] if published else ["s2"]
-    assert [m.name for m in api.snapshot_list(home)] == names
-    bucket = _bucket_of(home)
-    assert set(_blobs(s3_server, bucket)) == _referenced(api.snapshot_list(home))
-    assert s3_server.keys(bucket, "snaps/.leases/") == {}, "a dead create's lease stayed"
-
-
-def test_delete_cut_off_on_s3_is_unlisted_and_collected_by_the_next_command(
-    stopped_job: Home, s3_server: S3Server
-) -> None:
-    home = stopped_job
-    assert _cli(home, "snapshot", "create", "v1", "s1")[0] == 0
-    _crash(home, "remote_snapshot.delete_unlisted", "snapshot", "delete", "s1")
-    assert api.snapshot_list(home) == []
-    bucket = _bucket_of(home)
-    assert _blobs(s3_server, bucket), "the crash left no files to collect"
-    code, _out, err = _cli(home, "snapshot", "create", "v1", "s2")
-    assert code == 0, err
-    assert set(_blobs(s3_server, bucket)) == _referenced(api.snapshot_list(home))
 
 
 def test_concurrent_creates_of_one_name_from_two_homes_one_wins(

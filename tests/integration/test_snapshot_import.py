@@ -94,9 +94,12 @@ def test_plain_spark_checkpoint_imported_and_continued(
 
     events += write_clicks(inp, range(2, 4))
     managed_out = tmp_path / "managed-out"
+    # Continued into 4 partitions, the usual first change of a job run at Spark's defaults
+    # (and far cheaper here than 200 partitions of two stateful operators a batch).
     api.run(home, JOB, "adopted-job", params={"input": str(inp), "output": str(managed_out),
                                               "files_per_batch": str(FILES_PER_BATCH)},
-            from_snapshot="adopted", until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+            conf={"spark.sql.shuffle.partitions": "4"}, from_snapshot="adopted",
+            until_caught_up=True, spark=spark)  # type: ignore[arg-type]
     # The dedupe drops a re-read file's events as duplicates or late, so the output alone
     # cannot show a source that started again from its first file (and the file source's
     # log lists each file once even then: a restart without a start offset reads the

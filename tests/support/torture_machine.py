@@ -14,10 +14,16 @@ Commands come on stdin, one JSON object a line; each is answered on stdout by li
 - ``{"do": "setup"}``: write the first input files, run the job until caught up.
 - ``{"do": "torture", "seed": S, "ops": [...], "deadline_s": T}``: the operations in order
   (``create``, ``cancel``, ``delete``, ``verify``, ``startpoint``, ``run``, ``stop``,
-  ``drain``), none
+  ``drain``, ``crash``), none
   begun after T seconds; one line per operation with its outcome: ``ok``, the error code of a
   SparkpointError with its exit code, or ``traceback``.
-- ``{"do": "finish"}``: run the job until caught up, then drain it.
+  ``crash`` is a machine dying while it holds the job: a ``snapshot create`` in a process
+  of its own, on a host of its own, ended right after it took the job's lease (crash point
+  lease.taken), so that the lease stays until it expires and the others must wait for that.
+  Its holding is written into this machine's lease log as let go when the process was seen
+  dead.
+- ``{"do": "finish"}``: once no live lease holds the job, run it until caught up, then
+  drain it.
 - ``{"do": "start_from", "snapshot": S, "job": J, "output": DIR}``: start job J from snapshot
   S into DIR, run it until caught up, drain it.
 """
@@ -28,6 +34,7 @@ import fcntl
 import json
 import os
 import random
+import subprocess
 import sys
 import time
 import traceback
@@ -36,8 +43,11 @@ from pathlib import Path
 from typing import Any
 
 from sparkpoint import api
+from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE
 from sparkpoint.errors import SparkpointError
+from sparkpoint.runtime.lock import lock_holder
 from sparkpoint.storage.home import Home
+from sparkpoint.storage.lease import LEASE_LOG_ENV, lease_seconds
 from sparkpoint.testing import clicks_for_slice
 
 JOB_FILE = Path(__file__).resolve().parents[1] / "data" / "jobs" / "clicks_counted_once.py"
@@ -81,6 +91,14 @@ def append_input(input_dir: Path, files: int) -> list[int]:
             written.append(index)
         state_file.write_text(json.dumps(state))
     return written
+
+
+class CommandRefused(SparkpointError):
+    """A refusal of a command this machine ran in a process of its own."""
+
+    def __init__(self, code: str, exit_code: int, message: str) -> None:
+        super().__init__(message)
+        self.code, self.exit_code = code, exit_code
 
 
 class Machine:
@@ -148,7 +166,40 @@ class Machine:
             return api.jobs_stop(self.home, self.job)
         if op == "drain":
             return self.drain(snapshot=name if rng.random() < 0.5 else None)
+        if op == "crash":
+            return self.die_holding_the_job(name)
         raise ValueError(f"unknown operation {op!r}")
+
+    def die_holding_the_job(self, name: str) -> dict[str, Any]:
+        """See ``crash`` in the module's docs. A snapshot create takes the job's lease only
+        when the job is not running: otherwise it is an ordinary create (or a refusal)."""
+        host = f"{os.environ.get('SPARKPOINT_HOST', 'machine')}-died-{name}"
+        done = subprocess.run(
+            [sys.executable, "-m", "sparkpoint.cli.main", "--home", self.home.location,
+             "snapshot", "create", self.job, name, "--json"],
+            capture_output=True, text=True, timeout=300,
+            env=dict(os.environ, SPARKPOINT_HOST=host, **{CRASH_ENV: "lease.taken"}))
+        seen_dead = time.time()
+        log(done.stderr)
+        if done.returncode == 0:
+            return {"snapshot": name}
+        if done.returncode != CRASH_EXIT_CODE:
+            error = json.loads(done.stdout)["error"]
+            raise CommandRefused(error["code"], done.returncode, error["message"])
+        lease_log = Path(os.environ[LEASE_LOG_ENV])
+        taken = [line for line in map(json.loads, lease_log.read_text().splitlines())
+                 if line["event"] == "acquired" and line["host"] == host]
+        assert len(taken) == 1, taken
+        with open(lease_log, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({**taken[0], "event": "released", "outcome": "died",
+                                     "held_until": seen_dead}) + "\n")
+        return {"died_holding": taken[0]["generation"], "expires_at": taken[0]["expires_at"]}
+
+    def wait_until_free(self) -> None:
+        """Until no live lease holds the job (a machine that died holding it: its lease)."""
+        deadline = time.monotonic() + 3 * lease_seconds()
+        while lock_holder(self.home, self.job) is not None and time.monotonic() < deadline:
+            time.sleep(0.5)
 
     def torture(self, seed: int, ops: list[str], deadline_s: float) -> None:
         rng = random.Random(seed * 1000 + self.index)
@@ -179,7 +230,8 @@ def main(argv: list[str]) -> None:
         "spark": lambda: {"spark": machine.spark.version},
         "setup": lambda: {"input": append_input(machine.input, 2), **machine.run()},
         "torture": machine.torture,
-        "finish": lambda: {"run": machine.run(), "drain": machine.drain()},
+        "finish": lambda: (machine.wait_until_free(),
+                           {"run": machine.run(), "drain": machine.drain()})[1],
         "start_from": lambda snapshot, job, output: {
             "run": machine.run(job, Path(output), from_snapshot=snapshot),
             "drain": machine.drain(job)},

@@ -14,7 +14,6 @@ between its check of that window and its delete could still delete a shared file
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -24,36 +23,17 @@ import pytest
 
 from sparkpoint import api
 from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE, FREEZE_ENV
-from sparkpoint.runtime.registry import JobRecord, JobRegistry, OperatorRecord
 from sparkpoint.snapshot.collection import COLLECTIONS_DIR, announcements
 from sparkpoint.snapshot.object_store import FILES_DIR, blob_name
 from sparkpoint.storage.fileio import file_io, join
 from sparkpoint.storage.home import Home
 from tests.support.cli import _env, command, sparkpoint, wait_for
-
-GOLDEN = Path(__file__).resolve().parent.parent / "data" / "golden-rocks"
-JOB = "j"
+from tests.support.golden_job import JOB, home_with_snapshots_in
 
 
 @pytest.fixture(params=["s3", "hdfs"])
 def home(request: pytest.FixtureRequest, tmp_path: Path) -> Home:
-    """A local home with a stopped job (Spark's own RocksDB checkpoint), its snapshots in a
-    store."""
-    server: Any = request.getfixturevalue("s3_server" if request.param == "s3"
-                                          else "hdfs_server")
-    for name, value in server.env.items():
-        os.environ.setdefault(name, value)
-    snapshots = f"s3://{server.new_bucket()}/snaps" if request.param == "s3" else \
-        join(server.new_dir(), "snaps")
-    home = Home(tmp_path / "home", snapshots)
-    shutil.copytree(GOLDEN, home.checkpoint_dir(JOB))
-    JobRegistry(home).save(JobRecord(
-        name=JOB, job_file=str(tmp_path / "job.py"), status="stopped",
-        operators=[OperatorRecord(name="hourly_counts", operator_id=0,
-                                  spark_operator_name="stateStoreSave", named_by_user=True),
-                   OperatorRecord(name="dedup_clicks", operator_id=1,
-                                  spark_operator_name="dedupe", named_by_user=True)]))
-    return home
+    return home_with_snapshots_in(str(request.param), request, tmp_path)
 
 
 class Frozen:
