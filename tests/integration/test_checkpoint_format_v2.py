@@ -19,6 +19,7 @@ from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.snapshot.store import open_snapshot_store
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import expected_hourly_counts, output_rows, write_clicks
+from tests.support import spark_examples as ex
 from tests.support.cli import sparkpoint
 
 pytestmark = pytest.mark.spark
@@ -127,3 +128,102 @@ def test_a_snapshot_moves_a_job_to_format_v2_and_back_when_asked(
     combined = sum((output_rows(spark, tmp_path / f"out{i}")  # type: ignore[arg-type]
                     for i in (1, 2, 3)), Counter())
     assert combined == expected_hourly_counts(clicks)
+
+
+AD_JOIN = Path(__file__).resolve().parent.parent / "data" / "jobs" / "spark_example_ad_join.py"
+
+
+def test_a_format_v2_stream_stream_join_is_snapshotted_inspected_continued_and_moved(
+    spark: object, home: Home, tmp_path: Path
+) -> None:
+    """The guide's join of ad impressions and clicks, four state stores a partition: in
+    format v2 Spark 4.3's commit names one id per partition and store, in the order of the
+    operator's metadata (left-keyToNumValues, left-keyWithIndexToValue, right-keyToNumValues,
+    right-keyWithIndexToValue); the snapshot takes exactly those files. A job continues from
+    it, and another moves the join's state to format v1 and back. Before: snapshots of v2
+    joins and moves of joins to v2 were refused."""
+    params = {"impressions": str(tmp_path / "impressions"), "clicks": str(tmp_path / "clicks"),
+              "files_per_batch": "1"}
+    written = [ex.write_ads(tmp_path / "impressions", tmp_path / "clicks", range(0, 3))]
+    api.run(home, AD_JOIN, "v1", params={**params, "output": str(tmp_path / "out1")},
+            conf=FORMAT_V2, until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+    committed = Checkpoint(home.checkpoint_dir("v1"))
+    batch = committed.require_latest_committed_batch()
+    [ids] = committed.commit(batch).state_unique_ids.values()
+    stores = ["left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues",
+              "right-keyWithIndexToValue"]
+    for partition, partition_ids in enumerate(ids):
+        assert len(partition_ids) == 4
+        for store, unique_id in zip(stores, partition_ids, strict=True):
+            # Spark's own pairing of ids and stores: the id names a file of that store.
+            found = list((committed.root / "state" / "0" / str(partition) / store).glob(
+                f"{batch + 1}_{unique_id}.*"))
+            assert found, (partition, store, unique_id)
+
+    api.snapshot_create(home, "v1", "s1")
+    taken = Checkpoint(open_snapshot_store(home).checkpoint_path("s1"))
+    kept = {p.name.split("_")[1].split(".")[0] for p in taken.root.glob("state/0/*/*/*")
+            if UNIQUE_NAME.match(p.name) and p.name.startswith(f"{batch + 1}_")}
+    assert kept == {i for partition_ids in ids for i in partition_ids}
+    # Read through the ids the commit names, store by store.
+    [inspected] = api.snapshot_inspect(home, "s1").operators
+    [shown] = api.snapshot_show(home, "s1").operators
+    assert inspected.kind == "stream_stream_join" and inspected.rows == shown.rows > 0
+
+    # A chain of jobs, each from the previous one's snapshot, over new input each time:
+    # in format v2, then moved to v1, then back to v2.
+    for number, (job, fmt) in enumerate((("v2", "2"), ("to-v1", "1"), ("back-to-v2", "2")),
+                                        start=2):
+        written.append(ex.write_ads(tmp_path / "impressions", tmp_path / "clicks",
+                                    range(number + 1, number + 2)))
+        api.run(home, AD_JOIN, job, params={**params, "output": str(tmp_path / f"out{number}")},
+                conf={"spark.sql.streaming.stateStore.checkpointFormatVersion": fmt},
+                from_snapshot=f"s{number - 1}", until_caught_up=True,
+                spark=spark)  # type: ignore[arg-type]
+        moved = Checkpoint(home.checkpoint_dir(job))
+        commit = moved.commit(moved.require_latest_committed_batch())
+        assert commit.version == int(fmt), job
+        assert all(len(partition_ids) == 4 for op in commit.state_unique_ids.values()
+                   for partition_ids in op), job
+        api.snapshot_create(home, job, f"s{number}")
+    impressions = [i for part in written for i in part[0]]
+    clicks = [c for part in written for c in part[1]]
+    combined = sum((output_rows(spark, tmp_path / f"out{i}")  # type: ignore[arg-type]
+                    for i in (1, 2, 3, 4)), Counter())
+    assert combined == ex.expected_ad_matches(impressions, clicks)
+
+
+@pytest.mark.parametrize("fmt", ["1", "2"])
+def test_rocksdb_changelog_state_moves_to_later_batch_numbers(
+    spark: object, home: Home, tmp_path: Path, fmt: str
+) -> None:
+    """A start from a snapshot with new batch numbers (``--first-batch``; several snapshots of
+    different batches move the same way) renumbers the state versions. With changelog
+    checkpointing Spark writes its first zip only after several versions, so a young job's
+    state is changelogs from version 1 on, which Spark replays onto the empty store: moved,
+    they get an empty zip just below the first of them. In format v2 the versions are first
+    given plain names, then new ids at the new version. Before: format v2 state was refused
+    any move, and moved format v1 changelogs without a zip failed to load."""
+    conf = {CHANGELOG: "true", "spark.sql.streaming.stateStore.checkpointFormatVersion": fmt}
+    first = write_clicks(tmp_path / "in", range(0, 3))
+    params = {"input": str(tmp_path / "in"), "output": str(tmp_path / "out1")}
+    api.run(home, JOB, "v1", params=params, conf=conf, until_caught_up=True,
+            spark=spark)  # type: ignore[arg-type]
+    manifest = api.snapshot_create(home, "v1", "s1")
+    taken = Checkpoint(open_snapshot_store(home).checkpoint_path("s1"))
+    names = [p.name for p in taken.root.glob("state/*/[0-9]*/*") if p.is_file()]
+    assert any(name.endswith(".changelog") for name in names)
+    assert not any(name.endswith(".zip") for name in names), \
+        "the job wrote a zip already: the test needs changelogs from version 1"
+
+    later = write_clicks(tmp_path / "in", range(3, 6))
+    moved_to = manifest.batch_id + 10
+    api.run(home, JOB, "v2", params={**params, "output": str(tmp_path / "out2")}, conf=conf,
+            from_snapshot="s1", first_batch=moved_to, until_caught_up=True,
+            spark=spark)  # type: ignore[arg-type]
+    continued = Checkpoint(home.checkpoint_dir("v2"))
+    assert continued.require_latest_committed_batch() > moved_to
+    assert continued.commit(moved_to).version == int(fmt)
+    combined = output_rows(spark, tmp_path / "out1") + output_rows(
+        spark, tmp_path / "out2")  # type: ignore[arg-type]
+    assert combined == expected_hourly_counts(first + later)

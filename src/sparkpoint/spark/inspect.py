@@ -244,6 +244,11 @@ def write_empty_rocksdb_version(spark: SparkSession, provider: str, directory: P
     provider_id = state.StateStoreProviderId(store_id, jvm.java.util.UUID.randomUUID())
     sql_conf = session.sessionState().conf().clone()
     sql_conf.setConfString("spark.sql.streaming.stateStore.providerClass", provider)
+    # A zip with a plain name, whatever the job's session says: with changelog checkpointing
+    # the commit would write 1.changelog, in format v2 1_<id>.zip.
+    sql_conf.setConfString(
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "false")
+    sql_conf.setConfString("spark.sql.streaming.stateStore.checkpointFormatVersion", "1")
     conf = state.StateStoreConf(
         sql_conf, state.StateStoreConf.__getattr__("$lessinit$greater$default$2")())
     instance = getattr(state, "StateStoreProvider$").__getattr__("MODULE$").createAndInit(

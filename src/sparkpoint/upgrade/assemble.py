@@ -141,8 +141,46 @@ def _copy_operator(src: Path, dst: Path, new_id: int, shift: int,
         write_atomic(meta, metadata.with_operator_id(new_id).to_bytes())
 
 
+def _shift_versions(store_dir: Path, shift: int) -> None:
+    """Renumber a store directory's plain-named state files by ``shift`` versions (from the
+    newest down, so that no name is taken twice)."""
+    named = [(int(m.group(1)), path) for path in store_dir.iterdir()
+             if (m := _VERSIONED.match(path.name))]
+    for _version, path in sorted(named, reverse=True):
+        path.rename(path.with_name(_shifted_name(path.name, shift)))
+
+
+def _base_for_changelogs(store_dir: Path, empty_state: EmptyStateWriter,
+                         placed: Mapping[Path, str] | None = None) -> None:
+    """RocksDB changelogs renumbered without a zip below them (changelog checkpointing writes
+    its first zip after several versions) started from the empty store at version 0; Spark,
+    finding no zip at or below the version it loads, would replay from version 1, which is
+    gone. The same empty start under the new numbers: an empty zip just below the first
+    changelog. ``placed``: files of the directory still to be copied inside a store."""
+    names = [path.name for path in store_dir.iterdir()] if store_dir.is_dir() else []
+    names += [path.name for path in (placed or {}) if path.parent == store_dir]
+    versions = [(int(m.group(1)), m.group(2)) for name in names
+                if (m := _VERSIONED.match(name))]
+    changelogs = [version for version, kind in versions if kind == "changelog"]
+    if not changelogs or min(changelogs) == 1:
+        return
+    first = min(changelogs)
+    zips = [version for version, kind in versions if kind == "zip"]
+    if not any(version < first for version in zips):
+        empty_state(store_dir, first - 1)
+
+
+def _state_dirs(op_dir: Path, placed: Mapping[Path, str]) -> set[Path]:
+    """The directories of an operator's versioned state files, here or still to be copied
+    inside a store."""
+    return {path.parent for path in [*op_dir.rglob("*"), *placed]
+            if op_dir in path.parents and _VERSIONED.match(path.name)}
+
+
 def _store_dirs(op_dir: Path) -> list[list[Path]]:
-    """Per partition, the store directories of an operator's state (one unless a join's)."""
+    """Per partition, the store directories of an operator's state (one unless a join's),
+    in the order format v2's commit names their ids: a join's by name, which is its
+    metadata's order (left- before right-, keyToNumValues before keyWithIndexToValue)."""
     partitions = sorted((p for p in op_dir.iterdir() if p.name.isdigit()),
                         key=lambda p: int(p.name))
     found = []
@@ -153,39 +191,49 @@ def _store_dirs(op_dir: Path) -> list[list[Path]]:
     return found
 
 
-def _state_format(out: Path, batch: int, plan: UpgradePlan,
-                  snapshots: Mapping[str, UsedSnapshot],
-                  wanted: int | None) -> dict[int, list[list[str]]] | None:
-    """Put every operator's state of the new checkpoint in one format: ``wanted`` (the
-    job's stateStore.checkpointFormatVersion when it gives one), else the resumed state's.
-    Returns the ids of format v2 per operator id (per partition, per store), None for v1.
-
-    Format v2 files are named by version and id (a changelog's lineage names its
-    predecessors so), so resumed v2 state cannot move to another batch."""
-    source_ids: dict[int, list[list[str]] | None] = {}
-    names: dict[int, str] = {}
+def _resumed_ids(plan: UpgradePlan, snapshots: Mapping[str, UsedSnapshot]
+                 ) -> dict[int, tuple[list[list[str]], int]]:
+    """Operators resumed from format v2 state: new operator id -> (the ids its snapshot's
+    commit names, per partition and store; that snapshot's batch)."""
+    found = {}
     for row in plan.operators:
-        if row.operator_id is None:
-            continue
-        names[row.operator_id] = row.name
-        if row.action != "resume" or row.origin is None:
-            source_ids[row.operator_id] = None
+        if row.operator_id is None or row.action != "resume" or row.origin is None:
             continue
         snap = snapshots[row.origin["snapshot"]]
         old = snap.manifest.operator(row.origin["operator"])
         assert old is not None
         ids = snap.checkpoint.commit(snap.manifest.batch_id).state_unique_ids.get(
             old.operator_id)
-        if ids is not None and snap.manifest.batch_id != batch:
-            raise ValidationError(
-                f"operator '{row.name}': its state is in checkpoint format v2 "
-                "(stateStore.checkpointFormatVersion=2), whose files are named by version and "
-                f"id; it cannot move from batch {snap.manifest.batch_id} to batch {batch} "
-                "(several snapshots, or new batch numbers): resume it from one snapshot at "
-                "its own batch")
-        source_ids[row.operator_id] = ids
+        if ids is not None:
+            found[row.operator_id] = (ids, snap.manifest.batch_id)
+    return found
+
+
+def _state_format(out: Path, batch: int, plan: UpgradePlan,
+                  snapshots: Mapping[str, UsedSnapshot], wanted: int | None,
+                  empty_state: EmptyStateWriter) -> dict[int, list[list[str]]] | None:
+    """Put every operator's state of the new checkpoint in one format: ``wanted`` (the
+    job's stateStore.checkpointFormatVersion when it gives one), else the resumed state's.
+    Returns the ids of format v2 per operator id (per partition, per store), None for v1.
+
+    Format v2 files are named by version and id (a changelog's lineage names its
+    predecessors so): state that moves to another batch (several snapshots, new batch
+    numbers) is given plain names at its own version, renumbered as format v1's is, and
+    named by new ids at the new version."""
+    source_ids: dict[int, list[list[str]] | None] = {
+        row.operator_id: None for row in plan.operators if row.operator_id is not None}
+    resumed_v2 = _resumed_ids(plan, snapshots)
+    for op, (ids, snap_batch) in resumed_v2.items():
+        if snap_batch == batch:
+            source_ids[op] = ids
+            continue
+        for partition, stores in enumerate(_store_dirs(out / "state" / str(op))):
+            for index, store_dir in enumerate(stores):
+                to_plain_names(store_dir, snap_batch + 1, ids[partition][index])
+                _shift_versions(store_dir, batch - snap_batch)
+                _base_for_changelogs(store_dir, empty_state)
     resumed = {op: ids for op, ids in source_ids.items() if ids is not None}
-    target = wanted or (2 if resumed else 1)
+    target = wanted or (2 if resumed_v2 else 1)
     if target == 1:
         for op, ids in resumed.items():
             for partition, stores in enumerate(_store_dirs(out / "state" / str(op))):
@@ -193,16 +241,12 @@ def _state_format(out: Path, batch: int, plan: UpgradePlan,
                     to_plain_names(store_dir, batch + 1, ids[partition][index])
         return None
     found: dict[int, list[list[str]]] = {}
-    for op, ids in source_ids.items():
-        if ids is not None:
-            found[op] = ids
+    for op, kept in source_ids.items():
+        if kept is not None:
+            found[op] = kept
             continue
-        layout = _store_dirs(out / "state" / str(op))
-        if any(len(stores) > 1 for stores in layout):
-            raise ValidationError(
-                f"operator '{names[op]}' has several state stores (a stream-stream join); "
-                "moving it to checkpoint format v2 is not supported yet")
-        found[op] = [[to_unique_ids(stores[0], batch + 1)] for stores in layout]
+        found[op] = [[to_unique_ids(store, batch + 1) for store in stores]
+                     for stores in _store_dirs(out / "state" / str(op))]
     return found
 
 
@@ -339,8 +383,12 @@ def _write(
             assert old is not None and op_row.operator_id is not None
             shift = batch - snap.manifest.batch_id
             src = snap.checkpoint.local_root / "state" / str(old.operator_id)
-            _copy_operator(src, out / "state" / str(op_row.operator_id), op_row.operator_id,
-                           shift, snap.state_in_store(src), placed)
+            dst = out / "state" / str(op_row.operator_id)
+            _copy_operator(src, dst, op_row.operator_id, shift, snap.state_in_store(src),
+                           placed)
+            if shift > 0:
+                for store_dir in _state_dirs(dst, placed):
+                    _base_for_changelogs(store_dir, empty_state, placed)
         elif op_row.action == "initialize":
             layout = new_operators[op_row.name]
             op_dir = out / "state" / str(layout.operator_id)
@@ -363,10 +411,13 @@ def _write(
     body: dict[str, object] = {"nextBatchWatermarkMs": watermark}
     formats = {bool(snapshots[name].checkpoint.commit(snapshots[name].manifest.batch_id)
                     .state_unique_ids) for name in used}
-    if placed and (state_format is not None or len(formats) > 1):
-        # A move between formats renames and rewrites the state files here: fetch them.
+    moved_v2 = any(snap_batch != batch
+                   for _ids, snap_batch in _resumed_ids(plan, snapshots).values())
+    if placed and (state_format is not None or len(formats) > 1 or moved_v2):
+        # A move between formats, or of format v2 state to another batch, renames and
+        # rewrites the state files here: fetch them.
         fetch_into_place(placed)
-    unique_ids = _state_format(out, batch, plan, snapshots, state_format)
+    unique_ids = _state_format(out, batch, plan, snapshots, state_format, empty_state)
     if unique_ids is not None:
         # Checkpoint format v2: Spark loads each partition's state by the id its latest
         # commit names, and restarts in the format the commit has.
