@@ -171,21 +171,26 @@ def test_a_format_v2_stream_stream_join_is_snapshotted_inspected_continued_and_m
     assert inspected.kind == "stream_stream_join" and inspected.rows == shown.rows > 0
 
     # A chain of jobs, each from the previous one's snapshot, over new input each time:
-    # in format v2, then moved to v1, then back to v2.
-    for number, (job, fmt) in enumerate((("v2", "2"), ("to-v1", "1"), ("back-to-v2", "2")),
-                                        start=2):
+    # in format v2, then moved to v1, then back to v2 into 3 partitions (Spark's offline
+    # repartition of the four stores), then drained.
+    steps = (("v2", "2", 2), ("to-v1", "1", 2), ("back-to-v2", "2", 3))
+    for number, (job, fmt, partitions) in enumerate(steps, start=2):
         written.append(ex.write_ads(tmp_path / "impressions", tmp_path / "clicks",
                                     range(number + 1, number + 2)))
         api.run(home, AD_JOIN, job, params={**params, "output": str(tmp_path / f"out{number}")},
-                conf={"spark.sql.streaming.stateStore.checkpointFormatVersion": fmt},
+                conf={"spark.sql.streaming.stateStore.checkpointFormatVersion": fmt,
+                      "spark.sql.shuffle.partitions": str(partitions)},
                 from_snapshot=f"s{number - 1}", until_caught_up=True,
                 spark=spark)  # type: ignore[arg-type]
         moved = Checkpoint(home.checkpoint_dir(job))
         commit = moved.commit(moved.require_latest_committed_batch())
         assert commit.version == int(fmt), job
-        assert all(len(partition_ids) == 4 for op in commit.state_unique_ids.values()
-                   for partition_ids in op), job
+        unique = commit.state_unique_ids.values()
+        assert all(len(op) == partitions and all(len(ids) == 4 for ids in op)
+                   for op in unique), job
         api.snapshot_create(home, job, f"s{number}")
+    drained = api.drain(home, "back-to-v2", spark=spark)  # type: ignore[arg-type]
+    assert drained.residual == []
     impressions = [i for part in written for i in part[0]]
     clicks = [c for part in written for c in part[1]]
     combined = sum((output_rows(spark, tmp_path / f"out{i}")  # type: ignore[arg-type]
