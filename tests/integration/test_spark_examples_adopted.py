@@ -32,7 +32,7 @@ def test_plain_example_adopted_and_continued_into_its_output_with_other_partitio
     output, checkpoint = tmp_path / "out", tmp_path / "plain-checkpoint"
     written = list(example.write(tmp_path, BEFORE))
     run_plain(example, tmp_path, output, checkpoint)
-    assert (checkpoint / "offsets" / "1").read_text().startswith("v1\n")
+    assert (checkpoint / "offsets" / "0").read_text().startswith("v1\n")
 
     ok(sparkpoint(home, "snapshot", "import", str(checkpoint), "adopted",
                   "--job-file", str(example.job), *example.params(tmp_path, output)))
