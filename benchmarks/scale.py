@@ -17,6 +17,9 @@ long-lived driver would be):
 - the same start into 64 partitions (repartitioning: keys per second over the whole start);
 - ``snapshot import`` of the job's checkpoint against ``plan`` of the same job from its
   snapshot;
+- ``rehearse`` of the job from its snapshot against the job itself, after the job ran
+  ``REHEARSED`` more batches of new keys (each a file of N/8 keys): the rehearsal replays
+  them in scratch space, against the job's own run of those batches;
 - ``sparkpoint jobs list`` over 50 jobs (the CLI in its own process) against the CLI's own
   start (``--help``).
 
@@ -49,6 +52,7 @@ OPERATOR = "key_counts"
 FILES = 8
 SHUFFLE_CONF = "spark.sql.shuffle.partitions"
 REPARTITION_TO = 64
+REHEARSED = 5
 JOBS_LISTED = 50
 JOB_SOURCE = f'''\
 """Count events per key: one aggregation whose state holds every key seen."""
@@ -60,7 +64,8 @@ import sparkpoint as sp
 
 def build(spark: SparkSession, ctx: sp.JobContext):
     events = (spark.readStream.name("events").schema("key STRING")
-              .option("maxFilesPerTrigger", "{FILES // 2}").parquet(ctx.require_param("input")))
+              .option("maxFilesPerTrigger", ctx.param("files_per_batch", "{FILES // 2}"))
+              .parquet(ctx.require_param("input")))
     counts = ctx.stateful("{OPERATOR}", events.groupBy("key").count())
     return counts.writeStream.format("noop").outputMode("update")
 '''
@@ -173,6 +178,27 @@ def measure(provider: str, keys: int, partitions: int, work: Path, spark: object
         spark=spark))  # type: ignore[arg-type]
     rows.append(Row(f"{provider}: snapshot import", keys, manifest.total_bytes, imported,
                     planned, "<= 2x plan", imported / planned <= 2, peak_mb()))
+
+    # The job runs REHEARSED more batches (a file of new keys each); the rehearsal replays
+    # them from the snapshot taken before.
+    write_keys(inputs, keys // FILES * REHEARSED, REHEARSED, first=keys)
+    ran = timed(lambda: api.run(home, job, name, params={**params, "files_per_batch": "1"},
+                                conf=conf, until_caught_up=True,
+                                spark=spark))  # type: ignore[arg-type]
+    rehearsal = None
+
+    def rehearse() -> None:
+        nonlocal rehearsal
+        rehearsal = api.rehearse(home, job, name, from_snapshot="full",
+                                 spark=spark)  # type: ignore[arg-type]
+
+    rehearsed = timed(rehearse)
+    assert rehearsal is not None
+    first, last = rehearsal.batches
+    assert last - first + 1 == REHEARSED, rehearsal.batches
+    rows.append(Row(f"{provider}: rehearse {REHEARSED} batches", keys // FILES * REHEARSED,
+                    manifest.total_bytes, rehearsed, ran, "(vs running them)", None,
+                    peak_mb()))
 
     # jobs list over JOBS_LISTED jobs (this one, the two started from its snapshot, and small
     # ones), as a user runs it: the CLI in its own process, against the CLI's own start.

@@ -25,15 +25,17 @@ def work_dir(prefix: str, keep: bool) -> Iterator[Path]:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def write_keys(directory: Path, keys: int, files: int) -> None:
-    """N distinct keys (``k0000000000`` ...) over ``files`` parquet files, each key once,
-    written a file at a time (bounded memory)."""
+def write_keys(directory: Path, keys: int, files: int, first: int = 0) -> None:
+    """N distinct keys (``k0000000000`` ... from key number ``first``) over ``files`` parquet
+    files, each key once, written a file at a time (bounded memory); files are numbered on
+    from those ``directory`` already holds."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    directory.mkdir(parents=True)
-    bounds = [keys * i // files for i in range(files + 1)]
-    for index, (start, end) in enumerate(itertools.pairwise(bounds)):
+    directory.mkdir(parents=True, exist_ok=True)
+    held = len(list(directory.glob("part-*.parquet")))
+    bounds = [first + keys * i // files for i in range(files + 1)]
+    for index, (start, end) in enumerate(itertools.pairwise(bounds), start=held):
         table = pa.table({"key": pa.array([f"k{n:010d}" for n in range(start, end)])})
         pq.write_table(table, directory / f"part-{index:03d}.parquet")
 

@@ -15,9 +15,12 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkpoint.rehearse.match import DEFAULT_FLOAT_TOLERANCE, Row, exact, pair_rows
+
+if TYPE_CHECKING:
+    from sparkpoint.rehearse.in_spark import ExactlyMatched
 
 EXAMPLES_PER_KIND = 5
 
@@ -84,7 +87,7 @@ def key_columns(common: Sequence[str], operator_keys: Sequence[Sequence[str]],
     return [c for c in common if c not in numeric]
 
 
-def _labels(columns: Sequence[str]) -> list[str]:
+def labels(columns: Sequence[str]) -> list[str]:
     """Each column's name, the k-th (k > 1) of several of one name as ``name#k``."""
     seen: Counter[str] = Counter()
     labels = []
@@ -99,7 +102,7 @@ def compare(old: Output, new: Output, operator_keys: Sequence[Sequence[str]] = (
     """Rows only in the old output, only in the new, and in both (as multisets, floats within
     ``float_tolerance`` relative, NaN equal to NaN) over the columns both have, with a few
     examples of each grouped by key columns."""
-    old_labels, new_labels = _labels(old.columns), _labels(new.columns)
+    old_labels, new_labels = labels(old.columns), labels(new.columns)
     common = [c for c in old_labels if c in new_labels]
     old_at = [old_labels.index(c) for c in common]
     new_at = [new_labels.index(c) for c in common]
@@ -118,6 +121,24 @@ def compare(old: Output, new: Output, operator_keys: Sequence[Sequence[str]] = (
         columns_only_old=[c for c in old_labels if c not in new_labels],
         columns_only_new=[c for c in new_labels if c not in old_labels],
         examples=examples)
+
+
+def compare_rest(matched: ExactlyMatched, operator_keys: Sequence[Sequence[str]] = (),
+                 float_tolerance: float = DEFAULT_FLOAT_TOLERANCE) -> Comparison:
+    """As :func:`compare`, for outputs whose exactly equal rows Spark already took out
+    (``in_spark.py``): the rest is paired within ``float_tolerance`` here."""
+    columns = matched.columns
+    old_paired, new_paired = pair_rows(matched.old_rest, matched.new_rest, float_tolerance)
+    keys = key_columns(columns, operator_keys, matched.numeric)
+    examples = _examples(columns, keys, matched.old_rest, matched.new_rest, old_paired,
+                         new_paired)
+    examples["both"] = ([_as_dict(columns, r) for r in matched.in_both]
+                        + examples["both"])[:EXAMPLES_PER_KIND]
+    return Comparison(
+        compared_columns=columns, key_columns=keys, old_rows=matched.old_total,
+        new_rows=matched.new_total, only_old=old_paired.count(False),
+        only_new=new_paired.count(False), columns_only_old=matched.columns_only_old,
+        columns_only_new=matched.columns_only_new, examples=examples)
 
 
 def _as_dict(columns: Sequence[str], row: Row) -> dict[str, Any]:

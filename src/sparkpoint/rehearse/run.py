@@ -39,7 +39,15 @@ from sparkpoint.errors import (
     ValidationError,
 )
 from sparkpoint.progress import track
-from sparkpoint.rehearse.compare import EXAMPLES_PER_KIND, Comparison, Output, compare, json_value
+from sparkpoint.rehearse.compare import (
+    EXAMPLES_PER_KIND,
+    Comparison,
+    Output,
+    compare,
+    compare_rest,
+    json_value,
+)
+from sparkpoint.rehearse.in_spark import match_exactly
 from sparkpoint.rehearse.match import DEFAULT_FLOAT_TOLERANCE, check_float_tolerance
 from sparkpoint.runtime.context import JobContext
 from sparkpoint.runtime.jobfile import (
@@ -55,8 +63,9 @@ from sparkpoint.spark.job_session import session_for_job
 from sparkpoint.spark.output import (
     BATCH_DIR_PREFIX,
     format_of_files,
+    numeric_columns,
     output_format,
-    read_rows,
+    output_frame,
     redirect_output,
     writer_options,
 )
@@ -69,7 +78,7 @@ from sparkpoint.upgrade.restore import build_new_checkpoint, resolve
 from sparkpoint.upgrade.resume_point import load_resume_point
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 Echo = Callable[[str], None]
 SCRATCH_JOB = "rehearsal"
@@ -350,10 +359,10 @@ def _summarize(session: SparkSession, job: str, names: list[str], batches: tuple
     if new.file_format is not None:
         new_files = sorted(committed_files(new.output))
         new_format = format_of_files(new_files, new.file_format)
-        new_side = _read(session, new_format, new_files, new.output, new.options)
+        new_frame = _frame(session, new_format, new_files, new.output, new.options)
     else:
         dirs = sorted(str(p) for p in new.output.glob(f"{BATCH_DIR_PREFIX}*"))
-        new_side = _read(session, "parquet", dirs, None, {})
+        new_frame = _frame(session, "parquet", dirs, None, {})
     old_files = None
     note = None
     if old_output is None:
@@ -369,11 +378,21 @@ def _summarize(session: SparkSession, job: str, names: list[str], batches: tuple
         else:
             old_files = sorted(after - before)
     if old_output is None or old_files is None:
-        return Rehearsal(job, names, batches, len(new_side.rows), None,
-                         [{c: json_value(v) for c, v in zip(new_side.columns, row, strict=True)}
-                          for row in new_side.rows[:EXAMPLES_PER_KIND]], note)
+        if new_frame is None:
+            return Rehearsal(job, names, batches, 0, None, [], note)
+        shown = new_frame.limit(EXAMPLES_PER_KIND).collect()
+        return Rehearsal(job, names, batches, new_frame.count(), None,
+                         [{c: json_value(v) for c, v in zip(new_frame.columns, row, strict=True)}
+                          for row in shown], note)
     fmt = format_of_files(old_files, new.file_format or "parquet")
-    old_side = _read(session, fmt, old_files, old_output, new.options)
+    old_frame = _frame(session, fmt, old_files, old_output, new.options)
+    if old_frame is not None and new_frame is not None:
+        # Spark takes out the rows both outputs hold alike: only the rest comes here.
+        matched = match_exactly(old_frame, new_frame)
+        if matched is not None:
+            return Rehearsal(job, names, batches, matched.new_total,
+                             compare_rest(matched, new.operator_keys, float_tolerance))
+    old_side, new_side = _collected(old_frame), _collected(new_frame)
     if not old_side.columns:
         old_side = Output(new_side.columns, [], new_side.numeric)
     if not new_side.columns:
@@ -382,9 +401,14 @@ def _summarize(session: SparkSession, job: str, names: list[str], batches: tuple
                      compare(old_side, new_side, new.operator_keys, float_tolerance))
 
 
-def _read(session: SparkSession, fmt: str, paths: list[str], base: Path | str | None,
-          options: dict[str, str]) -> Output:
-    if not paths:
+def _frame(session: SparkSession, fmt: str, paths: list[str], base: Path | str | None,
+           options: dict[str, str]) -> DataFrame | None:
+    return output_frame(session, fmt, paths, base, options) if paths else None
+
+
+def _collected(frame: DataFrame | None) -> Output:
+    """Every row of an output Spark cannot compare by grouping, in this process."""
+    if frame is None:
         return Output([], [])
-    columns, rows, numeric = read_rows(session, fmt, paths, base, options)
-    return Output(columns, rows, numeric)
+    return Output(list(frame.columns), [tuple(row) for row in frame.collect()],
+                  numeric_columns(frame))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sparkpoint.spark.sink import FILE_FORMATS, file_sink_path, private_field
 
@@ -49,20 +49,21 @@ def format_of_files(files: list[str], default: str) -> str:
     return default
 
 
-def read_rows(spark: SparkSession, fmt: str, paths: list[str], base: Path | str | None,
-              options: dict[str, str] | None = None
-              ) -> tuple[list[str], list[tuple[Any, ...]], frozenset[str]]:
-    """Columns, rows and numeric columns of the given output files (or directories).
+def output_frame(spark: SparkSession, fmt: str, paths: list[str], base: Path | str | None,
+                 options: dict[str, str] | None = None) -> DataFrame:
+    """The given output files (or directories) as a DataFrame, nothing collected.
 
     ``base`` is the output directory, so partition columns (``day=...`` directories) come
     back as columns, as a reader of the whole output would see them."""
     reader = spark.read.format(fmt).options(**(options or {}))
     if base is not None:
         reader = reader.option("basePath", str(base))
-    frame = reader.load(paths)
-    numeric = frozenset(f.name for f in frame.schema.fields
-                        if f.dataType.typeName() in NUMERIC_TYPES)
-    return list(frame.columns), [tuple(row) for row in frame.collect()], numeric
+    return reader.load(paths)
+
+
+def numeric_columns(frame: DataFrame) -> frozenset[str]:
+    return frozenset(f.name for f in frame.schema.fields
+                     if f.dataType.typeName() in NUMERIC_TYPES)
 
 
 def writer_options(writer: DataStreamWriter) -> dict[str, str]:
