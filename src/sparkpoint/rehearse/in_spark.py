@@ -71,18 +71,23 @@ def match_exactly(old: DataFrame, new: DataFrame) -> ExactlyMatched | None:
                               F.lit(1 if is_old else 0).alias(_OLD),
                               F.lit(0 if is_old else 1).alias(_NEW))
 
+    # Read three times below (totals, the rest, a few rows in both): grouped once, kept.
     counted = (side(old, old_at, True).unionAll(side(new, new_at, False))
-               .groupBy(*names).agg(F.sum(_OLD).alias(_OLD), F.sum(_NEW).alias(_NEW)))
-    totals = counted.agg(F.sum(_OLD), F.sum(_NEW)).collect()[0]
-    old_rest: list[Row] = []
-    new_rest: list[Row] = []
-    for row in counted.filter(F.col(_OLD) != F.col(_NEW)).toLocalIterator():
-        values = tuple(row[:len(names)])
-        surplus = int(row[_OLD]) - int(row[_NEW])
-        (old_rest if surplus > 0 else new_rest).extend([values] * abs(surplus))
-    both = [tuple(row[:len(names)]) for row in
-            counted.filter((F.col(_OLD) > 0) & (F.col(_NEW) > 0)).limit(EXAMPLES_PER_KIND)
-            .collect()]
+               .groupBy(*names).agg(F.sum(_OLD).alias(_OLD), F.sum(_NEW).alias(_NEW))
+               .persist())
+    try:
+        totals = counted.agg(F.sum(_OLD), F.sum(_NEW)).collect()[0]
+        old_rest: list[Row] = []
+        new_rest: list[Row] = []
+        for row in counted.filter(F.col(_OLD) != F.col(_NEW)).toLocalIterator():
+            values = tuple(row[:len(names)])
+            surplus = int(row[_OLD]) - int(row[_NEW])
+            (old_rest if surplus > 0 else new_rest).extend([values] * abs(surplus))
+        both = [tuple(row[:len(names)]) for row in
+                counted.filter((F.col(_OLD) > 0) & (F.col(_NEW) > 0))
+                .limit(EXAMPLES_PER_KIND).collect()]
+    finally:
+        counted.unpersist()
     numeric = frozenset(label for label, i in zip(common, old_at, strict=True)
                         if old.schema.fields[i].dataType.typeName() in NUMERIC_TYPES)
     return ExactlyMatched(
