@@ -1,17 +1,18 @@
-"""A stopped job made without Spark: Spark's own RocksDB checkpoint of the clicks job
-(tests/data/golden-rocks) and its record, in a local home whose snapshots are in a store (S3
-or HDFS), for tests of the snapshot store that need no JVM."""
+"""A stopped job made without Spark: Spark's own checkpoint of the clicks job (tests/data/
+golden-rocks or golden-hdfs) and its record, for tests that need no JVM; by default in a local
+home whose snapshots are in a store (S3 or HDFS), for tests of the snapshot store."""
 
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sparkpoint.runtime.registry import JobRecord, JobRegistry, OperatorRecord
+from sparkpoint.runtime.registry import JobRecord, JobRegistry, OperatorRecord, SourceRecord
 from sparkpoint.storage.fileio import join
 from sparkpoint.storage.home import Home
 
@@ -27,11 +28,19 @@ def home_with_snapshots_in(store: str, request: pytest.FixtureRequest, tmp_path:
     snapshots = f"s3://{server.new_bucket()}/snaps" if store == "s3" else \
         join(server.new_dir(), "snaps")
     home = Home(tmp_path / "home", snapshots)
-    shutil.copytree(GOLDEN, home.checkpoint_dir(JOB))
+    install_clicks_job(home, GOLDEN, JOB, tmp_path / "job.py")
+    return home
+
+
+def install_clicks_job(home: Home, checkpoint: Path, job: str, job_file: Path,
+                       sources: Sequence[SourceRecord] = ()) -> None:
+    """Job ``job`` in ``home``, stopped, with a copy of ``checkpoint`` (one of Spark's own of
+    the clicks job) and the record of its two operators as the clicks job names them."""
+    shutil.copytree(checkpoint, home.checkpoint_dir(job))
     JobRegistry(home).save(JobRecord(
-        name=JOB, job_file=str(tmp_path / "job.py"), status="stopped",
+        name=job, job_file=str(job_file), status="stopped",
         operators=[OperatorRecord(name="hourly_counts", operator_id=0,
                                   spark_operator_name="stateStoreSave", named_by_user=True),
                    OperatorRecord(name="dedup_clicks", operator_id=1,
-                                  spark_operator_name="dedupe", named_by_user=True)]))
-    return home
+                                  spark_operator_name="dedupe", named_by_user=True)],
+        sources=list(sources)))

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.cli.main import cli
 from sparkpoint.errors import SparkpointError
-from sparkpoint.runtime.registry import JobRecord, JobRegistry, OperatorRecord, SourceRecord
+from sparkpoint.runtime.registry import JobRegistry, SourceRecord
 from sparkpoint.snapshot.export import JobInfo
 from sparkpoint.snapshot.manifest import MANIFEST_FILE
 from sparkpoint.snapshot.store import open_snapshot_store
@@ -35,6 +35,7 @@ from sparkpoint.startpoints.store import Startpoint, StartpointStore
 from sparkpoint.storage.home import Home, name_problem, operator_name_problem
 from sparkpoint.testing import write_clicks
 from sparkpoint.upgrade.resume_point import load_resume_point
+from tests.support.golden_job import install_clicks_job
 
 GOLDEN = Path(__file__).resolve().parent.parent / "data" / "golden-hdfs"
 JOB, SNAPSHOT, SOURCE = "clicks", "base", "clicks"
@@ -85,14 +86,8 @@ def _tree(root: Path, skip: Path | None = None) -> dict[str, tuple[int, int, int
 def _build_template(root: Path) -> None:
     home = Home(root / "home")
     write_clicks(root / "in", range(2))
-    shutil.copytree(GOLDEN, home.checkpoint_dir(JOB))
-    JobRegistry(home).save(JobRecord(
-        name=JOB, job_file=str(root / "job.py"), status="stopped",
-        operators=[OperatorRecord(name="hourly_counts", operator_id=0,
-                                  spark_operator_name="stateStoreSave", named_by_user=True),
-                   OperatorRecord(name="dedup_clicks", operator_id=1,
-                                  spark_operator_name="dedupe", named_by_user=True)],
-        sources=[SourceRecord(name=SOURCE, kind="file", path=str(root / "in"))]))
+    install_clicks_job(home, GOLDEN, JOB, root / "job.py",
+                       [SourceRecord(name=SOURCE, kind="file", path=str(root / "in"))])
     open_snapshot_store(home).create(SNAPSHOT, Checkpoint(home.checkpoint_dir(JOB)), JobInfo(
         job=JOB, operator_names={0: "hourly_counts", 1: "dedup_clicks"}, job_file=None,
         params={}, spark_version="4.3.0"))
