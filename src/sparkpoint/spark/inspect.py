@@ -21,6 +21,7 @@ from sparkpoint.checkpoint.layout import Checkpoint, OperatorDir
 from sparkpoint.checkpoint.operators import OperatorMetadata
 from sparkpoint.checkpoint.schema_paths import relocate_schema_paths
 from sparkpoint.errors import CheckpointFormatError
+from sparkpoint.spark import local_fs
 from sparkpoint.spark.jvm import scala_list
 from sparkpoint.spark.sink import private_field
 from sparkpoint.storage.local import copy_file
@@ -270,8 +271,10 @@ def repartition(spark: SparkSession, checkpoint: Path, partitions: int) -> None:
     from py4j.protocol import Py4JJavaError
 
     try:
-        spark._jsparkSession.streamingCheckpointManager().repartition(
-            str(checkpoint), partitions, True)
+        # The rewritten partitions go into the scratch through java.nio (spark/local_fs.py).
+        with local_fs.in_session(spark):
+            spark._jsparkSession.streamingCheckpointManager().repartition(
+                str(checkpoint), partitions, True)
     except Py4JJavaError as exc:
         cause = exc.java_exception
         while cause.getCause() is not None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint.logs import SOURCE_EVOLUTION_CONF
 from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER
+from sparkpoint.spark import local_fs
 from sparkpoint.spark.version import require_supported_pyspark
 
 if TYPE_CHECKING:
@@ -111,7 +112,10 @@ def create_session(
     defaults = {**SESSION_DEFAULTS, "spark.driver.extraJavaOptions": _log_config_option(log_file)}
     if ui:
         defaults[UI_CONF] = "true"
-    for key, value in {**defaults, **conf}.items():
+    settings = {**defaults, **conf}
+    if starts_jvm:
+        settings = local_fs.with_jar(settings)
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     if log_file is not None:

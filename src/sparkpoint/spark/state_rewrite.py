@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from sparkpoint.checkpoint.layout import CHECKPOINT_FORMAT_CONF
 from sparkpoint.checkpoint.logs import OffsetLogEntry
+from sparkpoint.spark import local_fs
 from sparkpoint.storage.local import write_atomic
 
 if TYPE_CHECKING:
@@ -110,12 +111,15 @@ def rewrite_without(spark: SparkSession, source: Path, target: Path, batch: int,
     # Spark calls the transformation back on the driver, as it calls foreachBatch functions.
     ensure_callback_server_started(spark.sparkContext._gateway)  # type: ignore[no-untyped-call]
     session = spark._jsparkSession
-    hadoop_conf = session.sessionState().newHadoopConf()
-    utils = jvm.org.apache.spark.sql.execution.streaming.utils.StreamingUtils
-    write_location = utils.resolvedCheckpointLocation(hadoop_conf, str(target))
-    read_location = utils.resolvedCheckpointLocation(hadoop_conf, str(source))
-    rewriter = jvm.org.apache.spark.sql.execution.streaming.state.StateRewriter(
-        session, batch, batch, write_location, hadoop_conf, jvm.scala.Some(read_location),
-        jvm.scala.Some(_KeysKept(spark, where)), jvm.scala.Option.empty())
-    rewriter.run()
+    # The rewrite reads and writes the scratch through java.nio, not one chmod process per
+    # file (spark/local_fs.py); the session's Hadoop configuration carries it to both sides.
+    with local_fs.in_session(spark):
+        hadoop_conf = session.sessionState().newHadoopConf()
+        utils = jvm.org.apache.spark.sql.execution.streaming.utils.StreamingUtils
+        write_location = utils.resolvedCheckpointLocation(hadoop_conf, str(target))
+        read_location = utils.resolvedCheckpointLocation(hadoop_conf, str(source))
+        rewriter = jvm.org.apache.spark.sql.execution.streaming.state.StateRewriter(
+            session, batch, batch, write_location, hadoop_conf, jvm.scala.Some(read_location),
+            jvm.scala.Some(_KeysKept(spark, where)), jvm.scala.Option.empty())
+        rewriter.run()
     return target / "state" / str(operator_id)
