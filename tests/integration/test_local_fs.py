@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkpoint.spark import local_fs
+from sparkpoint.spark import local_fs, own_jar
 
 pytestmark = pytest.mark.spark
 
@@ -58,7 +58,7 @@ def test_files_and_directories_get_the_permissions_hadoop_gives(spark, tmp_path:
 
 def test_sessions_sparkpoint_starts_carry_the_class(spark) -> None:
     """The test session is started by sparkpoint's create_session, which adds the jar."""
-    assert local_fs.jar_path().is_file()
+    assert own_jar.jar_path().is_file()
     settings = local_fs.rewrite_settings(spark)
     assert settings["fs.file.impl"] == local_fs.NIO_LOCAL_FS
     assert settings[local_fs.FILE_MANAGER_CONF] == local_fs.FILE_SYSTEM_MANAGER

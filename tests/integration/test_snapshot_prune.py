@@ -105,8 +105,8 @@ def test_pruned_dedupe_keys_are_emitted_again(
         "bytes_after": api.snapshot_show(home, "s1p").operator("first_users").bytes,  # type: ignore[union-attr]
         "partitions_rewritten": report["partitions_rewritten"],
         # RocksDB state is rewritten by Spark's StateRewriter, one task per partition; Spark
-        # refuses HDFS-provider state there, which sparkpoint rewrites itself.
-        "rewritten_by": "spark_tasks" if provider == ROCKSDB_PROVIDER else "driver",
+        # refuses HDFS-provider state there, which sparkpoint's own tasks rewrite.
+        "rewritten_by": "spark_tasks",
     }
     assert report["bytes_before"] == api.snapshot_show(home, "s1").operator("first_users").bytes  # type: ignore[union-attr]
     assert _state_keys(spark, home, "s1p") == Counter((u,) for u in seen - pruned_users)

@@ -12,12 +12,15 @@ the snapshot loads) differs, in the partitions that held matching keys.
    writes each partition into a fresh store, one task per partition, committed as a
    self-contained ``<N+1>.zip``; partitions whose key count changed take the rewritten
    files. The driver moves no state bytes.
-3. HDFS provider (which Spark's rewriter refuses), or keys whose partition key is not the
-   key: Spark's state reader decodes the keys and evaluates the predicate, the matching keys
-   come back as stored bytes, and each partition holding matches is rewritten here: HDFS:
-   load N+1 in Python, drop the keys, write a self-contained ``<N+1>.snapshot``; RocksDB:
-   Spark's provider loads N+1, removes the keys and commits N+2, whose zip becomes
-   ``<N+1>.zip``. Each partition's removed keys are checked against Spark's count.
+3. HDFS provider (which Spark's rewriter refuses): one Spark job. Spark's state reader
+   decodes the keys, Spark evaluates the predicate and encodes each matching key back into
+   its stored bytes (sparkpoint's ``UnsafeRowBytes``, Spark's own encoder), and one Python
+   task per partition holding matches loads N+1, drops the keys and writes a self-contained
+   ``<N+1>.snapshot``. In a caller's session without sparkpoint's jar, and for RocksDB keys
+   whose partition key is not the key, the matching keys come back to the driver as stored
+   bytes and each partition is rewritten there (RocksDB: Spark's provider loads N+1, removes
+   the keys and commits N+2, whose zip becomes ``<N+1>.zip``). Each partition's removed keys
+   are checked against Spark's count.
    Checkpoint format v2 (files named by version and id, the ids in the commit): the
    operator's version N+1 is first given plain names in the scratch (and the scratch's
    commit format v1), rewritten as above, then named by new ids, which the scratch's commit
@@ -28,6 +31,7 @@ the snapshot loads) differs, in the partitions that held matching keys.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import uuid
@@ -54,9 +58,11 @@ from sparkpoint.snapshot.manifest import Manifest, OperatorEntry
 from sparkpoint.snapshot.store import SnapshotStore
 from sparkpoint.spark.state_prune import (
     MatchedKeys,
+    PartitionRemoval,
     check_condition,
     matched_key_bytes,
     matching_keys,
+    remove_keys_by_tasks,
     remove_rocksdb_keys,
 )
 from sparkpoint.spark.state_rewrite import partition_key_fields, rewrite_without
@@ -140,9 +146,10 @@ def _link_tree(source: Path, target: Path) -> None:
         link_or_copy(path, target / path.relative_to(source))
 
 
-def _rewrite_hdfs_partition(pdir: Path, version: int, keys: list[bytes]) -> int:
+def _rewrite_hdfs_partition(pdir: Path, keys: list[bytes], version: int) -> int:
     """Write ``version`` without ``keys`` as one self-contained snapshot file in place of
-    the links that made it up; return how many keys were removed."""
+    the links that made it up; return how many keys were removed. Runs in the driver or in
+    a Spark task (module level: the task imports it)."""
     state = hdfs_state.load_version(pdir, version)
     removed = sum(1 for key in keys if state.pop(key, None) is not None)
     for name in hdfs_state.files_for_version(pdir, version).names():
@@ -229,6 +236,28 @@ def _prune_by_spark(spark: SparkSession, checkpoint: Checkpoint, batch: int, op:
     return counts
 
 
+def _prune_hdfs_by_tasks(spark: SparkSession, checkpoint: Checkpoint, batch: int,
+                         op: OperatorEntry, key_schema: dict[str, Any], where: str,
+                         say: Callable[[str], None]) -> list[PartitionRemoval] | None:
+    """HDFS provider: the keys ``where`` selects removed by one Spark task per partition
+    holding any (spark/state_prune.py), each partition's removals checked against Spark's
+    count; None when the session lacks sparkpoint's jar (then the driver does it)."""
+    say(f"rewriting operator '{op.name}' without the keys where {where} (Spark tasks)")
+    with phase(f"prune: rewriting '{op.name}' with Spark"):
+        removals = remove_keys_by_tasks(
+            spark, checkpoint.local_root, batch, op.operator_id, key_schema, where, op.name,
+            functools.partial(_rewrite_hdfs_partition, version=batch + 1))
+    for removal in removals or []:
+        if removal.removed != removal.matched:
+            raise CheckpointFormatError(
+                f"operator '{op.name}' partition {removal.partition}: Spark's reader matched "
+                f"{removal.matched} key(s), the store removed {removal.removed}; expected the "
+                "same keys in both; nothing was published")
+    if removals is not None:
+        crash_point("prune.partition_rewritten")
+    return removals
+
+
 def _prune_in_driver(spark: SparkSession, state_root: Path, op: OperatorEntry,
                      matched: MatchedKeys, runs: Iterable[tuple[int, list[Any]]],
                      rocksdb: bool, version: int) -> int:
@@ -242,7 +271,7 @@ def _prune_in_driver(spark: SparkSession, state_root: Path, op: OperatorEntry,
             gone = _rewrite_rocksdb_partition(spark, state_root, op, partition, version, keys,
                                               matched.partition_rows.get(partition, 0))
         else:
-            gone = _rewrite_hdfs_partition(pdir, version, keys)
+            gone = _rewrite_hdfs_partition(pdir, keys, version)
         expected = matched.matched_rows[partition]
         if gone != expected:
             raise CheckpointFormatError(
@@ -347,6 +376,14 @@ def prune_snapshot(
             removed = sum(before - after for before, after in counts.values())
             rows_before = sum(before for before, _after in counts.values())
             rewritten_partitions = sorted(p for p, (b, a) in counts.items() if b != a)
+        elif not rocksdb and (removals := _prune_hdfs_by_tasks(
+                spark, checkpoint, batch, op, key_schema, where, say)) is not None:
+            removed = sum(removal.removed for removal in removals)
+            rows_before = (op.rows if op.rows is not None else matching_keys(
+                spark, checkpoint.local_root, batch, op.operator_id, key_schema, where,
+                op.name, collect_keys=False).total_rows)
+            rewritten_partitions = [removal.partition for removal in removals]
+            by_spark = True
         else:
             say(f"finding the keys of operator '{op.name}' where {where}")
             args = (spark, checkpoint.local_root, batch, op.operator_id, key_schema, where,

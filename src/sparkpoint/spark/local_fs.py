@@ -9,8 +9,8 @@ JVM, a third of the rewrite (pinned by tests/integration/test_local_fs.py).
 
 sparkpoint's own rewrites (prune, Spark's offline repartition) write into scratch
 directories of their own, so for those alone they use ``sparkpoint.hadoop
-.NioLocalFileSystem`` (java/, shipped built as resources/sparkpoint-localfs.jar: Hadoop's
-class with permissions set through java.nio) through Spark's ``FileSystem``-based checkpoint
+.NioLocalFileSystem`` (spark/own_jar.py: Hadoop's class with permissions set through
+java.nio) through Spark's ``FileSystem``-based checkpoint
 file manager. The user's jobs, and every other file, keep Hadoop's and Spark's defaults.
 The jar is on the classpath of the sessions sparkpoint starts; in a caller's session without
 it the rewrites run with the defaults, slower, with the same result.
@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from importlib import resources
-from pathlib import Path
 from typing import TYPE_CHECKING
+
+from sparkpoint.spark import own_jar
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -34,23 +34,10 @@ FILE_SYSTEM_MANAGER = ("org.apache.spark.sql.execution.streaming.checkpointing."
                        "FileSystemBasedCheckpointFileManager")
 
 
-def jar_path() -> Path:
-    """The built jar inside the installed package."""
-    return Path(str(resources.files("sparkpoint.resources") / "sparkpoint-localfs.jar"))
-
-
-def with_jar(conf: dict[str, str]) -> dict[str, str]:
-    """``conf`` with the jar added to ``spark.jars`` (for a session about to start)."""
-    jars = [jar for jar in conf.get("spark.jars", "").split(",") if jar]
-    return {**conf, "spark.jars": ",".join([*jars, str(jar_path())])}
-
-
 def rewrite_settings(spark: SparkSession) -> dict[str, str]:
     """The Hadoop settings that route a rewrite's ``file:`` writes through the class; none
     when the session's JVM cannot load it (a caller's session started without the jar)."""
-    jvm = spark._jvm
-    assert jvm is not None
-    if not jvm.org.apache.spark.util.Utils.classIsLoadable(NIO_LOCAL_FS):
+    if not own_jar.loadable(spark, NIO_LOCAL_FS):
         return {}
     return {
         "fs.file.impl": NIO_LOCAL_FS,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint.logs import SOURCE_EVOLUTION_CONF
 from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER
-from sparkpoint.spark import local_fs
+from sparkpoint.spark import own_jar
 from sparkpoint.spark.version import require_supported_pyspark
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ def create_session(
         defaults[UI_CONF] = "true"
     settings = {**defaults, **conf}
     if starts_jvm:
-        settings = local_fs.with_jar(settings)
+        settings = own_jar.with_jar(settings)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

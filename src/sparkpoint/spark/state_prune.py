@@ -7,19 +7,21 @@ which is how the stateful operator itself built the stored key, byte for byte. E
 checks that every matched key was found in the store, so a key that did not match its
 stored bytes would fail the prune, never be skipped silently. RocksDB stores are rewritten
 by Spark's own provider: it loads the version, removes the keys and commits the next
-version.
+version. HDFS-provider stores are rewritten by tasks (:func:`remove_keys_by_tasks`), each
+given its partition's matched keys as bytes by Spark's own encoder.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkpoint.errors import InvalidPredicateError
+from sparkpoint.errors import CheckpointFormatError, InvalidPredicateError
+from sparkpoint.spark import own_jar
 from sparkpoint.spark.row_bytes import iter_rows_bytes
 
 if TYPE_CHECKING:
@@ -268,3 +270,82 @@ def remove_rocksdb_keys(
             raise
     finally:
         instance.close()
+
+
+# java/sparkpoint/spark/UnsafeRowBytes.java: a struct to its UnsafeRow bytes, by Spark's
+# own encoder for the struct's schema.
+UNSAFE_ROW_BYTES = "sparkpoint.spark.UnsafeRowBytes"
+_KEY_BYTES_FUNCTION = "__sparkpoint_key_bytes"
+_REMOVALS_SCHEMA = "partition int, matched long, removed long"
+
+
+@dataclass(frozen=True)
+class PartitionRemoval:
+    """What one task did to one state partition."""
+
+    partition: int
+    matched: int  # keys the condition selected there (Spark's count)
+    removed: int  # keys the rewrite found and removed
+
+
+def remove_keys_by_tasks(
+    spark: SparkSession,
+    checkpoint: Path,
+    batch: int,
+    operator_id: int,
+    key_schema: dict[str, Any],
+    where: str,
+    operator_name: str,
+    rewrite: Callable[[Path, list[bytes]], int],
+) -> list[PartitionRemoval] | None:
+    """Remove the keys ``where`` selects as one Spark job: the state reader decodes the keys,
+    Spark evaluates the condition and encodes each selected key back into its stored bytes
+    (``UnsafeRowBytes``), and one Python task per partition with matches calls
+    ``rewrite(partition directory, key bytes)`` on the files of ``checkpoint`` (which the
+    executors must reach), returning how many keys it removed. The driver moves no state
+    bytes. None when the session cannot load the encoding class (a caller's session started
+    without sparkpoint's jar).
+
+    Raises:
+        InvalidPredicateError: as for :func:`matching_keys`.
+        CheckpointFormatError: a task failed for another reason than the condition.
+    """
+    import pandas as pd
+    from pyspark.errors import PySparkException
+    from pyspark.sql import functions as F
+
+    if not own_jar.loadable(spark, UNSAFE_ROW_BYTES):
+        return None
+    _flat, matched = _matching(spark, checkpoint, batch, operator_id, key_schema, where,
+                               operator_name)
+    jvm = spark._jvm
+    assert jvm is not None
+    key_type = matched.schema[_KEY_ROW].dataType
+    spark._jsparkSession.udf().register(
+        _KEY_BYTES_FUNCTION, getattr(jvm, UNSAFE_ROW_BYTES)(key_type.json()),
+        jvm.org.apache.spark.sql.types.DataTypes.BinaryType)
+    keyed = matched.select(F.col(_PARTITION),
+                           F.call_function(_KEY_BYTES_FUNCTION, F.col(_KEY_ROW)).alias("key"))
+    operator_dir = str(checkpoint / "state" / str(operator_id))
+
+    def rewrite_partition(keys: pd.DataFrame) -> pd.DataFrame:
+        partition = int(keys[_PARTITION].iloc[0])
+        removed = rewrite(Path(operator_dir) / str(partition), [bytes(k) for k in keys["key"]])
+        return pd.DataFrame({"partition": [partition], "matched": [len(keys)],
+                             "removed": [removed]})
+
+    try:
+        rows = keyed.groupBy(_PARTITION).applyInPandas(
+            rewrite_partition, _REMOVALS_SCHEMA).collect()
+    except PySparkException as exc:
+        # The condition's failure (or the state's) is raised by counting with it; otherwise
+        # a rewrite task failed.
+        matching_keys(spark, checkpoint, batch, operator_id, key_schema, where,
+                      operator_name, collect_keys=False)
+        text = str(exc).strip()
+        raise CheckpointFormatError(
+            f"operator '{operator_name}': a task rewriting its state failed: "
+            f"{text.splitlines()[0] if text else type(exc).__name__}; nothing was published; "
+            "Spark's log has its stack trace") from exc
+    return sorted((PartitionRemoval(int(row[0]), int(row[1]), int(row[2])) for row in rows),
+                  key=lambda removal: removal.partition)
