@@ -403,16 +403,22 @@ def build(spark: SparkSession, ctx: sp.JobContext):
 
 
 def test_partition_change_of_fixed_width_hdfs_state_streams_keys_where_spark_looks(
-    spark: Any, home: Home, tmp_path: Path
+    spark: Any, home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Keys of one width (the numpy path, which holds one partition at a time and spills per
-    new partition): every key reaches the partition Spark's hash partitioning gives it, with
-    its count, as Spark's state reader sees it."""
+    """Keys of one width (moved by Spark tasks: one per old partition hashes and spills its
+    records, one per new partition writes its snapshot): every key reaches the partition
+    Spark's hash partitioning gives it, with its count, as Spark's state reader sees it."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from pyspark.sql import functions as F
 
     from sparkpoint.checkpoint.layout import Checkpoint
+    from sparkpoint.upgrade import hdfs_repartition
+
+    def in_this_process(*_args: object) -> bool:
+        raise AssertionError("expected the keys moved by Spark tasks, not in the driver")
+
+    monkeypatch.setattr(hdfs_repartition, "_repartition_fixed", in_this_process)
 
     hdfs = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
     (tmp_path / "in").mkdir()

@@ -11,11 +11,13 @@ rewritten in place, so run this on a staging copy only. Operator metadata and th
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sparkpoint.checkpoint import hdfs_state
 from sparkpoint.checkpoint.layout import (
@@ -29,9 +31,13 @@ from sparkpoint.checkpoint.murmur3 import partition_of
 from sparkpoint.checkpoint.unsafe_row import read_fields
 from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import CheckpointFormatError
-from sparkpoint.progress import track
+from sparkpoint.progress import phase, track
 from sparkpoint.storage.local import remove_checksum_sibling, write_atomic
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+T = TypeVar("T")
 _STATE_FILE = re.compile(r"^\d+\.(delta|snapshot)$")
 
 
@@ -50,8 +56,11 @@ def _partition_dirs(operator: OperatorDir) -> list[int]:
                   if p.is_dir() and p.name.isdigit())
 
 
-def repartition_hdfs_state(checkpoint: Path, batch: int, partitions: int) -> None:
-    """Move state version ``batch + 1`` of every operator into ``partitions`` partitions."""
+def repartition_hdfs_state(checkpoint: Path, batch: int, partitions: int,
+                           spark: SparkSession | None = None) -> None:
+    """Move state version ``batch + 1`` of every operator into ``partitions`` partitions;
+    with ``spark``, stores of fixed-length records move as Spark tasks (their executors must
+    reach ``checkpoint``), the others in this process."""
     ckpt = Checkpoint(checkpoint)
     version = batch + 1
     for operator in ckpt.operators():
@@ -59,7 +68,7 @@ def repartition_hdfs_state(checkpoint: Path, batch: int, partitions: int) -> Non
         prefixes = {s.name: s.num_cols_prefix_key for s in operator.metadata.stores}
         for store in operator.stores():
             _repartition_store(operator, store.name, prefixes.get(store.name, 0),
-                               old_partitions, version, partitions)
+                               old_partitions, version, partitions, spark)
         for old in old_partitions:
             if old >= partitions:
                 shutil.rmtree(operator.local_path / str(old))
@@ -75,9 +84,13 @@ def repartition_hdfs_state(checkpoint: Path, batch: int, partitions: int) -> Non
 
 
 def _repartition_store(operator: OperatorDir, store_name: str, prefix: int,
-                       old_partitions: list[int], version: int, partitions: int) -> None:
+                       old_partitions: list[int], version: int, partitions: int,
+                       spark: SparkSession | None) -> None:
     op_dir = operator.local_path
     layout = next(s for s in operator.stores() if s.name == store_name)
+    if spark is not None and _repartition_by_tasks(spark, operator, layout, prefix,
+                                                   old_partitions, version, partitions):
+        return
     if _repartition_fixed(operator, layout, prefix, old_partitions, version, partitions):
         return
     records: dict[bytes, bytes] = {}
@@ -178,3 +191,116 @@ def _repartition_fixed(operator: OperatorDir, layout: StoreLayout, prefix: int,
                                             version, state)
             crash_point("restore.hdfs_partition_moved")
     return True
+
+
+def _repartition_by_tasks(spark: SparkSession, operator: OperatorDir, layout: StoreLayout,
+                          prefix: int, old_partitions: list[int], version: int,
+                          partitions: int) -> bool:
+    """The move of :func:`_repartition_fixed` as two Spark jobs, the driver moving no state
+    bytes: one task per old partition hashes its records and writes them to one spill file
+    sorted by new partition (as a shuffle map task does), returning where each new
+    partition's rows start; then one task per new partition reads its slice of every spill
+    and writes its snapshot file. False (nothing changed) when a store is not of
+    fixed-length records or its key columns are not hashed column-wise; then the move runs
+    in this process."""
+    schema = operator.schema(layout)
+    if schema is None or not old_partitions:
+        return False
+    key_fields = schema.key_schema["fields"]
+    fields = partition_key_fields(operator.operator_name, layout.name, prefix, key_fields)
+    op_dir = operator.local_path
+    context = spark.sparkContext
+    with tempfile.TemporaryDirectory(dir=op_dir, prefix=".repartition-") as spill_dir:
+        spill = functools.partial(_spill_partition, op_dir=op_dir, layout=layout,
+                                  version=version, key_fields=key_fields,
+                                  hashed_fields=len(fields), partitions=partitions,
+                                  spill_dir=Path(spill_dir))
+        with phase(f"repartition: hashing {operator.operator_name} (Spark tasks)"):
+            spilled = _run_tasks(op_dir, lambda: context.parallelize(
+                old_partitions, len(old_partitions)).map(spill).collect())
+        if any(result is None for result in spilled):
+            return False
+        widths = {result[1] for result in spilled if result is not None and result[1]}
+        if len(widths) > 1:
+            return False
+        key_len, value_len = next(iter(widths), (8, 0))
+        bounds = {old: result[0] for old, result in zip(old_partitions, spilled, strict=True)
+                  if result is not None and result[1]}
+        _remove_state_files(operator, layout, old_partitions)
+        write = functools.partial(_write_partition, op_dir=op_dir, layout=layout,
+                                  version=version, widths=(key_len, value_len),
+                                  bounds=bounds, spill_dir=Path(spill_dir))
+        with phase(f"repartition: writing {operator.operator_name} (Spark tasks)"):
+            _run_tasks(op_dir, lambda: context.parallelize(
+                range(partitions), partitions).foreach(write))
+        crash_point("restore.hdfs_partition_moved")
+    return True
+
+
+def _run_tasks(op_dir: Path, job: Callable[[], T]) -> T:
+    """``job``'s result; a task's failure (a state file it could not read, say) raised as
+    the error sparkpoint gives for that, with the task's own message."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    try:
+        return job()
+    except (PySparkException, Py4JJavaError) as exc:
+        text = str(exc)
+        # A Python task's exception ends its message with the exception's own line.
+        lines = [line.strip() for line in text.splitlines() if "Error:" in line]
+        raise CheckpointFormatError(
+            f"{op_dir}: moving the state's keys in Spark tasks failed: "
+            f"{lines[-1] if lines else text.strip()[:500]}; nothing was published") from exc
+
+
+def _spill_partition(old: int, op_dir: Path, layout: StoreLayout, version: int,
+                     key_fields: list[dict[str, Any]], hashed_fields: int, partitions: int,
+                     spill_dir: Path) -> tuple[list[int], tuple[int, int] | None] | None:
+    """A task: old partition ``old``'s records, hashed to their new partitions, written to
+    ``<spill_dir>/<old>`` ordered by new partition; returns the row where each new
+    partition starts (and where the last ends) and the (key, value) widths (None for an
+    empty partition), or None when the records are not of fixed length."""
+    import numpy as np
+
+    from sparkpoint.checkpoint.murmur3_columns import hash_columns  # numpy: imported late
+
+    state = hdfs_state.load_fixed_version(layout.partition_dir(op_dir, old), version)
+    if state is None:
+        return None
+    if not len(state.keys):
+        return [0] * (partitions + 1), None
+    widths = (int(state.keys.shape[1]), int(state.values.shape[1]))
+    if widths[0] % 8:
+        return None
+    hashed = hash_columns(state.keys, key_fields, hashed_fields)
+    if hashed is None:
+        return None
+    # pmod, as Spark's HashPartitioning: numpy's remainder takes the divisor's sign.
+    targets = hashed.astype("int64") % partitions
+    order = np.argsort(targets, kind="stable")
+    records = np.concatenate([state.keys, state.values], axis=1)[order]
+    records.tofile(spill_dir / str(old))
+    bounds = np.searchsorted(targets[order], np.arange(partitions + 1))
+    return [int(bound) for bound in bounds], widths
+
+
+def _write_partition(partition: int, op_dir: Path, layout: StoreLayout, version: int,
+                     widths: tuple[int, int], bounds: dict[int, list[int]],
+                     spill_dir: Path) -> None:
+    """A task: new partition ``partition``'s snapshot file, from its slice of each spill."""
+    import numpy as np
+
+    key_len, value_len = widths
+    width = key_len + value_len
+    parts = []
+    for old, starts in sorted(bounds.items()):
+        first, end = starts[partition], starts[partition + 1]
+        if end > first:
+            with open(spill_dir / str(old), "rb") as spill:
+                spill.seek(first * width)
+                parts.append(np.frombuffer(spill.read((end - first) * width), np.uint8)
+                             .reshape(-1, width))
+    rows = np.concatenate(parts) if parts else np.zeros((0, width), np.uint8)
+    hdfs_state.write_fixed_snapshot(layout.partition_dir(op_dir, partition), version,
+                                    hdfs_state.FixedState(rows[:, :key_len], rows[:, key_len:]))

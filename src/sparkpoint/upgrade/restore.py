@@ -389,7 +389,7 @@ def build_new_checkpoint(
                 # Spark refuses to repartition HDFS state; keys are moved as it would place them.
                 echo(f"repartitioning state from {result.partitions} to {wanted} partitions "
                      "(HDFS state, keys rehashed as Spark places them)")
-                repartition_hdfs_state(staging, result.batch_id, wanted)
+                repartition_hdfs_state(staging, result.batch_id, wanted, planned.spark)
                 batch = result.batch_id
             result = AssembleResult(batch, wanted)
             if publish:
