@@ -50,9 +50,8 @@ def _state_keys(spark: Any, home: Home, snapshot: str) -> Counter[str]:
                    for row in frame.collect())
 
 
-@pytest.mark.parametrize("with_jar", [True, False], ids=["spark-tasks", "driver"])
 def test_prune_finds_every_selected_key_of_every_type(
-    spark: Any, home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, with_jar: bool
+    spark: Any, home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     inp = tmp_path / "in"
     inp.mkdir()
@@ -61,12 +60,7 @@ def test_prune_finds_every_selected_key_of_every_type(
             conf={"spark.sql.streaming.stateStore.providerClass": HDFS_PROVIDER},
             until_caught_up=True, spark=spark)
     api.snapshot_create(home, "typed", "s1")
-    if not with_jar:
-        # A caller's session started without sparkpoint's jar: the driver rewrites.
-        monkeypatch.setattr(own_jar, "loadable", lambda _spark, _name: False)
     where = "i >= 0 OR tags IS NULL"
-    result = api.snapshot_prune(home, "s1", "s1p", "typed_counts", where, spark=spark)
-
     before = _state_keys(spark, home, "s1")
     frame = (spark.read.format("statestore")
              .option("batchId", api.snapshot_show(home, "s1").batch_id)
@@ -74,8 +68,15 @@ def test_prune_finds_every_selected_key_of_every_type(
     matching = Counter(json.dumps(row.key.asDict(recursive=True), default=str, sort_keys=True)
                        for row in frame.select("key", "key.*").filter(where).collect())
     assert matching and len(matching) < len(before)
-    assert _state_keys(spark, home, "s1p") == before - matching
-    assert result.rows_removed == sum(matching.values())
-    assert result.rows_before == sum(before.values())
-    assert result.rewritten_by == ("spark_tasks" if with_jar else "driver")
-    assert api.snapshot_verify(home, "s1p") == []
+
+    by_tasks = api.snapshot_prune(home, "s1", "by-tasks", "typed_counts", where, spark=spark)
+    # A caller's session started without sparkpoint's jar: the driver rewrites.
+    monkeypatch.setattr(own_jar, "loadable", lambda _spark, _name: False)
+    by_driver = api.snapshot_prune(home, "s1", "by-driver", "typed_counts", where, spark=spark)
+
+    for result, way in ((by_tasks, "spark_tasks"), (by_driver, "driver")):
+        assert result.rewritten_by == way
+        assert _state_keys(spark, home, result.new_snapshot) == before - matching
+        assert result.rows_removed == sum(matching.values())
+        assert result.rows_before == sum(before.values())
+        assert api.snapshot_verify(home, result.new_snapshot) == []
