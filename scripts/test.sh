@@ -15,4 +15,5 @@ if [[ -n "$PYSPARK_SUBMIT_ARGS" ]]; then export PYSPARK_SUBMIT_ARGS; else unset 
 workers="${SPARKPOINT_TEST_WORKERS:-2}"
 parallel=()
 if [[ "$workers" != 0 ]]; then parallel=(-n "$workers" --dist loadfile); fi
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "${parallel[@]}" "$@"
+# The slowest tests are listed at the end: where the suite's time goes.
+exec .venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 "${parallel[@]}" "$@"
