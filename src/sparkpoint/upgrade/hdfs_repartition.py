@@ -197,12 +197,12 @@ def _repartition_by_tasks(spark: SparkSession, operator: OperatorDir, layout: St
                           prefix: int, old_partitions: list[int], version: int,
                           partitions: int) -> bool:
     """The move of :func:`_repartition_fixed` as two Spark jobs, the driver moving no state
-    bytes: one task per old partition hashes its records and writes them to one spill file
-    sorted by new partition (as a shuffle map task does), returning where each new
-    partition's rows start; then one task per new partition reads its slice of every spill
-    and writes its snapshot file. False (nothing changed) when a store is not of
-    fixed-length records or its key columns are not hashed column-wise; then the move runs
-    in this process."""
+    bytes: each old partition's records are hashed and written to one spill file sorted by
+    new partition (as a shuffle map task does), returning where each new partition's rows
+    start; then each new partition's snapshot file is written from its slice of every
+    spill. Both run as tasks over runs of partitions (:func:`_slices`). False (nothing
+    changed) when a store is not of fixed-length records or its key columns are not hashed
+    column-wise; then the move runs in this process."""
     schema = operator.schema(layout)
     if schema is None or not old_partitions:
         return False
@@ -217,7 +217,7 @@ def _repartition_by_tasks(spark: SparkSession, operator: OperatorDir, layout: St
                                   spill_dir=Path(spill_dir))
         with phase(f"repartition: hashing {operator.operator_name} (Spark tasks)"):
             spilled = _run_tasks(op_dir, lambda: context.parallelize(
-                old_partitions, len(old_partitions)).map(spill).collect())
+                old_partitions, _slices(context, len(old_partitions))).map(spill).collect())
         if any(result is None for result in spilled):
             return False
         widths = {result[1] for result in spilled if result is not None and result[1]}
@@ -232,9 +232,17 @@ def _repartition_by_tasks(spark: SparkSession, operator: OperatorDir, layout: St
                                   bounds=bounds, spill_dir=Path(spill_dir))
         with phase(f"repartition: writing {operator.operator_name} (Spark tasks)"):
             _run_tasks(op_dir, lambda: context.parallelize(
-                range(partitions), partitions).foreach(write))
+                range(partitions), _slices(context, partitions)).foreach(write))
         crash_point("restore.hdfs_partition_moved")
     return True
+
+
+def _slices(context: Any, partitions: int) -> int:
+    """Tasks for ``partitions`` state partitions: a few per core of the application, each
+    moving a run of partitions. A Python task costs tens of milliseconds to start and a
+    partition of a few thousand keys less than that to move: one task per partition spent
+    most of a move of 4M keys in 200 partitions starting tasks (9-13 s against 2.4 s)."""
+    return max(1, min(partitions, 4 * int(context.defaultParallelism)))
 
 
 def _run_tasks(op_dir: Path, job: Callable[[], T]) -> T:
