@@ -418,7 +418,7 @@ def test_partition_change_of_fixed_width_hdfs_state_streams_keys_where_spark_loo
     def in_this_process(*_args: object) -> bool:
         raise AssertionError("expected the keys moved by Spark tasks, not in the driver")
 
-    monkeypatch.setattr(hdfs_repartition, "_repartition_fixed", in_this_process)
+    monkeypatch.setattr(hdfs_repartition, "_repartition_rows", in_this_process)
 
     hdfs = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
     (tmp_path / "in").mkdir()

@@ -56,7 +56,9 @@ from sparkpoint.progress import phase, track
 from sparkpoint.snapshot.export import JobInfo
 from sparkpoint.snapshot.manifest import Manifest, OperatorEntry
 from sparkpoint.snapshot.store import SnapshotStore
+from sparkpoint.spark import own_jar
 from sparkpoint.spark.state_prune import (
+    UNSAFE_ROW_BYTES,
     MatchedKeys,
     PartitionRemoval,
     check_condition,
@@ -242,19 +244,20 @@ def _prune_hdfs_by_tasks(spark: SparkSession, checkpoint: Checkpoint, batch: int
     """HDFS provider: the keys ``where`` selects removed by one Spark task per partition
     holding any (spark/state_prune.py), each partition's removals checked against Spark's
     count; None when the session lacks sparkpoint's jar (then the driver does it)."""
+    if not own_jar.loadable(spark, UNSAFE_ROW_BYTES):
+        return None
     say(f"rewriting operator '{op.name}' without the keys where {where} (Spark tasks)")
     with phase(f"prune: rewriting '{op.name}' with Spark"):
         removals = remove_keys_by_tasks(
             spark, checkpoint.local_root, batch, op.operator_id, key_schema, where, op.name,
             functools.partial(_rewrite_hdfs_partition, version=batch + 1))
-    for removal in removals or []:
+    for removal in removals:
         if removal.removed != removal.matched:
             raise CheckpointFormatError(
                 f"operator '{op.name}' partition {removal.partition}: Spark's reader matched "
                 f"{removal.matched} key(s), the store removed {removal.removed}; expected the "
                 "same keys in both; nothing was published")
-    if removals is not None:
-        crash_point("prune.partition_rewritten")
+    crash_point("prune.partition_rewritten")
     return removals
 
 

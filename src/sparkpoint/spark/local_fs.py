@@ -8,12 +8,11 @@ writing 200 RocksDB partitions started about 4,500 processes, 3-5 ms each from t
 JVM, a third of the rewrite (pinned by tests/integration/test_local_fs.py).
 
 sparkpoint's own rewrites (prune, Spark's offline repartition) write into scratch
-directories of their own, so for those alone they use ``sparkpoint.hadoop
-.NioLocalFileSystem`` (spark/own_jar.py: Hadoop's class with permissions set through
-java.nio) through Spark's ``FileSystem``-based checkpoint
-file manager. The user's jobs, and every other file, keep Hadoop's and Spark's defaults.
-The jar is on the classpath of the sessions sparkpoint starts; in a caller's session without
-it the rewrites run with the defaults, slower, with the same result.
+directories of their own, so for those alone they use ``NIO_LOCAL_FS`` (sparkpoint's jar,
+spark/own_jar.py: Hadoop's class with permissions set through java.nio) through Spark's
+``FileSystem``-based checkpoint file manager. The user's jobs, and every other file, keep
+Hadoop's and Spark's defaults. In a caller's session started without the jar the rewrites
+run with the defaults: slower, the same result.
 """
 
 from __future__ import annotations

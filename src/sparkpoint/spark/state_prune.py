@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkpoint.errors import CheckpointFormatError, InvalidPredicateError
-from sparkpoint.spark import own_jar
 from sparkpoint.spark.row_bytes import iter_rows_bytes
 
 if TYPE_CHECKING:
@@ -297,14 +296,13 @@ def remove_keys_by_tasks(
     where: str,
     operator_name: str,
     rewrite: Callable[[Path, list[bytes]], int],
-) -> list[PartitionRemoval] | None:
+) -> list[PartitionRemoval]:
     """Remove the keys ``where`` selects as one Spark job: the state reader decodes the keys,
     Spark evaluates the condition and encodes each selected key back into its stored bytes
     (``UnsafeRowBytes``), and one Python task per partition with matches calls
     ``rewrite(partition directory, key bytes)`` on the files of ``checkpoint`` (which the
     executors must reach), returning how many keys it removed. The driver moves no state
-    bytes. None when the session cannot load the encoding class (a caller's session started
-    without sparkpoint's jar).
+    bytes. The session must load ``UNSAFE_ROW_BYTES`` (sparkpoint's jar: ``own_jar``).
 
     Raises:
         InvalidPredicateError: as for :func:`matching_keys`.
@@ -314,8 +312,6 @@ def remove_keys_by_tasks(
     from pyspark.errors import PySparkException
     from pyspark.sql import functions as F
 
-    if not own_jar.loadable(spark, UNSAFE_ROW_BYTES):
-        return None
     _flat, matched = _matching(spark, checkpoint, batch, operator_id, key_schema, where,
                                operator_name)
     jvm = spark._jvm

@@ -57,10 +57,10 @@ def _partition_dirs(operator: OperatorDir) -> list[int]:
 
 
 def repartition_hdfs_state(checkpoint: Path, batch: int, partitions: int,
-                           spark: SparkSession | None = None) -> None:
-    """Move state version ``batch + 1`` of every operator into ``partitions`` partitions;
-    with ``spark``, stores of fixed-length records move as Spark tasks (their executors must
-    reach ``checkpoint``), the others in this process."""
+                           spark: SparkSession) -> None:
+    """Move state version ``batch + 1`` of every operator into ``partitions`` partitions:
+    stores of fixed-length records as Spark tasks (their executors must reach
+    ``checkpoint``), the others in this process."""
     ckpt = Checkpoint(checkpoint)
     version = batch + 1
     for operator in ckpt.operators():
@@ -85,14 +85,18 @@ def repartition_hdfs_state(checkpoint: Path, batch: int, partitions: int,
 
 def _repartition_store(operator: OperatorDir, store_name: str, prefix: int,
                        old_partitions: list[int], version: int, partitions: int,
-                       spark: SparkSession | None) -> None:
-    op_dir = operator.local_path
+                       spark: SparkSession) -> None:
     layout = next(s for s in operator.stores() if s.name == store_name)
-    if spark is not None and _repartition_by_tasks(spark, operator, layout, prefix,
-                                                   old_partitions, version, partitions):
-        return
-    if _repartition_fixed(operator, layout, prefix, old_partitions, version, partitions):
-        return
+    if not _repartition_by_tasks(spark, operator, layout, prefix, old_partitions, version,
+                                 partitions):
+        _repartition_rows(operator, layout, prefix, old_partitions, version, partitions)
+
+
+def _repartition_rows(operator: OperatorDir, layout: StoreLayout, prefix: int,
+                      old_partitions: list[int], version: int, partitions: int) -> None:
+    """The move in this process, record by record (keys of varying length: strings), every
+    old partition's records held at once."""
+    op_dir = operator.local_path
     records: dict[bytes, bytes] = {}
     for old in track(old_partitions, f"repartition: reading {operator.operator_name}",
                      unit="partition"):
@@ -106,7 +110,7 @@ def _repartition_store(operator: OperatorDir, store_name: str, prefix: int,
                 "_metadata/schema to find its key columns, found none")
         # Parsed once: the schema property decodes its JSON on every access.
         key_fields = schema.key_schema["fields"]
-        fields = partition_key_fields(operator.operator_name, store_name, prefix, key_fields)
+        fields = partition_key_fields(operator.operator_name, layout.name, prefix, key_fields)
         types = [f["type"] for f in fields]
         where = str(layout.partition_dir(op_dir, 0))
         for key, value in records.items():
@@ -131,78 +135,17 @@ def _remove_state_files(operator: OperatorDir, layout: StoreLayout,
                 remove_checksum_sibling(path)
 
 
-def _repartition_fixed(operator: OperatorDir, layout: StoreLayout, prefix: int,
-                       old_partitions: list[int], version: int, partitions: int) -> bool:
-    """The same move with numpy when every key has one length and every value another and
-    the partition key columns are of types hashed column-wise; False (nothing changed)
-    otherwise, and the row-by-row move runs.
-
-    One old partition is held at a time: its records are hashed and appended to a spill
-    file per new partition (beside the state, removed after), and each new partition is then
-    written from its spill, so memory stays that of the largest partition, old or new."""
-    import numpy as np
-
-    from sparkpoint.checkpoint.murmur3_columns import hash_columns  # numpy: imported late
-
-    op_dir = operator.local_path
-    schema = operator.schema(layout)
-    if schema is None:
-        return False  # the row-by-row move reports it
-    key_fields = schema.key_schema["fields"]
-    fields = partition_key_fields(operator.operator_name, layout.name, prefix, key_fields)
-    with tempfile.TemporaryDirectory(dir=op_dir, prefix=".repartition-") as spill_dir:
-        spills = [Path(spill_dir) / str(partition) for partition in range(partitions)]
-        widths: tuple[int, int] | None = None
-        for old in track(old_partitions, f"repartition: reading {operator.operator_name}",
-                         unit="partition"):
-            state = hdfs_state.load_fixed_version(layout.partition_dir(op_dir, old), version)
-            if state is None:
-                return False
-            if not len(state.keys):
-                continue
-            shape = (state.keys.shape[1], state.values.shape[1])
-            if widths not in (None, shape) or shape[0] % 8:
-                return False
-            widths = shape
-            hashed = hash_columns(state.keys, key_fields, len(fields))
-            if hashed is None:
-                return False
-            # pmod, as Spark's HashPartitioning: numpy's remainder takes the divisor's sign.
-            targets = hashed.astype("int64") % partitions
-            records = np.concatenate([state.keys, state.values], axis=1)
-            order = np.argsort(targets, kind="stable")
-            bounds = np.searchsorted(targets[order], np.arange(partitions + 1))
-            for partition in range(partitions):
-                rows = records[order[bounds[partition]:bounds[partition + 1]]]
-                if len(rows):
-                    with open(spills[partition], "ab") as out:
-                        out.write(rows.tobytes())
-        _remove_state_files(operator, layout, old_partitions)
-        key_len, value_len = widths or (8, 0)
-        for partition in track(range(partitions),
-                               f"repartition: writing {operator.operator_name}",
-                               unit="partition"):
-            spill = spills[partition]
-            rows = (np.fromfile(spill, np.uint8).reshape(-1, key_len + value_len)
-                    if spill.exists() else np.zeros((0, key_len + value_len), np.uint8))
-            spill.unlink(missing_ok=True)
-            state = hdfs_state.FixedState(rows[:, :key_len], rows[:, key_len:])
-            hdfs_state.write_fixed_snapshot(layout.partition_dir(op_dir, partition),
-                                            version, state)
-            crash_point("restore.hdfs_partition_moved")
-    return True
-
-
 def _repartition_by_tasks(spark: SparkSession, operator: OperatorDir, layout: StoreLayout,
                           prefix: int, old_partitions: list[int], version: int,
                           partitions: int) -> bool:
-    """The move of :func:`_repartition_fixed` as two Spark jobs, the driver moving no state
-    bytes: each old partition's records are hashed and written to one spill file sorted by
-    new partition (as a shuffle map task does), returning where each new partition's rows
-    start; then each new partition's snapshot file is written from its slice of every
-    spill. Both run as tasks over runs of partitions (:func:`_slices`). False (nothing
-    changed) when a store is not of fixed-length records or its key columns are not hashed
-    column-wise; then the move runs in this process."""
+    """The move of a store whose records have one length as two Spark jobs, the driver
+    moving no state bytes: each old partition's records are hashed and written to one
+    spill file sorted by new partition (as a shuffle map task does), returning where each
+    new partition's rows start; then each new partition's snapshot file is written from its
+    slice of every spill. Both run as tasks over runs of partitions (:func:`_slices`), one
+    partition held at a time by each. False (nothing changed) when a store is not of
+    fixed-length records or its key columns are not hashed column-wise; then
+    :func:`_repartition_rows` moves it."""
     schema = operator.schema(layout)
     if schema is None or not old_partitions:
         return False
