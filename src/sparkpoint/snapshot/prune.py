@@ -252,13 +252,18 @@ def _prune_hdfs_by_tasks(spark: SparkSession, checkpoint: Checkpoint, batch: int
             spark, checkpoint.local_root, batch, op.operator_id, key_schema, where, op.name,
             functools.partial(_rewrite_hdfs_partition, version=batch + 1))
     for removal in removals:
-        if removal.removed != removal.matched:
-            raise CheckpointFormatError(
-                f"operator '{op.name}' partition {removal.partition}: Spark's reader matched "
-                f"{removal.matched} key(s), the store removed {removal.removed}; expected the "
-                "same keys in both; nothing was published")
+        _check_removed(op, removal.partition, removal.matched, removal.removed)
     crash_point("prune.partition_rewritten")
     return removals
+
+
+def _check_removed(op: OperatorEntry, partition: int, matched: int, removed: int) -> None:
+    """A partition's rewrite removed exactly the keys Spark's reader matched there."""
+    if removed != matched:
+        raise CheckpointFormatError(
+            f"operator '{op.name}' partition {partition}: Spark's reader matched {matched} "
+            f"key(s), the store removed {removed}; expected the same keys in both; nothing "
+            "was published")
 
 
 def _prune_in_driver(spark: SparkSession, state_root: Path, op: OperatorEntry,
@@ -275,12 +280,7 @@ def _prune_in_driver(spark: SparkSession, state_root: Path, op: OperatorEntry,
                                               matched.partition_rows.get(partition, 0))
         else:
             gone = _rewrite_hdfs_partition(pdir, keys, version)
-        expected = matched.matched_rows[partition]
-        if gone != expected:
-            raise CheckpointFormatError(
-                f"operator '{op.name}' partition {partition}: Spark's reader matched "
-                f"{expected} key(s), the store removed {gone}; expected the same keys in "
-                "both; nothing was published")
+        _check_removed(op, partition, matched.matched_rows[partition], gone)
         removed += gone
         crash_point("prune.partition_rewritten")
     return removed
