@@ -52,6 +52,8 @@ PYTHON = sys.executable
 SPARKPOINT = str(Path(PYTHON).parent / "sparkpoint")
 SPARK_SUBMIT = str(Path(PYTHON).parent / "spark-submit")
 TARGET = 0.98
+PATHS = ["plain", "cli", "plain-submit", "spark-submit", "api"]
+BASELINES = {"cli": "plain", "spark-submit": "plain-submit", "api": "plain"}
 CONF = {
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.streaming.stateStore.providerClass":
@@ -218,7 +220,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--source", choices=["files", "kafka"], default="files")
+    parser.add_argument("--paths", default=",".join(PATHS),
+                        help="launch paths to run, comma-separated (a path's baseline is "
+                             "added when it is missing)")
     args = parser.parse_args()
+    unknown = set(args.paths.split(",")) - set(PATHS)
+    if unknown:
+        parser.error(f"--paths: expected some of {', '.join(PATHS)}, "
+                     f"found {', '.join(sorted(unknown))}")
     work = Path(tempfile.mkdtemp(prefix="sparkpoint-throughput-"))
     (work / "plain.py").write_text(PLAIN)
     (work / "plain_kafka.py").write_text(PLAIN_KAFKA)
@@ -252,8 +261,10 @@ def main() -> None:
             per_batch = rows * args.files_per_batch // (2 * args.files)
         print(f"input: {rows} rows ({args.source}) in {2 * args.files} files' worth, "
               f"{args.files_per_batch} files per batch; work dir {work}")
-        paths = ["plain", "cli", "plain-submit", "spark-submit", "api"]
-        baselines = {"cli": "plain", "spark-submit": "plain-submit", "api": "plain"}
+        wanted = set(args.paths.split(","))
+        wanted |= {BASELINES[path] for path in wanted if path in BASELINES}
+        paths = [path for path in PATHS if path in wanted]
+        baselines = BASELINES
         seconds: dict[str, list[float]] = {path: [] for path in paths}
         for run in range(args.repeats):
             for path in paths:

@@ -60,6 +60,7 @@ from sparkpoint.spark.errors import failure_details, failure_summary, kafka_data
 from sparkpoint.spark.inspect import PlannedSource, job_sources
 from sparkpoint.spark.job_session import require_writer_of, session_for_job
 from sparkpoint.spark.plan import PlannedOperator, stateful_operators
+from sparkpoint.spark.progress_reports import NewProgress
 from sparkpoint.spark.s3a import s3a_conf
 from sparkpoint.spark.session import apply_query_conf, create_session, session_log_file
 from sparkpoint.spark.sink import file_sink_path
@@ -266,14 +267,16 @@ class _ProgressKeeper:
         self.state_rows = read_state_rows(self.job_dir)
         # Called with each batch's progress once it is written (after the batch committed).
         self.on_batch = on_batch
+        self.reports: NewProgress | None = None
 
     def keep(self, query: StreamingQuery) -> None:
-        # Only the progress of batches newer than the last one kept is read: this runs every
-        # poll, and Spark holds up to 100 progress reports. Idle triggers report progress
-        # too, under the id of the next (unrun) batch: only batches that ran count.
-        ran = [data for data in (_progress_dict(progress) for progress in query.recentProgress
-                                 if progress.batchId > self.kept_through)
-               if ran_a_batch(data)]
+        # Runs every poll: only the reports Spark made since the last poll are read (Spark
+        # holds up to 99). Idle triggers report progress too, under the id of the next
+        # (unrun) batch: only batches that ran count.
+        if self.reports is None or self.reports.query is not query:
+            self.reports = NewProgress(query)
+        ran = [data for data in self.reports.read()
+               if int(data.get("batchId", -1)) > self.kept_through and ran_a_batch(data)]
         if not ran:
             return
         newest = ran[-1]
