@@ -70,7 +70,7 @@ def build(spark: SparkSession, ctx: sp.JobContext) -> DataStreamWriter:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--keys", type=int, default=300_000, help="distinct keys (300000)")
     parser.add_argument("--batches", type=int, default=30, help="batches, one file each (30)")
     parser.add_argument("--partitions", type=int, default=8, help="shuffle partitions (8)")

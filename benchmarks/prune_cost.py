@@ -43,7 +43,7 @@ def build(spark: SparkSession, ctx: sp.JobContext):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--share", type=float, default=0.5,
                         help="share of the keys to remove (default 0.5)")

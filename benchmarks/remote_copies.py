@@ -58,7 +58,7 @@ JOB = "bench"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--keys", type=int, default=200_000)
     parser.add_argument("--value-bytes", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)

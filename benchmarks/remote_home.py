@@ -44,7 +44,7 @@ RENEWAL_SHARE_TARGET = 0.01
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--jobs", type=int, default=50)
     parser.add_argument("--batches", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)

@@ -89,7 +89,7 @@ def build(spark: SparkSession, ctx: sp.JobContext) -> DataStreamWriter:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--keys", type=int, default=400_000,
                         help="distinct keys in the state (default 400000)")
     parser.add_argument("--value-bytes", type=int, default=256,

@@ -218,7 +218,7 @@ def measure(provider: str, keys: int, partitions: int, work: Path, spark: object
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--keys", type=int, default=10_000_000)
     parser.add_argument("--partitions", type=int, default=200)
     parser.add_argument("--providers", default="rocksdb,hdfs")

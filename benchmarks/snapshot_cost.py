@@ -79,7 +79,7 @@ _HDFS_STATE_FILE = re.compile(r"^(\d+)\.(delta|snapshot)$")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--keys", type=int, default=1_000_000,
                         help="distinct keys, i.e. rows in the state (default 1000000)")
     parser.add_argument("--partitions", type=int, default=4,

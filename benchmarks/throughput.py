@@ -213,7 +213,7 @@ def command(path: str, work: Path, run: int, inp: Path | str, files_per_batch: i
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--files", type=int, default=10)
     parser.add_argument("--files-per-batch", type=int, default=4)
