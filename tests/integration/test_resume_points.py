@@ -390,18 +390,6 @@ def test_partition_change_of_hdfs_state_moves_keys_where_spark_looks(
         assert {r.partition_id for r in rows} == {0, 1, 2}
 
 
-FIXED_WIDTH_JOB = """
-from pyspark.sql import SparkSession
-import sparkpoint as sp
-
-
-def build(spark: SparkSession, ctx: sp.JobContext):
-    keys = spark.readStream.name("keys").schema("key STRING").parquet(ctx.require_param("input"))
-    counts = ctx.stateful("key_counts", keys.groupBy("key").count())
-    return counts.writeStream.format("noop").outputMode("update")
-"""
-
-
 def test_partition_change_of_fixed_width_hdfs_state_streams_keys_where_spark_looks(
     spark: Any, home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -424,8 +412,7 @@ def test_partition_change_of_fixed_width_hdfs_state_streams_keys_where_spark_loo
     (tmp_path / "in").mkdir()
     keys = [f"k{n:06d}" for n in range(5000)]
     pq.write_table(pa.table({"key": keys + keys[:100]}), tmp_path / "in" / "part-0.parquet")
-    job = tmp_path / "fixed_width_job.py"
-    job.write_text(FIXED_WIDTH_JOB)
+    job = JOB.parent / "key_counts.py"
     conf = {"spark.sql.streaming.stateStore.providerClass": hdfs,
             "spark.sql.shuffle.partitions": "4"}
     params = {"input": str(tmp_path / "in")}

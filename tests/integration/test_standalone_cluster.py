@@ -101,6 +101,21 @@ def _task_executors(events_dir: Path, app_name: str, stage_text: str) -> set[str
     raise AssertionError(f"no event log of {app_name} in {events_dir}")
 
 
+def _log_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, conf: str = "") -> Path:
+    """Every application started from here on writes Spark's event log (its tasks and where
+    they ran) into the returned directory; ``conf``: more lines of spark-defaults.conf."""
+    events_dir = tmp_path / "events"
+    events_dir.mkdir()
+    conf_dir = tmp_path / "spark-conf"
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text(
+        f"spark.eventLog.enabled true\nspark.eventLog.dir {events_dir.as_uri()}\n"
+        # One plain JSON file per application (Spark 4 rolls and compresses by default).
+        "spark.eventLog.rolling.enabled false\nspark.eventLog.compress false\n" + conf)
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf_dir))
+    return events_dir
+
+
 def _state_keys(spark: Any, home: Home, snapshot: str, operator: str) -> Counter[Any]:
     """An operator's keys in a snapshot, as Spark's state reader sees them."""
     from sparkpoint import api
@@ -127,17 +142,7 @@ def test_spark_submit_job_is_managed_snapshotted_while_running_and_continued(
 ) -> None:
     url, logs = cluster
     monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine"))
-    # Every application started from here writes Spark's event log (its tasks and where
-    # they ran), read below.
-    events_dir = tmp_path / "events"
-    events_dir.mkdir()
-    conf_dir = tmp_path / "spark-conf"
-    conf_dir.mkdir()
-    (conf_dir / "spark-defaults.conf").write_text(
-        f"spark.eventLog.enabled true\nspark.eventLog.dir {events_dir.as_uri()}\n"
-        # One plain JSON file per application (Spark 4 rolls and compresses by default).
-        "spark.eventLog.rolling.enabled false\nspark.eventLog.compress false\n")
-    monkeypatch.setenv("SPARK_CONF_DIR", str(conf_dir))
+    events_dir = _log_events(tmp_path, monkeypatch)
     home = Home.resolve(join(hdfs_server.new_dir(), "home"))
     inp, out = tmp_path / "in", tmp_path / "o1"
     events = write_clicks(inp, range(0, 3))
@@ -210,3 +215,63 @@ def test_spark_submit_job_is_managed_snapshotted_while_running_and_continued(
     assert len(_task_executors(events_dir, "sparkpoint:prune", "")) == 2
     kept = Counter({key: n for key, n in original.items() if key[1] != user})
     assert kept != original and _state_keys(spark, home, "s-pruned", operator) == kept
+
+
+def test_hdfs_provider_prune_and_repartition_run_as_tasks_on_both_workers(
+    cluster: tuple[str, Path], spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HDFS-provider state (keys of one width) pruned and moved into another partition count
+    on the cluster: the rewrites are tasks on the executors of both workers, and the state
+    they leave is what Spark's state reader, run here, computes independently."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql import functions as F
+
+    from sparkpoint import api
+    from sparkpoint.checkpoint.layout import Checkpoint
+
+    url, _logs = cluster
+    home = Home(tmp_path / "home")  # one host: the executors reach the driver's disk
+    # Both executors registered before an application's first job, so that the tasks have
+    # both to run on (a standalone application otherwise starts with the first one).
+    events_dir = _log_events(tmp_path, monkeypatch,
+                             "spark.scheduler.minRegisteredResourcesRatio 1.0\n"
+                             "spark.scheduler.maxRegisteredResourcesWaitingTime 120s\n")
+    job = Path(__file__).resolve().parent.parent / "data" / "jobs" / "key_counts.py"
+    (tmp_path / "in").mkdir()
+    keys = [f"k{n:06d}" for n in range(4000)]
+    pq.write_table(pa.table({"key": keys + keys[:300]}), tmp_path / "in" / "part-0.parquet")
+    hdfs = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+    conf = {"spark.sql.streaming.stateStore.providerClass": hdfs,
+            "spark.sql.shuffle.partitions": "4"}
+    api.run(home, job, "keys", params={"input": str(tmp_path / "in")}, conf=conf,
+            until_caught_up=True, spark=spark)
+    api.snapshot_create(home, "keys", "k1")
+    counts = {key: 2 if index < 300 else 1 for index, key in enumerate(keys)}
+
+    pruned = sparkpoint(home, "snapshot", "prune", "k1", "k1-pruned", "--operator",
+                        "key_counts", "--where", "key < 'k001000'", "--master", url,
+                        "--json", timeout=600)
+    assert pruned.code == 0, pruned.err[-3000:]
+    assert pruned.json()["rewritten_by"] == "spark_tasks"
+    assert len(_task_executors(events_dir, "sparkpoint:prune", "")) == 2
+    kept = {key: n for key, n in counts.items() if key >= "k001000"}
+    assert _state_keys(spark, home, "k1-pruned", "key_counts") == Counter(
+        (key,) for key in kept)
+
+    # Into 3 partitions from the pruned snapshot: each old partition's records hashed and
+    # spilled by one task, each new partition's file written by another.
+    moved = sparkpoint(home, "run", str(job), "--job", "keys-3", "--from-snapshot", "k1-pruned",
+                       "--master", url, "--conf", "spark.executor.memory=512m",
+                       "--conf", f"spark.sql.streaming.stateStore.providerClass={hdfs}",
+                       "--conf", "spark.sql.shuffle.partitions=3",
+                       "--param", f"input={tmp_path / 'in'}", "--until-caught-up", timeout=900)
+    assert moved.code == 0, moved.err[-3000:]
+    assert len(_task_executors(events_dir, "sparkpoint:keys-3", "hdfs_repartition.py")) == 2
+    ckpt = Checkpoint(home.checkpoint_dir("keys-3"))
+    state = (spark.read.format("statestore")
+             .option("batchId", ckpt.require_latest_committed_batch()).load(str(ckpt.root)))
+    rows = state.select("partition_id", F.expr("pmod(hash(key.*), 3)").alias("want"),
+                        "key.key", "value.count").collect()
+    assert Counter((r.key, r["count"]) for r in rows) == Counter(kept.items())
+    assert all(r.partition_id == r.want for r in rows)
