@@ -229,6 +229,8 @@ def test_hdfs_provider_prune_and_repartition_run_as_tasks_on_both_workers(
 
     from sparkpoint import api
     from sparkpoint.checkpoint.layout import Checkpoint
+    from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER
+    from sparkpoint.spark.session import PROVIDER_CONF
 
     url, _logs = cluster
     home = Home(tmp_path / "home")  # one host: the executors reach the driver's disk
@@ -241,9 +243,7 @@ def test_hdfs_provider_prune_and_repartition_run_as_tasks_on_both_workers(
     (tmp_path / "in").mkdir()
     keys = [f"k{n:06d}" for n in range(4000)]
     pq.write_table(pa.table({"key": keys + keys[:300]}), tmp_path / "in" / "part-0.parquet")
-    hdfs = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
-    conf = {"spark.sql.streaming.stateStore.providerClass": hdfs,
-            "spark.sql.shuffle.partitions": "4"}
+    conf = {PROVIDER_CONF: HDFS_PROVIDER, "spark.sql.shuffle.partitions": "4"}
     api.run(home, job, "keys", params={"input": str(tmp_path / "in")}, conf=conf,
             until_caught_up=True, spark=spark)
     api.snapshot_create(home, "keys", "k1")
@@ -263,7 +263,7 @@ def test_hdfs_provider_prune_and_repartition_run_as_tasks_on_both_workers(
     # spilled by one task, each new partition's file written by another.
     moved = sparkpoint(home, "run", str(job), "--job", "keys-3", "--from-snapshot", "k1-pruned",
                        "--master", url, "--conf", "spark.executor.memory=512m",
-                       "--conf", f"spark.sql.streaming.stateStore.providerClass={hdfs}",
+                       "--conf", f"{PROVIDER_CONF}={HDFS_PROVIDER}",
                        "--conf", "spark.sql.shuffle.partitions=3",
                        "--param", f"input={tmp_path / 'in'}", "--until-caught-up", timeout=900)
     assert moved.code == 0, moved.err[-3000:]
