@@ -152,12 +152,20 @@ def _rewrite_hdfs_partition(pdir: Path, keys: list[bytes], version: int) -> int:
     """Write ``version`` without ``keys`` as one self-contained snapshot file in place of
     the links that made it up; return how many keys were removed. Runs in the driver or in
     a Spark task (module level: the task imports it)."""
-    state = hdfs_state.load_version(pdir, version)
-    removed = sum(1 for key in keys if state.pop(key, None) is not None)
-    for name in hdfs_state.files_for_version(pdir, version).names():
+    fixed = hdfs_state.load_fixed_version(pdir, version)
+    names = hdfs_state.files_for_version(pdir, version).names()
+    if fixed is not None:
+        kept, removed = hdfs_state.without_fixed_keys(fixed, keys)
+    else:
+        state = hdfs_state.load_version(pdir, version)
+        removed = sum(1 for key in keys if state.pop(key, None) is not None)
+    for name in names:
         # Unlink, never write through: these are links to the original snapshot's files.
         (pdir / name).unlink()
-    hdfs_state.write_snapshot(pdir, version, state)
+    if fixed is not None:
+        hdfs_state.write_fixed_snapshot(pdir, version, kept)
+    else:
+        hdfs_state.write_snapshot(pdir, version, state)
     return removed
 
 

@@ -1,0 +1,68 @@
+"""A prune's rewrite of one HDFS-provider partition: the version without the selected keys,
+as one snapshot file. Keys of one width are found with numpy by a hash of their words, then
+compared byte for byte; the result must be exactly what removing them from the loaded state
+gives, keys whose hashes collide and keys ending in zero bytes included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sparkpoint.checkpoint.hdfs_state import (
+    FixedState,
+    files_for_version,
+    load_version,
+    without_fixed_keys,
+    write_records,
+)
+from sparkpoint.snapshot.prune import _rewrite_hdfs_partition
+from tests.unit.test_hdfs_state import _colliding_keys
+
+# Keys that differ only in their trailing zero bytes, an all-zero key, and two keys whose
+# hashes collide.
+_KEYS = [b"k1".ljust(16, b"\0"), b"k1\0\0".ljust(16, b"\1"), b"k".ljust(16, b"\0"),
+         bytes(16), b"k2".ljust(16, b"\0"), *_colliding_keys()]
+_PUT = st.tuples(st.sampled_from(_KEYS), st.sampled_from([b"v" * 8, bytes(8)]))
+_DELTA = st.lists(st.one_of(_PUT, st.tuples(st.sampled_from(_KEYS), st.none())), max_size=6)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(_DELTA, min_size=1, max_size=4),
+       st.lists(st.sampled_from([*_KEYS, b"k1", b"x" * 24]), unique=True),
+       st.booleans())
+def test_rewrite_removes_exactly_the_selected_keys(
+    tmp_path_factory: pytest.TempPathFactory, deltas: list[list[tuple[bytes, bytes | None]]],
+    selected: list[bytes], variable_width: bool,
+) -> None:
+    partition = tmp_path_factory.mktemp("p")
+    if variable_width:  # a record of another width: the generic path
+        deltas = [[*deltas[0], (b"short", b"v")], *deltas[1:]]
+    for version, records in enumerate(deltas, start=1):
+        (partition / f"{version}.delta").write_bytes(write_records(records))
+    version = len(deltas)
+    expected = load_version(partition, version)
+    removed = sum(1 for key in selected if expected.pop(key, None) is not None)
+
+    assert _rewrite_hdfs_partition(partition, selected, version) == removed
+    assert files_for_version(partition, version).names() == [f"{version}.snapshot"]
+    assert load_version(partition, version) == expected
+    # Nothing but the one snapshot file is left of the version.
+    assert sorted(p.name for p in Path(partition).iterdir()) == [f"{version}.snapshot"]
+
+
+@given(st.lists(st.binary(min_size=12, max_size=12), max_size=30),
+       st.lists(st.binary(min_size=12, max_size=12), max_size=10))
+def test_keys_not_of_64_bit_words_are_compared_as_bytes(
+    stored: list[bytes], selected: list[bytes]
+) -> None:
+    unique = list(dict.fromkeys(stored))
+    keys = np.frombuffer(b"".join(unique), np.uint8).reshape(-1, 12)
+    values = np.arange(len(unique) * 8, dtype=np.uint8).reshape(-1, 8)
+    kept, removed = without_fixed_keys(FixedState(keys, values), selected)
+    expected = [(key, bytes(values[i])) for i, key in enumerate(unique) if key not in selected]
+    assert removed == len(unique) - len(expected)
+    assert [(bytes(k), bytes(v)) for k, v in zip(kept.keys, kept.values, strict=True)] == expected
