@@ -66,3 +66,12 @@ def test_keys_not_of_64_bit_words_are_compared_as_bytes(
     expected = [(key, bytes(values[i])) for i, key in enumerate(unique) if key not in selected]
     assert removed == len(unique) - len(expected)
     assert [(bytes(k), bytes(v)) for k, v in zip(kept.keys, kept.values, strict=True)] == expected
+
+
+def test_a_key_sharing_a_hash_with_a_selected_key_is_kept() -> None:
+    stored, selected = _colliding_keys()
+    keys = np.frombuffer(stored + _KEYS[0], np.uint8).reshape(2, 16)
+    values = np.zeros((2, 8), np.uint8)
+    kept, removed = without_fixed_keys(FixedState(keys, values), [selected, _KEYS[0]])
+    assert removed == 1
+    assert [bytes(k) for k in kept.keys] == [stored]

@@ -810,22 +810,26 @@ def without_fixed_keys(state: FixedState, keys: list[bytes]) -> tuple[FixedState
         return state, 0
     rows = np.ascontiguousarray(state.keys)
     wanted_rows = np.frombuffer(b"".join(wanted), np.uint8).reshape(-1, width)
-    sorted_hash = order = None
     if width % 8 == 0:
         wanted_hash = _hash_keys(wanted_rows.view("<u8"))
         order = np.argsort(wanted_hash)
         sorted_hash = wanted_hash[order]
-    if sorted_hash is None or order is None or (sorted_hash[1:] == sorted_hash[:-1]).any():
-        # Keys not of 64-bit words (never an UnsafeRow), or two wanted keys sharing a hash
-        # (about one chance in 2^64 a pair): compared as bytes.
-        wanted_set = set(wanted)
-        gone = np.fromiter((row.tobytes() in wanted_set for row in rows), bool, len(rows))
-    else:
-        hashed = _hash_keys(rows.view("<u8"))
-        at = np.minimum(np.searchsorted(sorted_hash, hashed), len(sorted_hash) - 1)
-        gone = sorted_hash[at] == hashed
-        candidates = np.flatnonzero(gone)
-        gone[candidates] = (rows[candidates] == wanted_rows[order[at[candidates]]]).all(axis=1)
+        if not (sorted_hash[1:] == sorted_hash[:-1]).any():
+            hashed = _hash_keys(rows.view("<u8"))
+            at = np.minimum(np.searchsorted(sorted_hash, hashed), len(sorted_hash) - 1)
+            gone = sorted_hash[at] == hashed
+            candidates = np.flatnonzero(gone)
+            partners = wanted_rows[order[at[candidates]]]
+            gone[candidates] = (rows[candidates] == partners).all(axis=1)
+            return _without_rows(state, gone)
+    # Keys not of 64-bit words (never an UnsafeRow), or two wanted keys sharing a hash
+    # (about one chance in 2^64 a pair): compared as bytes.
+    wanted_set = set(wanted)
+    return _without_rows(state, np.fromiter((row.tobytes() in wanted_set for row in rows),
+                                            bool, len(rows)))
+
+
+def _without_rows(state: FixedState, gone: Any) -> tuple[FixedState, int]:
     kept = ~gone
     return FixedState(state.keys[kept], state.values[kept]), int(gone.sum())
 
