@@ -35,10 +35,10 @@ import os
 import re
 import secrets
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lz4.block
 import lz4.frame
@@ -47,12 +47,16 @@ import xxhash
 from sparkpoint.errors import CheckpointFormatError, UsageError
 from sparkpoint.storage.location import Location
 
+if TYPE_CHECKING:
+    import numpy as np
+
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
     "FixedState",
     "VersionFiles",
     "count_rows",
     "files_for_version",
+    "key_bytes",
     "load_fixed_version",
     "load_version",
     "read_records",
@@ -797,24 +801,37 @@ def load_fixed_version(partition_dir: Path, version: int) -> FixedState | None:
     return FixedState(keys[live], values[live])
 
 
-def without_fixed_keys(state: FixedState, keys: list[bytes]) -> tuple[FixedState, int]:
+def without_fixed_keys(state: FixedState,
+                       keys: Sequence[bytes] | np.ndarray) -> tuple[FixedState, int]:
     """``state`` without ``keys`` and how many of them it held, with numpy (a set of a
-    partition's keys in Python costs about 1 µs a key). Rows are found by a 64-bit hash of
-    their words, then compared with the key of that hash byte for byte, so two keys sharing
-    a hash never remove each other. Keys of another width than the state's cannot be in it."""
+    partition's keys in Python costs about 1 µs a key). ``keys``: the keys as bytes, or as a
+    numpy uint8 array of one key per row (keys of one width, as a Spark task hands them over
+    without a Python object per key). Rows are found by a 64-bit hash of their words, then
+    compared with the key of that hash byte for byte, so two keys sharing a hash never remove
+    each other. Keys of another width than the state's cannot be in it."""
     import numpy as np
 
     width = int(state.keys.shape[1])
-    wanted = list(dict.fromkeys(key for key in keys if len(key) == width))
-    if not wanted or not len(state.keys):
+    if isinstance(keys, np.ndarray):
+        wanted_rows = keys if keys.ndim == 2 and keys.shape[1] == width else keys[:0, :0]
+    else:
+        wanted = [key for key in keys if len(key) == width]
+        wanted_rows = np.frombuffer(b"".join(wanted), np.uint8).reshape(len(wanted), width)
+    if not wanted_rows.size or not len(state.keys):
         return state, 0
     rows = np.ascontiguousarray(state.keys)
-    wanted_rows = np.frombuffer(b"".join(wanted), np.uint8).reshape(-1, width)
+    wanted_rows = np.ascontiguousarray(wanted_rows, np.uint8)
     if width % 8 == 0:
         wanted_hash = _hash_keys(wanted_rows.view("<u8"))
-        order = np.argsort(wanted_hash)
+        order = np.argsort(wanted_hash, kind="stable")
         sorted_hash = wanted_hash[order]
-        if not (sorted_hash[1:] == sorted_hash[:-1]).any():
+        same = np.flatnonzero(sorted_hash[1:] == sorted_hash[:-1])
+        # A key selected twice is one key; two different keys sharing a hash (about one
+        # chance in 2^64 a pair) leave this path for the byte comparison below.
+        if not (wanted_rows[order[same]] != wanted_rows[order[same + 1]]).any():
+            unique = np.ones(len(order), bool)
+            unique[same + 1] = False
+            order, sorted_hash = order[unique], sorted_hash[unique]
             hashed = _hash_keys(rows.view("<u8"))
             at = np.minimum(np.searchsorted(sorted_hash, hashed), len(sorted_hash) - 1)
             gone = sorted_hash[at] == hashed
@@ -822,11 +839,19 @@ def without_fixed_keys(state: FixedState, keys: list[bytes]) -> tuple[FixedState
             partners = wanted_rows[order[at[candidates]]]
             gone[candidates] = (rows[candidates] == partners).all(axis=1)
             return _without_rows(state, gone)
-    # Keys not of 64-bit words (never an UnsafeRow), or two wanted keys sharing a hash
-    # (about one chance in 2^64 a pair): compared as bytes.
-    wanted_set = set(wanted)
+    # Keys not of 64-bit words (never an UnsafeRow), or two wanted keys sharing a hash:
+    # compared as bytes.
+    wanted_set = {row.tobytes() for row in wanted_rows}
     return _without_rows(state, np.fromiter((row.tobytes() in wanted_set for row in rows),
                                             bool, len(rows)))
+
+
+def key_bytes(keys: Sequence[bytes] | np.ndarray) -> Sequence[bytes]:
+    """Keys given as rows of a numpy array (see ``without_fixed_keys``) as bytes, one object
+    each, for a store held in a dict."""
+    import numpy as np
+
+    return [row.tobytes() for row in keys] if isinstance(keys, np.ndarray) else keys
 
 
 def _without_rows(state: FixedState, gone: Any) -> tuple[FixedState, int]:

@@ -35,7 +35,7 @@ import functools
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -73,6 +73,7 @@ from sparkpoint.storage.local import link_or_copy, walk_files
 from sparkpoint.storage.processes import pid_alive
 
 if TYPE_CHECKING:
+    import numpy as np
     from pyspark.sql import SparkSession
 
 # Operator kinds whose state is one store of independent keys: removing a key is exactly
@@ -148,7 +149,8 @@ def _link_tree(source: Path, target: Path) -> None:
         link_or_copy(path, target / path.relative_to(source))
 
 
-def _rewrite_hdfs_partition(pdir: Path, keys: list[bytes], version: int) -> int:
+def _rewrite_hdfs_partition(pdir: Path, keys: Sequence[bytes] | np.ndarray,
+                            version: int) -> int:
     """Write ``version`` without ``keys`` as one self-contained snapshot file in place of
     the links that made it up; return how many keys were removed. Runs in the driver or in
     a Spark task (module level: the task imports it)."""
@@ -158,7 +160,8 @@ def _rewrite_hdfs_partition(pdir: Path, keys: list[bytes], version: int) -> int:
         kept, removed = hdfs_state.without_fixed_keys(fixed, keys)
     else:
         state = hdfs_state.load_version(pdir, version)
-        removed = sum(1 for key in keys if state.pop(key, None) is not None)
+        removed = sum(1 for key in hdfs_state.key_bytes(keys)
+                      if state.pop(key, None) is not None)
     for name in names:
         # Unlink, never write through: these are links to the original snapshot's files.
         (pdir / name).unlink()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +24,8 @@ from sparkpoint.errors import CheckpointFormatError, InvalidPredicateError
 from sparkpoint.spark.row_bytes import iter_rows_bytes
 
 if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 # Columns the matched frame carries besides the key's own (named so that no key column
@@ -295,12 +297,12 @@ def remove_keys_by_tasks(
     key_schema: dict[str, Any],
     where: str,
     operator_name: str,
-    rewrite: Callable[[Path, list[bytes]], int],
+    rewrite: Callable[[Path, Sequence[bytes] | np.ndarray], int],
 ) -> list[PartitionRemoval]:
     """Remove the keys ``where`` selects as one Spark job: the state reader decodes the keys,
     Spark evaluates the condition and encodes each selected key back into its stored bytes
     (``UnsafeRowBytes``), and one Python task per partition with matches calls
-    ``rewrite(partition directory, key bytes)`` on the files of ``checkpoint`` (which the
+    ``rewrite(partition directory, keys)`` on the files of ``checkpoint`` (which the
     executors must reach), returning how many keys it removed. The driver moves no state
     bytes. The session must load ``UNSAFE_ROW_BYTES`` (sparkpoint's jar: ``own_jar``).
 
@@ -308,7 +310,7 @@ def remove_keys_by_tasks(
         InvalidPredicateError: as for :func:`matching_keys`.
         CheckpointFormatError: a task failed for another reason than the condition.
     """
-    import pandas as pd
+    import pyarrow as pa
     from pyspark.errors import PySparkException
     from pyspark.sql import functions as F
 
@@ -324,14 +326,16 @@ def remove_keys_by_tasks(
                            F.call_function(_KEY_BYTES_FUNCTION, F.col(_KEY_ROW)).alias("key"))
     operator_dir = str(checkpoint / "state" / str(operator_id))
 
-    def rewrite_partition(keys: pd.DataFrame) -> pd.DataFrame:
-        partition = int(keys[_PARTITION].iloc[0])
-        removed = rewrite(Path(operator_dir) / str(partition), [bytes(k) for k in keys["key"]])
-        return pd.DataFrame({"partition": [partition], "matched": [len(keys)],
-                             "removed": [removed]})
+    def rewrite_partition(table: pa.Table) -> pa.Table:
+        partition = int(table.column(_PARTITION)[0].as_py())
+        removed = rewrite(Path(operator_dir) / str(partition), _key_rows(table.column("key")))
+        return pa.table({"partition": pa.array([partition], pa.int32()),
+                         "matched": pa.array([table.num_rows], pa.int64()),
+                         "removed": pa.array([removed], pa.int64())})
 
     try:
-        rows = keyed.groupBy(_PARTITION).applyInPandas(
+        # Arrow, not pandas: pandas would make a Python bytes object of every key.
+        rows = keyed.groupBy(_PARTITION).applyInArrow(
             rewrite_partition, _REMOVALS_SCHEMA).collect()
     except PySparkException as exc:
         # The condition's failure (or the state's) is raised by counting with it; otherwise
@@ -345,3 +349,21 @@ def remove_keys_by_tasks(
             "Spark's log has its stack trace") from exc
     return sorted((PartitionRemoval(int(row[0]), int(row[1]), int(row[2])) for row in rows),
                   key=lambda removal: removal.partition)
+
+
+def _key_rows(column: pa.ChunkedArray | pa.Array) -> Sequence[bytes] | np.ndarray:
+    """A task's keys (Arrow binary) as a numpy array of one key per row when they share one
+    width, a view of Arrow's buffer with no Python object per key; else as bytes. An array
+    may be a slice of its buffers (offsets not from 0)."""
+    import numpy as np
+    import pyarrow as pa
+
+    keys = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    offset_type = np.int64 if pa.types.is_large_binary(keys.type) else np.int32
+    offsets = np.frombuffer(keys.buffers()[1], offset_type)[
+        keys.offset : keys.offset + len(keys) + 1]
+    widths = np.diff(offsets)
+    if len(keys) and not keys.null_count and widths[0] > 0 and (widths == widths[0]).all():
+        data = np.frombuffer(keys.buffers()[2], np.uint8)[offsets[0] : offsets[-1]]
+        return data.reshape(len(keys), int(widths[0]))
+    return [key for key in keys.to_pylist() if key is not None]
