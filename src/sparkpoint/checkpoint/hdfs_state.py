@@ -813,7 +813,8 @@ def without_fixed_keys(state: FixedState,
 
     width = int(state.keys.shape[1])
     if isinstance(keys, np.ndarray):
-        wanted_rows = keys if keys.ndim == 2 and keys.shape[1] == width else keys[:0, :0]
+        fits = keys.ndim == 2 and keys.shape[1] == width
+        wanted_rows = keys if fits else np.empty((0, width), np.uint8)
     else:
         wanted = [key for key in keys if len(key) == width]
         wanted_rows = np.frombuffer(b"".join(wanted), np.uint8).reshape(len(wanted), width)
