@@ -842,7 +842,7 @@ def without_fixed_keys(state: FixedState,
             return _without_rows(state, gone)
     # Keys not of 64-bit words (never an UnsafeRow), or two wanted keys sharing a hash:
     # compared as bytes.
-    wanted_set = {row.tobytes() for row in wanted_rows}
+    wanted_set = set(key_bytes(wanted_rows))
     return _without_rows(state, np.fromiter((row.tobytes() in wanted_set for row in rows),
                                             bool, len(rows)))
 
