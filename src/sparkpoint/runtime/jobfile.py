@@ -166,11 +166,15 @@ def load_build(job_file: Path) -> Any:
 def build_writer(
     build: Any, job_file: Path, spark: SparkSession, ctx: JobContext
 ) -> DataStreamWriter:
-    """Call a loaded ``build`` and check that it returned an unstarted DataStreamWriter."""
+    """Call a loaded ``build`` and check that it returned an unstarted DataStreamWriter.
+    ``build`` gets ``spark`` with sparkpoint's own source formats registered on demand
+    (spark/own_formats.py)."""
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
+    from sparkpoint.spark.own_formats import formats_on_demand
+
     try:
-        writer = build(spark, ctx)
+        writer = build(formats_on_demand(spark), ctx)
     except JobFileError:
         raise
     except Exception as exc:

@@ -54,7 +54,7 @@ from sparkpoint.runtime.registry import (
     now_iso,
 )
 from sparkpoint.sinks.rewind import finish_pending as finish_rewinds
-from sparkpoint.sources.kafka import KAFKA_KINDS, KafkaDataSource
+from sparkpoint.sources.kafka import KAFKA_KINDS
 from sparkpoint.sources.kafka_groups import GroupCommitter, groups_problem
 from sparkpoint.spark.errors import failure_details, failure_summary, kafka_data_loss
 from sparkpoint.spark.inspect import PlannedSource, job_sources
@@ -147,7 +147,6 @@ def plan_job(
         echo(f"Spark UI: {session.sparkContext.uiWebUrl}")
     if build is None:
         build = load_build(job_file)  # after the session: module-level UDFs parse DDL with it
-    session.dataSource.register(KafkaDataSource)  # format("sparkpoint-kafka") in job files
     apply_query_conf(session, conf)
     ctx = JobContext(job=job, params=dict(params), described=described)
     try:

@@ -1,0 +1,58 @@
+"""sparkpoint's own source format, ``sparkpoint-kafka``, registered in a job's session only
+when the job's build names it.
+
+Registering a Python data source is not free: the first registration in a JVM makes Spark
+look up the static Python data sources first (``DataSourceManager
+.initialStaticDataSourceBuilders``, 4.3.0), which starts a Python worker
+(``pyspark.sql.worker.lookup_data_sources``). Measured on this 2-core machine: 1.8 s and 3.5
+CPU-seconds, about a quarter of a small job's whole run. Reading files or Spark's own Kafka
+connector never triggers that lookup, so a job that does not use sparkpoint's Kafka source
+should not pay for it at every start. Pinned by tests/integration/test_own_formats.py.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from sparkpoint.sources.kafka import FORMAT as KAFKA_FORMAT
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def register_own_formats(spark: SparkSession) -> None:
+    """Register sparkpoint's source formats in ``spark`` (its JVM session) unless they are
+    there: registering again would log that the source replaced itself."""
+    from sparkpoint.sources.kafka import KafkaDataSource
+
+    manager = spark._jsparkSession.sessionState().dataSourceManager()
+    if not manager.dataSourceExists(KAFKA_FORMAT):
+        spark.dataSource.register(KafkaDataSource)
+
+
+def formats_on_demand(spark: SparkSession) -> SparkSession:
+    """``spark`` (the same JVM session: its confs, views and functions) as handed to a job's
+    build: its ``readStream.format`` registers sparkpoint's formats the first time one is
+    named, in that session."""
+    return _session_class()(spark.sparkContext, spark._jsparkSession)
+
+
+@cache
+def _session_class() -> type[SparkSession]:
+    # Defined on first use: commands that start no JVM do not import pyspark's classes.
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.readwriter import DataStreamReader
+
+    class ReaderWithOwnFormats(DataStreamReader):
+        def format(self, source: str) -> DataStreamReader:
+            if source.lower() == KAFKA_FORMAT:
+                register_own_formats(self._spark)
+            return super().format(source)
+
+    class SessionWithOwnFormats(SparkSession):
+        @property
+        def readStream(self) -> Any:
+            return ReaderWithOwnFormats(self)
+
+    return SessionWithOwnFormats
