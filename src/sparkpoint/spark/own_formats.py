@@ -12,20 +12,16 @@ should not pay for it at every start. Pinned by tests/integration/test_own_forma
 
 from __future__ import annotations
 
-from functools import cache
-from typing import TYPE_CHECKING, Any
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.readwriter import DataStreamReader
 
 from sparkpoint.sources.kafka import FORMAT as KAFKA_FORMAT
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+from sparkpoint.sources.kafka import KafkaDataSource
 
 
 def register_own_formats(spark: SparkSession) -> None:
     """Register sparkpoint's source formats in ``spark`` (its JVM session) unless they are
     there: registering again would log that the source replaced itself."""
-    from sparkpoint.sources.kafka import KafkaDataSource
-
     manager = spark._jsparkSession.sessionState().dataSourceManager()
     if not manager.dataSourceExists(KAFKA_FORMAT):
         spark.dataSource.register(KafkaDataSource)
@@ -35,24 +31,17 @@ def formats_on_demand(spark: SparkSession) -> SparkSession:
     """``spark`` (the same JVM session: its confs, views and functions) as handed to a job's
     build: its ``readStream.format`` registers sparkpoint's formats the first time one is
     named, in that session."""
-    return _session_class()(spark.sparkContext, spark._jsparkSession)
+    return _SessionWithOwnFormats(spark.sparkContext, spark._jsparkSession)
 
 
-@cache
-def _session_class() -> type[SparkSession]:
-    # Defined on first use: commands that start no JVM do not import pyspark's classes.
-    from pyspark.sql import SparkSession
-    from pyspark.sql.streaming.readwriter import DataStreamReader
+class _ReaderWithOwnFormats(DataStreamReader):
+    def format(self, source: str) -> DataStreamReader:
+        if source.lower() == KAFKA_FORMAT:
+            register_own_formats(self._spark)
+        return super().format(source)
 
-    class ReaderWithOwnFormats(DataStreamReader):
-        def format(self, source: str) -> DataStreamReader:
-            if source.lower() == KAFKA_FORMAT:
-                register_own_formats(self._spark)
-            return super().format(source)
 
-    class SessionWithOwnFormats(SparkSession):
-        @property
-        def readStream(self) -> Any:
-            return ReaderWithOwnFormats(self)
-
-    return SessionWithOwnFormats
+class _SessionWithOwnFormats(SparkSession):
+    @property
+    def readStream(self) -> DataStreamReader:
+        return _ReaderWithOwnFormats(self)
