@@ -64,6 +64,14 @@ def test_a_build_gets_sparkpoint_kafka_in_its_session_only_when_it_names_it(
     frame = (reader.option("kafka.bootstrap.servers", "127.0.0.1:1").option("subscribe", "t")
              .load())
     assert frame.isStreaming and "offset" in frame.columns
-    # Naming it again in the same session registers nothing twice.
+    # Naming it again in the same session keeps the registered source: registering again
+    # would put a new one in its place (and log that it replaced itself).
+    registered = _registered_source(kafka_job)
     kafka_job.readStream.format(FORMAT)
-    assert _registered(kafka_job)
+    assert _registered_source(kafka_job) == registered
+
+
+def _registered_source(session: Any) -> int:
+    """The JVM identity of the source registered under sparkpoint's format."""
+    source = session._jsparkSession.sessionState().dataSourceManager().lookupDataSource(FORMAT)
+    return int(session._jvm.java.lang.System.identityHashCode(source))
