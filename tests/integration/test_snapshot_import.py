@@ -1,10 +1,14 @@
 """A checkpoint written by plain PySpark (no sparkpoint, Spark's defaults: HDFS state store
-provider, 200 shuffle partitions, unnamed sources, offsets log v1) is imported as a snapshot
-and continued as a managed job: the output equals the uninterrupted plain-Spark run."""
+provider, unnamed sources, offsets log v1) is imported as a snapshot and continued as a
+managed job: the output equals the rows computed from the input.
+
+The plain query here runs two stateful operators at 8 shuffle partitions. Spark's default of
+200 is walked by test_spark_examples_adopted.py on four of Spark's own example queries (each
+imported from a 200-partition checkpoint it leaves unchanged, then continued with fewer);
+a two-operator query at 200 partitions cost this file most of two minutes a run."""
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,20 +21,21 @@ from sparkpoint.storage.home import Home
 from sparkpoint.testing import expected_hourly_counts, output_rows, write_clicks
 from tests.conftest import EXAMPLES
 from tests.support.cli import sparkpoint
+from tests.support.spark_example_runs import tree_digest
 
 JOB = EXAMPLES / "clicks_job.py"
 pytestmark = pytest.mark.spark
-SPARK_DEFAULT_PARTITIONS = "200"
-# Two files per batch: with 200 partitions every batch costs seconds on two cores.
+PLAIN_PARTITIONS = "8"
 FILES_PER_BATCH = 2
 
 
 @pytest.fixture
-def spark_defaults(spark: object) -> Iterator[object]:
-    """The shared session with Spark's default shuffle partitions, as a plain job has them."""
+def spark_plain(spark: object) -> Iterator[object]:
+    """The shared session with the plain job's shuffle partitions (more than the managed
+    continuation takes, so that the import's partition count is checked)."""
     conf = spark.conf  # type: ignore[attr-defined]
     before = conf.get("spark.sql.shuffle.partitions")
-    conf.set("spark.sql.shuffle.partitions", SPARK_DEFAULT_PARTITIONS)
+    conf.set("spark.sql.shuffle.partitions", PLAIN_PARTITIONS)
     yield spark
     conf.set("spark.sql.shuffle.partitions", before)
 
@@ -61,18 +66,12 @@ def run_plain_job(spark: object, inp: Path, out: Path, checkpoint: Path) -> None
     assert query.exception() is None
 
 
-def tree_digest(root: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        digest.update(path.relative_to(root).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 def test_plain_spark_checkpoint_imported_and_continued(
-    spark_defaults: object, home: Home, tmp_path: Path
+    spark_plain: object, home: Home, tmp_path: Path
 ) -> None:
-    spark = spark_defaults
+    spark = spark_plain
     inp = tmp_path / "in"
     events = write_clicks(inp, range(0, 2))
     plain_ckpt = tmp_path / "plain-ckpt"
@@ -88,14 +87,14 @@ def test_plain_spark_checkpoint_imported_and_continued(
     manifest = api.snapshot_show(home, "adopted")
     assert [s.name for s in manifest.sources] == ["clicks"]
     assert {op.name for op in manifest.operators} == {"dedup_clicks", "hourly_counts"}
-    assert {op.partitions for op in manifest.operators} == {int(SPARK_DEFAULT_PARTITIONS)}
+    assert {op.partitions for op in manifest.operators} == {int(PLAIN_PARTITIONS)}
     assert manifest.state_store_provider.endswith("HDFSBackedStateStoreProvider")
     assert api.snapshot_verify(home, "adopted") == []
 
     events += write_clicks(inp, range(2, 4))
     managed_out = tmp_path / "managed-out"
-    # Continued into 4 partitions, the usual first change of a job run at Spark's defaults
-    # (and far cheaper here than 200 partitions of two stateful operators a batch).
+    # Continued into 4 partitions: fewer than the plain run's, as a job run at Spark's
+    # defaults usually takes first.
     api.run(home, JOB, "adopted-job", params={"input": str(inp), "output": str(managed_out),
                                               "files_per_batch": str(FILES_PER_BATCH)},
             conf={"spark.sql.shuffle.partitions": "4"}, from_snapshot="adopted",

@@ -17,9 +17,18 @@ from typing import Any
 
 import pytest
 
+from sparkpoint import api
 from sparkpoint.storage.home import Home
 from tests.support.cli import sparkpoint
-from tests.support.spark_example_runs import AFTER, BEFORE, EXAMPLES, ok, run_plain, table
+from tests.support.spark_example_runs import (
+    AFTER,
+    BEFORE,
+    EXAMPLES,
+    ok,
+    run_plain,
+    table,
+    tree_digest,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -33,9 +42,15 @@ def test_plain_example_adopted_and_continued_into_its_output_with_other_partitio
     written = list(example.write(tmp_path, BEFORE))
     run_plain(example, tmp_path, output, checkpoint)
     assert (checkpoint / "offsets" / "0").read_text().startswith("v1\n")
+    before = tree_digest(checkpoint)
 
     ok(sparkpoint(home, "snapshot", "import", str(checkpoint), "adopted",
                   "--job-file", str(example.job), *example.params(tmp_path, output)))
+    assert tree_digest(checkpoint) == before, "import modified the plain checkpoint"
+    manifest = api.snapshot_show(home, "adopted")
+    assert {op.partitions for op in manifest.operators} == {200}
+    assert manifest.state_store_provider.endswith("HDFSBackedStateStoreProvider")
+    assert api.snapshot_verify(home, "adopted") == []
     written += example.write(tmp_path, AFTER)
     # The plain job's own output, Spark's 200 partitions down to 3: the usual first upgrade.
     ok(sparkpoint(home, "run", str(example.job), "--job", "adopted-job",

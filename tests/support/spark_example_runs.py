@@ -5,6 +5,7 @@ users read a file sink."""
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 from collections import Counter
@@ -92,3 +93,13 @@ def ok(result: Any) -> Any:
     return result
 
 
+
+
+def tree_digest(root: Path) -> str:
+    """One hash of every file's path and bytes under ``root``: equal before and after only
+    if nothing was written, renamed or removed."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
