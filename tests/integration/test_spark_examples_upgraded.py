@@ -59,7 +59,7 @@ def test_faulty_upgrade_rolled_back_with_rewind_output(
     the faulty batches' rows left it, and the replayed batches are all there."""
     example = EXAMPLES["wordcount_windowed"]
     output = tmp_path / "out"
-    params = [*example.params(tmp_path, output), "--param", "files_per_batch=1",
+    params = [*example.params(tmp_path, output), "--param", "files_per_batch=2",
               "--conf", "spark.sql.shuffle.partitions=3"]
     written = list(example.write(tmp_path, range(0, 4)))
     ok(sparkpoint(home, "run", str(example.job), "--job", "wc", *params, "--until-caught-up"))
