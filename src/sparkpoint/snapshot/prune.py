@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkpoint.checkpoint import hdfs_state
+from sparkpoint.checkpoint import hdfs_state, rocksdb_writer
 from sparkpoint.checkpoint.layout import Checkpoint, OperatorDir
 from sparkpoint.checkpoint.logs import CommitLogEntry, compact_json
 from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER, locate_version
@@ -66,6 +66,7 @@ from sparkpoint.spark.state_prune import (
     matching_keys,
     remove_keys_by_tasks,
     remove_rocksdb_keys,
+    spark_rocksdb_version,
 )
 from sparkpoint.spark.state_rewrite import partition_key_fields, rewrite_without
 from sparkpoint.storage.home import Home, validate_name
@@ -268,6 +269,35 @@ def _prune_hdfs_by_tasks(spark: SparkSession, checkpoint: Checkpoint, batch: int
     return removals
 
 
+def _prune_rocksdb_by_tasks(spark: SparkSession, checkpoint: Checkpoint, batch: int,
+                            op: OperatorEntry, key_schema: dict[str, Any], where: str,
+                            say: Callable[[str], None]) -> list[PartitionRemoval] | None:
+    """RocksDB: as the HDFS provider's (one Spark job; Spark matches and encodes the keys,
+    one Python task per partition holding matches removes them), each task rewriting its
+    store with RocksDB itself (checkpoint/rocksdb_writer.py). None when that does not apply:
+    no sparkpoint jar in the session, a version made of changelogs (or without its key
+    count), or rocksdict's RocksDB another version than the session's (then Spark's
+    rewriter does it)."""
+    if not own_jar.loadable(spark, UNSAFE_ROW_BYTES):
+        return None
+    version = batch + 1
+    for pdir in _operator_partition_dirs(checkpoint, op, batch):
+        located = locate_version(pdir, version)
+        if located.changelogs or not located.zip_name or located.num_keys is None:
+            return None
+    if rocksdb_writer.writer_version()[:2] != spark_rocksdb_version(spark)[:2]:
+        return None
+    say(f"rewriting operator '{op.name}' without the keys where {where} (Spark tasks)")
+    with phase(f"prune: rewriting '{op.name}' with Spark"):
+        removals = remove_keys_by_tasks(
+            spark, checkpoint.local_root, batch, op.operator_id, key_schema, where, op.name,
+            functools.partial(rocksdb_writer.remove_keys, version=version))
+    for removal in removals:
+        _check_removed(op, removal.partition, removal.matched, removal.removed)
+    crash_point("prune.partition_rewritten")
+    return removals
+
+
 def _check_removed(op: OperatorEntry, partition: int, matched: int, removed: int) -> None:
     """A partition's rewrite removed exactly the keys Spark's reader matched there."""
     if removed != matched:
@@ -378,27 +408,28 @@ def prune_snapshot(
             v2_commit = _commit_as_format_v1(checkpoint, batch)
         key_schema = op.stores[0].key_schema
         assert key_schema is not None
-        # Spark's rewriter evaluates the condition on the stored key's partition key: the
-        # same columns as the key for every prunable kind, checked rather than assumed.
-        by_spark = rocksdb and partition_key_fields(
-            spark, checkpoint.local_root, batch, op.operator_id) == [
-                field["name"] for field in key_schema.get("fields", [])]
         state_root = checkpoint.local_root / "state"
-        if by_spark:
-            counts = _prune_by_spark(spark, checkpoint, batch, op, key_schema, where, scratch,
-                                     say)
-            removed = sum(before - after for before, after in counts.values())
-            rows_before = sum(before for before, _after in counts.values())
-            rewritten_partitions = sorted(p for p, (b, a) in counts.items() if b != a)
-        elif not rocksdb and (removals := _prune_hdfs_by_tasks(
-                spark, checkpoint, batch, op, key_schema, where, say)) is not None:
+        by_tasks = (_prune_rocksdb_by_tasks if rocksdb else _prune_hdfs_by_tasks)
+        by_spark = True
+        if (removals := by_tasks(spark, checkpoint, batch, op, key_schema, where,
+                                 say)) is not None:
             removed = sum(removal.removed for removal in removals)
             rows_before = (op.rows if op.rows is not None else matching_keys(
                 spark, checkpoint.local_root, batch, op.operator_id, key_schema, where,
                 op.name, collect_keys=False).total_rows)
             rewritten_partitions = [removal.partition for removal in removals]
-            by_spark = True
+        # Spark's rewriter evaluates the condition on the stored key's partition key: the
+        # same columns as the key for every prunable kind, checked rather than assumed.
+        elif rocksdb and partition_key_fields(
+                spark, checkpoint.local_root, batch, op.operator_id) == [
+                    field["name"] for field in key_schema.get("fields", [])]:
+            counts = _prune_by_spark(spark, checkpoint, batch, op, key_schema, where, scratch,
+                                     say)
+            removed = sum(before - after for before, after in counts.values())
+            rows_before = sum(before for before, _after in counts.values())
+            rewritten_partitions = sorted(p for p, (b, a) in counts.items() if b != a)
         else:
+            by_spark = False
             say(f"finding the keys of operator '{op.name}' where {where}")
             args = (spark, checkpoint.local_root, batch, op.operator_id, key_schema, where,
                     op.name)

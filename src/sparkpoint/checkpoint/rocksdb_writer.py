@@ -1,0 +1,225 @@
+"""Removing keys from one RocksDB state store version without a JVM, in Spark's own files.
+
+Spark 4.3 ships RocksDB 9.8.4 (``rocksdbjni-9.8.4.jar``), and so does rocksdict 0.3.29: the
+files written here are written by the same RocksDB that Spark's provider opens them with
+(:func:`writer_version` is compared with the session's ``RocksDB.rocksdbVersion()`` before
+this path is taken; pinned by tests/integration/test_rocksdb_writer.py).
+
+A version is a zip (``CURRENT``, ``MANIFEST-*``, ``OPTIONS-*``, the live WAL, ``metadata``)
+plus the SST files the ``metadata`` lists under ``SSTs/`` by another name
+(``RocksDBFileManager``). To remove keys, the version is opened as a database in a
+temporary directory (the SSTs linked in: RocksDB never writes an SST, and its compaction
+only unlinks the links), the keys that exist are deleted, everything is compacted into new
+SSTs (the deletes leave no tombstone behind, so the store is no larger than a rewrite of
+the kept keys), and a RocksDB checkpoint of it is packed as Spark packs one: immutable SSTs
+under ``SSTs/<number>-<uuid>.sst``, the rest zipped with a ``metadata`` that keeps every
+field of the old one but the SST list and ``numKeys``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import uuid
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sparkpoint.checkpoint.rocksdb_keys import ENCODING_VERSION
+from sparkpoint.checkpoint.rocksdb_state import locate_version, read_zip_metadata
+from sparkpoint.errors import CheckpointFormatError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+_VERSION_LINE = re.compile(r"^\s*rocksdb_version=(\d+)\.(\d+)\.(\d+)\s*$", re.MULTILINE)
+# RocksDB's name of a compression in an OPTIONS file -> rocksdict's constructor of it.
+_COMPRESSIONS = {"kNoCompression": "none", "kSnappyCompression": "snappy",
+                 "kZlibCompression": "zlib", "kBZip2Compression": "bz2",
+                 "kLZ4Compression": "lz4", "kLZ4HCCompression": "lz4hc",
+                 "kZSTD": "zstd"}
+# Keys deleted per write batch: bounds the memory a batch holds.
+_DELETE_BATCH = 50_000
+
+
+def writer_version() -> tuple[int, int, int]:
+    """The RocksDB version rocksdict writes with, as its own ``OPTIONS`` file says."""
+    from rocksdict import Options, Rdict
+
+    with tempfile.TemporaryDirectory(prefix="sparkpoint-rocksdb-") as scratch:
+        options = Options(raw_mode=True)
+        options.create_if_missing(True)
+        Rdict(scratch, options=options).close()
+        found = _options_version(_options_text(Path(scratch)), scratch)
+    return found
+
+
+def _options_text(db_dir: Path) -> str:
+    names = sorted(p for p in db_dir.iterdir() if p.name.startswith("OPTIONS-"))
+    if not names:
+        raise CheckpointFormatError(f"{db_dir}: expected an OPTIONS file, found none")
+    return names[-1].read_text("utf-8", "replace")
+
+
+def _options_version(text: str, where: str) -> tuple[int, int, int]:
+    match = _VERSION_LINE.search(text)
+    if match is None:
+        raise CheckpointFormatError(f"{where}: expected 'rocksdb_version=' in OPTIONS")
+    return int(match[1]), int(match[2]), int(match[3])
+
+
+def _option(text: str, name: str) -> str | None:
+    match = re.search(rf"^\s*{re.escape(name)}=(.*)$", text, re.MULTILINE)
+    return match[1].strip() if match else None
+
+
+def _options_like(spark_options: str) -> Any:
+    """rocksdict options that write SSTs as the store's own settings did (Spark's
+    ``spark.sql.streaming.stateStore.rocksdb.*``: compression, block size, bloom filter,
+    table format version), read from the OPTIONS file Spark's RocksDB wrote."""
+    from rocksdict import BlockBasedOptions, DBCompressionType, Options
+
+    options = Options(raw_mode=True)
+    options.set_disable_auto_compactions(True)
+    compression = _COMPRESSIONS.get(_option(spark_options, "compression") or "", "lz4")
+    options.set_compression_type(getattr(DBCompressionType, compression)())
+    table = BlockBasedOptions()
+    table.set_block_size(int(_option(spark_options, "block_size") or 4096))
+    table.set_format_version(int(_option(spark_options, "format_version") or 5))
+    bloom = re.match(r"bloomfilter:(\d+)(?:\.\d+)?:(true|false)",
+                     _option(spark_options, "filter_policy") or "")
+    if bloom:
+        table.set_bloom_filter(int(bloom[1]), bloom[2] == "true")
+    options.set_block_based_table_factory(table)
+    return options
+
+
+def _raw_keys(keys: Sequence[bytes] | np.ndarray) -> list[bytes]:
+    """The stored RocksDB keys of ``keys`` (UnsafeRow bytes): Spark's
+    ``NoPrefixKeyStateEncoder`` puts the encoding version byte before the row."""
+    prefix = bytes([ENCODING_VERSION])
+    if isinstance(keys, Sequence):
+        return [prefix + bytes(key) for key in keys]
+    import numpy as np
+
+    rows, width = keys.shape
+    raw = np.empty((rows, width + 1), np.uint8)
+    raw[:, 0] = ENCODING_VERSION
+    raw[:, 1:] = keys
+    data = raw.tobytes()
+    step = width + 1
+    return [data[i : i + step] for i in range(0, rows * step, step)]
+
+
+def remove_keys(partition_dir: Path, keys: Sequence[bytes] | np.ndarray,
+                version: int) -> int:
+    """Replace ``version`` of the store in ``partition_dir`` by the same store without
+    ``keys`` (UnsafeRow bytes of keys in the plain layout); return how many were there.
+
+    Every other file of the partition (``_metadata`` aside) is removed: the partition
+    directory is a scratch copy holding that version only, its files links that are
+    unlinked, never written through.
+
+    Raises:
+        CheckpointFormatError: the version is not one self-contained zip with a key count
+            (changelog versions are rewritten by Spark), or RocksDB refused its files.
+    """
+    from rocksdict import Checkpoint, Rdict, WriteBatch, WriteOptions
+
+    located = locate_version(partition_dir, version)
+    zip_path = partition_dir / located.zip_name
+    if located.changelogs or not located.zip_name or located.num_keys is None:
+        raise CheckpointFormatError(
+            f"{partition_dir}: expected version {version} as one zip with its number of keys, "
+            "found changelogs or no count; such versions are rewritten by Spark's provider")
+    metadata = read_zip_metadata(zip_path)
+    if metadata.get("columnFamilyMapping"):
+        raise CheckpointFormatError(
+            f"{zip_path}: expected a store without column families, found some")
+    raw_keys = _raw_keys(keys)
+    with tempfile.TemporaryDirectory(prefix=".sparkpoint-rewrite-", dir=partition_dir) as tmp:
+        db_dir, out_dir = Path(tmp) / "db", Path(tmp) / "checkpoint"
+        db_dir.mkdir()
+        with zipfile.ZipFile(zip_path) as archive:
+            for member in archive.namelist():
+                if "/" not in member and member != "metadata":
+                    (db_dir / member).write_bytes(archive.read(member))
+        for entry in metadata.get("sstFiles", []):
+            sst = os.path.abspath(partition_dir / "SSTs" / str(entry["dfsSstFileName"]))
+            os.symlink(sst, db_dir / str(entry["localFileName"]))
+        try:
+            db = Rdict(str(db_dir), options=_options_like(_options_text(db_dir)))
+        except Exception as exc:  # rocksdict raises plain exceptions with RocksDB's status
+            raise CheckpointFormatError(
+                f"{zip_path}: RocksDB could not open the version: {exc}") from exc
+        try:
+            unsynced = WriteOptions()
+            # A property at run time (rocksdict 0.3.29), a method in its stubs.
+            unsynced.disable_wal = True  # type: ignore[method-assign,assignment]
+            removed = 0
+            for start in range(0, len(raw_keys), _DELETE_BATCH):
+                chunk = raw_keys[start : start + _DELETE_BATCH]
+                values: list[Any] = db.get(chunk)  # type: ignore[arg-type,assignment] # multi-get
+                found = [key for key, value in zip(chunk, values, strict=True)
+                         if value is not None]
+                batch = WriteBatch(raw_mode=True)
+                for key in found:
+                    batch.delete(key)
+                db.write(batch, unsynced)
+                removed += len(found)
+            db.flush()
+            # One compaction of everything: the deleted keys and their tombstones are gone
+            # from the SSTs Spark will load.
+            db.compact_range(None, None)
+            Checkpoint(db).create_checkpoint(str(out_dir))
+        finally:
+            db.close()
+        staging = Path(tmp) / "staging"
+        _pack(out_dir, staging, version, {**metadata, "numKeys": located.num_keys - removed})
+        _replace_partition_files(partition_dir)
+        for entry in staging.iterdir():
+            os.rename(entry, partition_dir / entry.name)
+    return removed
+
+
+def _replace_partition_files(partition_dir: Path) -> None:
+    """Unlink every file of the partition but its ``_metadata`` and the rewrite's scratch."""
+    for entry in partition_dir.iterdir():
+        if entry.name == "_metadata" or entry.name.startswith(".sparkpoint-rewrite-"):
+            continue
+        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+
+
+def _pack(checkpoint_dir: Path, staging: Path, version: int,
+          metadata: dict[str, Any]) -> None:
+    """Spark's layout of one committed version (``RocksDBFileManager.saveCheckpointToDfs``)
+    in ``staging``: each SST under ``SSTs/`` with a unique name, the other files and
+    ``metadata`` in ``<version>.zip``. An SST the compaction left as it was is a link to the
+    old version's file in the checkpoint: its bytes are taken from there (a hard link when
+    the file system allows), before the old files are removed."""
+    ssts_dir = staging / "SSTs"
+    ssts_dir.mkdir(parents=True)
+    listed: list[dict[str, Any]] = []
+    others: list[Path] = []
+    for path in sorted(checkpoint_dir.iterdir()):
+        if path.name.endswith(".sst"):
+            dfs_name = f"{path.stem}-{uuid.uuid4()}.sst"
+            source = Path(os.path.realpath(path))
+            try:
+                os.link(source, ssts_dir / dfs_name)
+            except OSError:
+                shutil.copyfile(source, ssts_dir / dfs_name)
+            listed.append({"localFileName": path.name, "dfsSstFileName": dfs_name,
+                           "sizeBytes": source.stat().st_size})
+        elif path.is_file() and not path.name.startswith("rocksdict-"):
+            others.append(path)
+    metadata = {**metadata, "sstFiles": listed}
+    metadata.pop("logFiles", None)  # a fresh checkpoint has no archived WAL files
+    with zipfile.ZipFile(staging / f"{version}.zip", "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in others:
+            archive.write(path, path.name)
+        archive.writestr("metadata", "v1\n" + json.dumps(metadata, separators=(",", ":")))

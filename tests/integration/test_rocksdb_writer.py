@@ -1,0 +1,148 @@
+"""``snapshot prune`` of RocksDB state by sparkpoint's own RocksDB writer
+(checkpoint/rocksdb_writer.py), one Spark task per partition: the pruned state, read back by
+Spark's state reader, is the original less exactly the keys Spark's reader selects, the same
+as Spark's own state rewriter and the driver's rewrite give; a version made of changelogs
+goes to Spark's rewriter instead.
+
+Spark fact pinned here: Spark 4.3 opens RocksDB state stores with rocksdbjni 9.8.4
+(``RocksDB.rocksdbVersion()``, null until ``RocksDB.loadLibrary()``), and rocksdict 0.3.29
+writes with RocksDB 9.8.4 too (its OPTIONS files say so): the writer's files are written by
+the RocksDB that reads them.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkpoint import api
+from sparkpoint.checkpoint import rocksdb_writer
+from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER, read_zip_metadata
+from sparkpoint.snapshot import prune
+from sparkpoint.snapshot.store import open_snapshot_store
+from sparkpoint.spark import own_jar, state_prune
+from sparkpoint.storage.home import Home
+from tests.conftest import REPO
+
+JOB = REPO / "tests" / "data" / "jobs" / "typed_keys.py"
+CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+WHERE = "i >= 0 OR tags IS NULL"
+pytestmark = pytest.mark.spark
+
+
+def _rows(count: int, seed: int) -> list[dict[str, Any]]:
+    pick = random.Random(seed)
+    return [{
+        "s": pick.choice(["ana", "bo", "ç-ü", "", "long " * 9]) + str(pick.randint(0, 999)),
+        "i": pick.randint(-5, 5), "l": pick.choice([0, 1 << 40, -(1 << 50)]),
+        "d": pick.choice([0.5, -0.0, 1e300]), "m": pick.choice(["1.5", "-99999.999"]),
+        "day": f"2026-01-{pick.randint(1, 28):02d}", "ts": "2026-01-01T00:00:00Z",
+        "b": pick.random() < 0.5, "nested": pick.choice([{"name": "x", "n": 1}, None]),
+        "tags": pick.choice([["a"], ["a", None], None]), "maybe": pick.choice([None, "x"]),
+    } for _ in range(count)]
+
+
+def _keys(spark: Any, checkpoint: str, batch: int, where: str | None = None) -> Counter[str]:
+    frame = spark.read.format("statestore").option("batchId", batch).load(checkpoint)
+    if where is not None:
+        frame = frame.select("key", "key.*").filter(where)
+    return Counter(json.dumps(row.key.asDict(recursive=True), default=str, sort_keys=True)
+                   for row in frame.collect())
+
+
+def _snapshot_keys(spark: Any, home: Home, name: str) -> Counter[str]:
+    batch = api.snapshot_show(home, name).batch_id
+    return _keys(spark, str(open_snapshot_store(home).checkpoint_path(name)), batch)
+
+
+def _typed_snapshot(spark: Any, home: Home, tmp_path: Path, conf: dict[str, str]) -> None:
+    """The typed-key counts of 6,000 rows in 8 RocksDB partitions, snapshotted as 's1'."""
+    inp = tmp_path / "in"
+    inp.mkdir()
+    for seed in (1, 2):
+        (inp / f"{seed}.json").write_text(
+            "\n".join(json.dumps(row) for row in _rows(3000, seed)) + "\n")
+    api.run(home, JOB, "typed", params={"input": str(inp)},
+            conf={"spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+                  "spark.sql.shuffle.partitions": "8", **conf},
+            until_caught_up=True, spark=spark)
+    api.snapshot_create(home, "typed", "s1")
+
+
+def test_rocksdict_writes_with_the_rocksdb_spark_reads_state_with(spark: Any) -> None:
+    assert state_prune.spark_rocksdb_version(spark) == (9, 8, 4)
+    assert rocksdb_writer.writer_version() == (9, 8, 4)
+
+
+def test_rocksdb_prune_by_its_own_writer_equals_sparks_rewriter_and_the_driver(
+    spark: Any, home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _typed_snapshot(spark, home, tmp_path, {})
+    manifest = api.snapshot_show(home, "s1")
+    before = _snapshot_keys(spark, home, "s1")
+    matching = _keys(spark, str(open_snapshot_store(home).checkpoint_path("s1")),
+                     manifest.batch_id, WHERE)
+    assert matching and len(matching) < len(before) and len(before) > 1000
+
+    taken: list[str] = []
+    native = prune._prune_rocksdb_by_tasks
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        result = native(*args, **kwargs)
+        taken.append("writer" if result is not None else "other")
+        return result
+
+    monkeypatch.setattr(prune, "_prune_rocksdb_by_tasks", watched)
+    by_writer = api.snapshot_prune(home, "s1", "by-writer", "typed_counts", WHERE, spark=spark)
+    # rocksdict on another RocksDB than Spark's: Spark's state rewriter does it.
+    monkeypatch.setattr(rocksdb_writer, "writer_version", lambda: (99, 0, 0))
+    by_rewriter = api.snapshot_prune(home, "s1", "by-rewriter", "typed_counts", WHERE,
+                                     spark=spark)
+    # A caller's session without sparkpoint's jar, keys Spark's rewriter cannot select.
+    monkeypatch.setattr(own_jar, "loadable", lambda _spark, _name: False)
+    monkeypatch.setattr(prune, "partition_key_fields", lambda *_args: [])
+    by_driver = api.snapshot_prune(home, "s1", "by-driver", "typed_counts", WHERE, spark=spark)
+    assert taken == ["writer", "other", "other"]
+
+    for result, way in ((by_writer, "spark_tasks"), (by_rewriter, "spark_tasks"),
+                        (by_driver, "driver")):
+        assert result.rewritten_by == way
+        assert _snapshot_keys(spark, home, result.new_snapshot) == before - matching
+        assert result.rows_removed == sum(matching.values())
+        assert result.rows_after == sum(before.values()) - sum(matching.values())
+        assert api.snapshot_verify(home, result.new_snapshot) == []
+    # Each rewritten version records its keys as Spark's commit does (Spark's load takes
+    # the count from there), and its SSTs hold no deleted key: no larger than Spark's own.
+    pruned = open_snapshot_store(home).checkpoint_path("by-writer")
+    zips = sorted(Path(pruned).glob(f"state/0/*/{manifest.batch_id + 1}.zip"))
+    assert len(zips) == 8
+    assert sum(read_zip_metadata(z)["numKeys"] for z in zips) == result.rows_after
+    assert by_writer.bytes_after <= by_rewriter.bytes_after
+
+
+def test_rocksdb_changelog_versions_are_pruned_by_sparks_rewriter(
+    spark: Any, home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _typed_snapshot(spark, home, tmp_path, {CHANGELOG: "true"})
+    pruned_dir = Path(open_snapshot_store(home).checkpoint_path("s1"))
+    assert list(pruned_dir.glob("state/0/*/*.changelog")), "no changelog was written"
+    before = _snapshot_keys(spark, home, "s1")
+    matching = _keys(spark, str(pruned_dir), api.snapshot_show(home, "s1").batch_id, WHERE)
+    declined: list[bool] = []
+    native = prune._prune_rocksdb_by_tasks
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        result = native(*args, **kwargs)
+        declined.append(result is None)
+        return result
+
+    monkeypatch.setattr(prune, "_prune_rocksdb_by_tasks", watched)
+    result = api.snapshot_prune(home, "s1", "pruned", "typed_counts", WHERE, spark=spark)
+    assert declined == [True] and result.rewritten_by == "spark_tasks"
+    assert _snapshot_keys(spark, home, "pruned") == before - matching
+    assert api.snapshot_verify(home, "pruned") == []
