@@ -153,7 +153,7 @@ def test_a_real_time_job_is_snapshotted_running_pruned_started_from_it_and_drain
                         "--where", where, "--json", timeout=RUN_TIMEOUT_S)
     assert pruned.code == 0, pruned.err
     assert pruned.json()["rows_removed"] == len(forgotten)
-    # Format v2 state too is rewritten by Spark's state rewriter, one task per partition.
+    # Format v2 state too is rewritten by Spark tasks, one per partition.
     assert pruned.json()["rewritten_by"] == "spark_tasks"
     inspected = sparkpoint(home, "snapshot", "inspect", "p1", "--json")
     assert inspected.code == 0, inspected.err

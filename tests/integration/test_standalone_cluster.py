@@ -201,8 +201,8 @@ def test_spark_submit_job_is_managed_snapshotted_while_running_and_continued(
     after = output_rows(spark, tmp_path / "o2")  # type: ignore[arg-type]
     assert before + after == expected_hourly_counts(events)
 
-    # Prune on the cluster: Spark's state rewriter, one task per state partition, on the
-    # executors of both workers; the pruned state, read by Spark's state reader in this
+    # Prune on the cluster: one Spark job, its tasks (the state's reading, one rewrite per
+    # state partition with matches) on the executors of both workers; the pruned state, read by Spark's state reader in this
     # process (local[2]), is the snapshot's without the matched keys.
     operator = "hourly_counts"
     original = _state_keys(spark, home, "s-live", operator)

@@ -1,4 +1,5 @@
-"""Removing keys from one RocksDB state store version without a JVM, in Spark's own files.
+"""Rewriting RocksDB state store versions without a JVM, in Spark's own files: keys
+removed from a version (prune), or a version written from sorted pairs (repartition).
 
 Spark 4.3 ships RocksDB 9.8.4 (``rocksdbjni-9.8.4.jar``), and so does rocksdict 0.3.29: the
 files written here are written by the same RocksDB that Spark's provider opens them with
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint.rocksdb_keys import ENCODING_VERSION
+from sparkpoint.checkpoint.rocksdb_reader import read_raw_pairs
 from sparkpoint.checkpoint.rocksdb_state import locate_version, read_zip_metadata
 from sparkpoint.errors import CheckpointFormatError
 
@@ -118,7 +120,9 @@ def _raw_keys(keys: Sequence[bytes] | np.ndarray) -> list[bytes]:
 def remove_keys(partition_dir: Path, keys: Sequence[bytes] | np.ndarray,
                 version: int) -> int:
     """Replace ``version`` of the store in ``partition_dir`` by the same store without
-    ``keys`` (UnsafeRow bytes of keys in the plain layout); return how many were there.
+    ``keys`` (UnsafeRow bytes of keys in the plain layout); return how many keys it lost
+    (a key that was not there removes nothing). The version's ``numKeys`` is the count of
+    keys left, counted, not carried over.
 
     Every other file of the partition (``_metadata`` aside) is removed: the partition
     directory is a scratch copy holding that version only, its files links that are
@@ -160,30 +164,47 @@ def remove_keys(partition_dir: Path, keys: Sequence[bytes] | np.ndarray,
             unsynced = WriteOptions()
             # A property at run time (rocksdict 0.3.29), a method in its stubs.
             unsynced.disable_wal = True  # type: ignore[method-assign,assignment]
-            removed = 0
+            before = _entries(db, zip_path)
             for start in range(0, len(raw_keys), _DELETE_BATCH):
-                chunk = raw_keys[start : start + _DELETE_BATCH]
-                values: list[Any] = db.get(chunk)  # type: ignore[arg-type,assignment] # multi-get
-                found = [key for key, value in zip(chunk, values, strict=True)
-                         if value is not None]
                 batch = WriteBatch(raw_mode=True)
-                for key in found:
+                for key in raw_keys[start : start + _DELETE_BATCH]:
                     batch.delete(key)
                 db.write(batch, unsynced)
-                removed += len(found)
             db.flush()
-            # One compaction of everything: the deleted keys and their tombstones are gone
-            # from the SSTs Spark will load.
-            db.compact_range(None, None)
+            after = _entries(db, zip_path)
+            removed = before - after
             Checkpoint(db).create_checkpoint(str(out_dir))
         finally:
             db.close()
         staging = Path(tmp) / "staging"
-        _pack(out_dir, staging, version, {**metadata, "numKeys": located.num_keys - removed})
+        _pack(out_dir, staging, version, {**metadata, "numKeys": after})
         _replace_partition_files(partition_dir)
         for entry in staging.iterdir():
             os.rename(entry, partition_dir / entry.name)
     return removed
+
+
+def _entries(db: Any, where: Path) -> int:
+    """The keys in the database, exactly: its SSTs' entries once one compaction of
+    everything left a single sorted run without deletes (skipped when the store already is
+    one SST without deletes and nothing is in its memtable)."""
+    files = db.live_files()
+    if len(files) > 1 or any(int(f["num_deletions"]) for f in files) or \
+            int(db.property_int_value("rocksdb.num-entries-active-mem-table") or 0):
+        from rocksdict import BottommostLevelCompaction, CompactOptions
+
+        # Forced: a file of deletes that overlaps no other file would otherwise only be
+        # moved to the last level, its deletes kept.
+        everything = CompactOptions()
+        everything.set_bottommost_level_compaction(BottommostLevelCompaction.force())
+        db.flush()
+        db.compact_range(None, None, everything)
+        files = db.live_files()
+    if any(int(f["num_deletions"]) for f in files):
+        raise CheckpointFormatError(
+            f"{where}: expected no delete left after compacting the store, found some; "
+            "nothing was published")
+    return sum(int(f["num_entries"]) for f in files)
 
 
 def _replace_partition_files(partition_dir: Path) -> None:
@@ -223,3 +244,94 @@ def _pack(checkpoint_dir: Path, staging: Path, version: int,
         for path in others:
             archive.write(path, path.name)
         archive.writestr("metadata", "v1\n" + json.dumps(metadata, separators=(",", ":")))
+
+
+def plain_zip_metadata(partition_dir: Path, version: int) -> dict[str, Any] | None:
+    """The ``metadata`` of ``version`` when it is one zip with its key count and no column
+    families (what :func:`read_fixed` and :func:`write_sorted` handle); else None."""
+    located = locate_version(partition_dir, version)
+    if located.changelogs or not located.zip_name or located.num_keys is None:
+        return None
+    metadata = read_zip_metadata(partition_dir / located.zip_name)
+    return None if metadata.get("columnFamilyMapping") else metadata
+
+
+def options_text(partition_dir: Path, version: int) -> str:
+    """The OPTIONS file Spark's RocksDB wrote with ``version`` (its store settings)."""
+    zip_path = partition_dir / locate_version(partition_dir, version).zip_name
+    with zipfile.ZipFile(zip_path) as archive:
+        names = sorted(n for n in archive.namelist() if n.startswith("OPTIONS-"))
+        if not names:
+            raise CheckpointFormatError(f"{zip_path}: expected an OPTIONS file, found none")
+        return archive.read(names[-1]).decode("utf-8", "replace")
+
+
+def read_fixed(partition_dir: Path, version: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Every (key, value) of ``version`` as stored (encoding byte included), as two
+    ``n x width`` uint8 arrays in key order; None when keys or values differ in length.
+    An empty store gives two empty arrays of width 0."""
+    import numpy as np
+
+    keys: list[bytes] = []
+    values: list[bytes] = []
+    for key, value in read_raw_pairs(partition_dir, version):
+        keys.append(key)
+        values.append(value)
+    if not keys:
+        return np.zeros((0, 0), np.uint8), np.zeros((0, 0), np.uint8)
+    key_widths, value_widths = set(map(len, keys)), set(map(len, values))
+    if len(key_widths) != 1 or len(value_widths) != 1:
+        return None
+    return (np.frombuffer(b"".join(keys), np.uint8).reshape(len(keys), key_widths.pop()),
+            np.frombuffer(b"".join(values), np.uint8).reshape(len(values), value_widths.pop()))
+
+
+def key_order(keys: np.ndarray) -> np.ndarray:
+    """The order that sorts stored keys (rows of one width) as RocksDB's bytewise
+    comparator does: by their bytes read as big-endian 64-bit words, then the rest."""
+    import numpy as np
+
+    rows, width = keys.shape
+    padded = np.zeros((rows, -(-width // 8) * 8), np.uint8)
+    padded[:, :width] = keys
+    words = padded.view(">u8")
+    return np.lexsort(words.T[::-1])
+
+
+def write_sorted(partition_dir: Path, version: int, keys: np.ndarray, values: np.ndarray,
+                 spark_options: str, metadata: dict[str, Any]) -> None:
+    """Replace the store in ``partition_dir`` (created if missing) by ``version`` holding
+    the pairs (stored keys in :func:`key_order`, no key twice): one SST written in order,
+    ingested into a new database, its checkpoint packed as Spark packs a commit;
+    ``metadata``: another version's, its fields kept but the SST list and ``numKeys``."""
+    from rocksdict import Checkpoint, IngestExternalFileOptions, Rdict, SstFileWriter
+
+    partition_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".sparkpoint-rewrite-", dir=partition_dir) as tmp:
+        options = _options_like(spark_options)
+        sst = Path(tmp) / "pairs.sst"
+        rows = len(keys)
+        if rows:
+            writer = SstFileWriter(options=options)
+            writer.open(str(sst))
+            key_width, value_width = keys.shape[1], values.shape[1]
+            key_data, value_data = keys.tobytes(), values.tobytes()
+            for row in range(rows):
+                writer[key_data[row * key_width : (row + 1) * key_width]] = \
+                    value_data[row * value_width : (row + 1) * value_width]
+            writer.finish()
+        options.create_if_missing(True)
+        db = Rdict(str(Path(tmp) / "db"), options=options)
+        try:
+            if rows:
+                moved = IngestExternalFileOptions()
+                moved.set_move_files(True)
+                db.ingest_external_file([str(sst)], moved)
+            Checkpoint(db).create_checkpoint(str(Path(tmp) / "checkpoint"))
+        finally:
+            db.close()
+        staging = Path(tmp) / "staging"
+        _pack(Path(tmp) / "checkpoint", staging, version, {**metadata, "numKeys": rows})
+        _replace_partition_files(partition_dir)
+        for entry in staging.iterdir():
+            os.rename(entry, partition_dir / entry.name)

@@ -6,21 +6,22 @@ the snapshot loads) differs, in the partitions that held matching keys.
 
 1. Link the original snapshot's checkpoint into a scratch directory of the home (links: the
    original is only read, and every rewrite below replaces a link by a new file).
-2. RocksDB (the Spark-job path): Spark's own state rewriter (spark/state_rewrite.py, the
-   class behind Spark's offline repartition) reads the operator's version N+1, keeps the
-   keys the predicate does not select (Spark evaluates it; sparkpoint never parses SQL) and
-   writes each partition into a fresh store, one task per partition, committed as a
-   self-contained ``<N+1>.zip``; partitions whose key count changed take the rewritten
-   files. The driver moves no state bytes.
-3. HDFS provider (which Spark's rewriter refuses): one Spark job. Spark's state reader
-   decodes the keys, Spark evaluates the predicate and encodes each matching key back into
-   its stored bytes (sparkpoint's ``UnsafeRowBytes``, Spark's own encoder), and one Python
-   task per partition holding matches loads N+1, drops the keys and writes a self-contained
-   ``<N+1>.snapshot``. In a caller's session without sparkpoint's jar, and for RocksDB keys
-   whose partition key is not the key, the matching keys come back to the driver as stored
-   bytes and each partition is rewritten there (RocksDB: Spark's provider loads N+1, removes
-   the keys and commits N+2, whose zip becomes ``<N+1>.zip``). Each partition's removed keys
-   are checked against Spark's count.
+2. One Spark job (spark/state_prune.py): Spark's state reader decodes the keys, Spark
+   evaluates the predicate (sparkpoint never parses SQL) and encodes each matching key back
+   into its stored bytes (sparkpoint's ``UnsafeRowBytes``, Spark's own encoder), and one
+   Python task per partition holding matches loads N+1 and drops the keys. HDFS provider:
+   the task writes a self-contained ``<N+1>.snapshot``. RocksDB: the task rewrites the store
+   with RocksDB itself (checkpoint/rocksdb_writer.py: delete, compact, a self-contained
+   ``<N+1>.zip`` and its SSTs). Each partition's removed keys are checked against Spark's
+   count. The driver moves no state bytes.
+3. Where that does not apply: RocksDB versions made of changelogs, or a rocksdict built on
+   another RocksDB than the session's, go to Spark's own state rewriter
+   (spark/state_rewrite.py, the class behind Spark's offline repartition: it writes each
+   partition's kept keys into a fresh store, one task per partition; partitions whose key
+   count changed take the rewritten files). In a caller's session without sparkpoint's
+   jar, the matching keys come back to the driver as stored bytes and each partition is
+   rewritten there (RocksDB keys whose partition key is not the key too: Spark's provider
+   loads N+1, removes the keys and commits N+2, whose zip becomes ``<N+1>.zip``).
    Checkpoint format v2 (files named by version and id, the ids in the commit): the
    operator's version N+1 is first given plain names in the scratch (and the scratch's
    commit format v1), rewritten as above, then named by new ids, which the scratch's commit
@@ -97,9 +98,9 @@ class PruneResult:
     bytes_before: int
     bytes_after: int
     partitions_rewritten: list[int]
-    # "spark_tasks": Spark's state rewriter, one task per partition, where Spark runs;
-    # "driver": key by key in this process (HDFS-provider state, which Spark's rewriter
-    # refuses, and keys Spark's rewriter cannot select)
+    # "spark_tasks": one Spark task per partition, where Spark runs (sparkpoint's rewrite
+    # or Spark's state rewriter); "driver": key by key in this process (a session without
+    # sparkpoint's jar)
     rewritten_by: str
     manifest: Manifest
 

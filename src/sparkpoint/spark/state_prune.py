@@ -338,29 +338,49 @@ def remove_keys_by_tasks(
                            F.call_function(_KEY_BYTES_FUNCTION, F.col(_KEY_ROW)).alias("key"))
     operator_dir = str(checkpoint / "state" / str(operator_id))
 
-    def rewrite_partition(table: pa.Table) -> pa.Table:
-        partition = int(table.column(_PARTITION)[0].as_py())
-        removed = rewrite(Path(operator_dir) / str(partition), _key_rows(table.column("key")))
-        return pa.table({"partition": pa.array([partition], pa.int32()),
-                         "matched": pa.array([table.num_rows], pa.int64()),
-                         "removed": pa.array([removed], pa.int64())})
+    def rewrite_partitions(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow.compute as pc
+
+        tables = [pa.Table.from_batches([batch]) for batch in batches if batch.num_rows]
+        if not tables:
+            return
+        table = pa.concat_tables(tables)
+        for partition in pc.unique(table.column(_PARTITION)).to_pylist():
+            rows = table.filter(pc.equal(table.column(_PARTITION), partition))
+            removed = rewrite(Path(operator_dir) / str(partition), _key_rows(rows.column("key")))
+            yield pa.RecordBatch.from_pydict({
+                "partition": pa.array([partition], pa.int32()),
+                "matched": pa.array([rows.num_rows], pa.int64()),
+                "removed": pa.array([removed], pa.int64())})
 
     try:
-        # Arrow, not pandas: pandas would make a Python bytes object of every key.
-        rows = keyed.groupBy(_PARTITION).applyInArrow(
-            rewrite_partition, _REMOVALS_SCHEMA).collect()
+        # Spark's state reader reads each state partition in one task of its own
+        # (StateScan.planInputPartitions: one input partition per state partition), so the
+        # keys are rewritten where they were read, with no shuffle; Arrow, not pandas: pandas
+        # would make a Python bytes object of every key.
+        rows = keyed.mapInArrow(rewrite_partitions, _REMOVALS_SCHEMA).collect()
     except PySparkException as exc:
         # The condition's failure (or the state's) is raised by counting with it; otherwise
         # a rewrite task failed.
         matching_keys(spark, checkpoint, batch, operator_id, key_schema, where,
                       operator_name, collect_keys=False)
         text = str(exc).strip()
+        # A Python task's exception ends its message with the exception's own line.
+        errors = [line.strip() for line in text.splitlines() if "Error:" in line]
+        detail = errors[-1] if errors else (text.splitlines()[0] if text else
+                                            type(exc).__name__)
         raise CheckpointFormatError(
-            f"operator '{operator_name}': a task rewriting its state failed: "
-            f"{text.splitlines()[0] if text else type(exc).__name__}; nothing was published; "
-            "Spark's log has its stack trace") from exc
-    return sorted((PartitionRemoval(int(row[0]), int(row[1]), int(row[2])) for row in rows),
-                  key=lambda removal: removal.partition)
+            f"operator '{operator_name}': a task rewriting its state failed: {detail}; "
+            "nothing was published; Spark's log has its stack trace") from exc
+    removals = sorted((PartitionRemoval(int(row[0]), int(row[1]), int(row[2])) for row in rows),
+                      key=lambda removal: removal.partition)
+    partitions = [removal.partition for removal in removals]
+    if len(set(partitions)) != len(partitions):
+        raise CheckpointFormatError(
+            f"operator '{operator_name}': Spark read a state partition in more than one task "
+            f"(partitions {partitions}); expected one task per partition; nothing was "
+            "published")
+    return removals
 
 
 def _key_rows(column: pa.ChunkedArray | pa.Array) -> Sequence[bytes] | np.ndarray:

@@ -142,7 +142,7 @@ def _repartition_by_tasks(spark: SparkSession, operator: OperatorDir, layout: St
     moving no state bytes: each old partition's records are hashed and written to one
     spill file sorted by new partition (as a shuffle map task does), returning where each
     new partition's rows start; then each new partition's snapshot file is written from its
-    slice of every spill. Both run as tasks over runs of partitions (:func:`_slices`), one
+    slice of every spill. Both run as tasks over runs of partitions (:func:`task_slices`), one
     partition held at a time by each. False (nothing changed) when a store is not of
     fixed-length records or its key columns are not hashed column-wise; then
     :func:`_repartition_rows` moves it."""
@@ -159,8 +159,8 @@ def _repartition_by_tasks(spark: SparkSession, operator: OperatorDir, layout: St
                                   hashed_fields=len(fields), partitions=partitions,
                                   spill_dir=Path(spill_dir))
         with phase(f"repartition: hashing {operator.operator_name} (Spark tasks)"):
-            spilled = _run_tasks(op_dir, lambda: context.parallelize(
-                old_partitions, _slices(context, len(old_partitions))).map(spill).collect())
+            spilled = run_tasks(op_dir, lambda: context.parallelize(
+                old_partitions, task_slices(context, len(old_partitions))).map(spill).collect())
         if any(result is None for result in spilled):
             return False
         widths = {result[1] for result in spilled if result is not None and result[1]}
@@ -174,13 +174,13 @@ def _repartition_by_tasks(spark: SparkSession, operator: OperatorDir, layout: St
                                   version=version, widths=(key_len, value_len),
                                   bounds=bounds, spill_dir=Path(spill_dir))
         with phase(f"repartition: writing {operator.operator_name} (Spark tasks)"):
-            _run_tasks(op_dir, lambda: context.parallelize(
-                range(partitions), _slices(context, partitions)).foreach(write))
+            run_tasks(op_dir, lambda: context.parallelize(
+                range(partitions), task_slices(context, partitions)).foreach(write))
         crash_point("restore.hdfs_partition_moved")
     return True
 
 
-def _slices(context: Any, partitions: int) -> int:
+def task_slices(context: Any, partitions: int) -> int:
     """Tasks for ``partitions`` state partitions: a few per core of the application, each
     moving a run of partitions. A Python task costs tens of milliseconds to start and a
     partition of a few thousand keys less than that to move: one task per partition spent
@@ -188,7 +188,7 @@ def _slices(context: Any, partitions: int) -> int:
     return max(1, min(partitions, 4 * int(context.defaultParallelism)))
 
 
-def _run_tasks(op_dir: Path, job: Callable[[], T]) -> T:
+def run_tasks(op_dir: Path, job: Callable[[], T]) -> T:
     """``job``'s result; a task's failure (a state file it could not read, say) raised as
     the error sparkpoint gives for that, with the task's own message."""
     from py4j.protocol import Py4JJavaError

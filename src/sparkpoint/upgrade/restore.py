@@ -67,6 +67,7 @@ from sparkpoint.upgrade.batches import BatchChoice, SinkInfo, number_batches
 from sparkpoint.upgrade.hdfs_repartition import repartition_hdfs_state
 from sparkpoint.upgrade.interrupted import record_intent, staging_prefix
 from sparkpoint.upgrade.resume_point import ReadResumePoint, ResumePoint
+from sparkpoint.upgrade.rocksdb_repartition import repartition_rocksdb_state
 from sparkpoint.upgrade.validate import (
     DEFAULT_ENCODING,
     ENCODING_CONF,
@@ -378,7 +379,12 @@ def build_new_checkpoint(
             fetch_into_place({staging / rel: url for rel, url in result.in_store.items()})
             result = AssembleResult(result.batch_id, result.partitions)
         if moved and wanted is not None and result.batch_id is not None:
-            if provider == ROCKSDB_PROVIDER:
+            if provider == ROCKSDB_PROVIDER and repartition_rocksdb_state(
+                    staging, result.batch_id, wanted, planned.spark):
+                echo(f"repartitioned state from {result.partitions} to {wanted} partitions "
+                     "(RocksDB state, keys rehashed as Spark places them)")
+                batch = result.batch_id
+            elif provider == ROCKSDB_PROVIDER:
                 echo(f"repartitioning state from {result.partitions} to {wanted} partitions "
                      "(Spark's offline repartition)")
                 with phase("repartition: Spark's offline repartition"):
