@@ -146,3 +146,57 @@ def test_rocksdb_changelog_versions_are_pruned_by_sparks_rewriter(
     assert declined == [True] and result.rewritten_by == "spark_tasks"
     assert _snapshot_keys(spark, home, "pruned") == before - matching
     assert api.snapshot_verify(home, "pruned") == []
+
+
+def test_rocksdb_state_moved_to_other_partitions_sits_where_spark_looks(
+    spark: Any, home: Home, tmp_path: Path
+) -> None:
+    """A start into 3 partitions from a snapshot of 5: every key of the dedupe (users whose
+    names are 1 to 40 characters long, so keys of many lengths) sits where Spark's hash
+    partitioning puts it, read back by Spark's state reader, none lost or doubled; users
+    already seen are not emitted again, new ones once."""
+    from pyspark.sql import functions as F
+
+    from sparkpoint.checkpoint.layout import Checkpoint
+
+    def write(name: str, users: list[str]) -> None:
+        rows = [{"event_id": f"{name}-{i}", "user": user, "url": "/",
+                 "ts": "2026-01-01T00:00:00Z"} for i, user in enumerate(users)]
+        (tmp_path / "in").mkdir(exist_ok=True)
+        tmp = tmp_path / "in" / f".{name}.tmp"
+        tmp.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+        tmp.rename(tmp_path / "in" / f"{name}.json")
+
+    first = [("u" * (i % 40 + 1)) + str(i) for i in range(400)]
+    write("a", first)
+    prune_job = REPO / "tests" / "data" / "jobs" / "prune_kinds.py"
+
+    def run(job: str, out: str, partitions: int, **kw: Any) -> None:
+        api.run(home, prune_job, job,
+                params={"kind": "dedupe", "input": str(tmp_path / "in"),
+                        "output": str(tmp_path / out)},
+                conf={"spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+                      "spark.sql.shuffle.partitions": str(partitions)},
+                until_caught_up=True, spark=spark, **kw)
+
+    run("old", "out1", 5)
+    api.snapshot_create(home, "old", "s1")
+    before = _snapshot_keys(spark, home, "s1")
+    second = first[::3] + [f"new-{i}" * (i % 5 + 1) for i in range(50)]
+    write("b", second)
+    said: list[str] = []
+    run("new", "out2", 3, from_snapshot="s1", echo=said.append)
+    assert any("keys rehashed" in line for line in said), said
+
+    ckpt = Checkpoint(home.checkpoint_dir("new"))
+    restored = min(ckpt.commit_ids())
+    assert restored == api.snapshot_show(home, "s1").batch_id
+    frame = (spark.read.format("statestore").option("batchId", restored)
+             .load(str(ckpt.root)))
+    placed = frame.select("partition_id", F.expr("pmod(hash(key.*), 3)").alias("want"),
+                          "key").collect()
+    assert placed and all(row.partition_id == row.want for row in placed)
+    assert {row.partition_id for row in placed} == {0, 1, 2}
+    assert _keys(spark, str(ckpt.root), restored) == before
+    emitted = Counter(row.user for row in spark.read.parquet(str(tmp_path / "out2")).collect())
+    assert emitted == Counter(user for user in second if user not in set(first))

@@ -201,9 +201,10 @@ def test_spark_submit_job_is_managed_snapshotted_while_running_and_continued(
     after = output_rows(spark, tmp_path / "o2")  # type: ignore[arg-type]
     assert before + after == expected_hourly_counts(events)
 
-    # Prune on the cluster: one Spark job, its tasks (the state's reading, one rewrite per
-    # state partition with matches) on the executors of both workers; the pruned state, read by Spark's state reader in this
-    # process (local[2]), is the snapshot's without the matched keys.
+    # Prune on the cluster: one Spark job, its tasks (each reading a state partition and
+    # rewriting it if it holds matches) on the executors of both workers; the pruned state,
+    # read by Spark's state reader in this process (local[2]), is the snapshot's without the
+    # matched keys.
     operator = "hourly_counts"
     original = _state_keys(spark, home, "s-live", operator)
     user = sorted(key[1] for key in original)[0]

@@ -50,21 +50,26 @@ def test_operator_kind_survives_an_inserted_operator(
 
 
 HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
-@pytest.mark.parametrize("kind", ["session", "join", "pandas", "within"])
-def test_operator_kind_survives_repartitioning_hdfs_state(
-    spark: object, home: Home, tmp_path: Path, kind: str
+@pytest.mark.parametrize(("kind", "provider"), [
+    ("session", HDFS), ("join", HDFS), ("pandas", HDFS), ("within", HDFS),
+    ("join", ROCKSDB)], ids=["session", "join", "pandas", "within", "join-rocksdb"])
+def test_operator_kind_survives_repartitioning_state(
+    spark: object, home: Home, tmp_path: Path, kind: str, provider: str
 ) -> None:
-    """Spark cannot repartition HDFS-provider state; sparkpoint moves every key (join keys,
-    session keys without their window, grouping keys) to where Spark now looks for it."""
+    """Spark cannot repartition HDFS-provider state, and moves RocksDB state slowly;
+    sparkpoint moves every key (join keys, session keys without their window, grouping
+    keys) to where Spark now looks for it. RocksDB: the join's four stores, moved by
+    sparkpoint's tasks (upgrade/rocksdb_repartition.py), not by Spark's repartition."""
     write_clicks(tmp_path / "in", range(0, 3))
     write_clicks(tmp_path / "views", range(0, 3), seed=11)
 
     def run(job: str, out: str, partitions: int, **kw: object) -> None:
         params = {"kind": kind, "version": "v1", "input": str(tmp_path / "in"),
                   "views_input": str(tmp_path / "views"), "output": str(tmp_path / out)}
-        conf = {"spark.sql.streaming.stateStore.providerClass": HDFS,
+        conf = {"spark.sql.streaming.stateStore.providerClass": provider,
                 "spark.sql.shuffle.partitions": str(partitions)}
         api.run(home, JOB, job, params=params, until_caught_up=True, conf=conf,
                 spark=spark, **kw)  # type: ignore[arg-type]
@@ -75,7 +80,9 @@ def test_operator_kind_survives_repartitioning_hdfs_state(
     write_clicks(tmp_path / "in", range(3, 6))
     write_clicks(tmp_path / "views", range(3, 6), seed=11)
     run("reference", "ref", 2)
-    run("new", "out2", 3, from_snapshot="s1")
+    said: list[str] = []
+    run("new", "out2", 3, from_snapshot="s1", echo=said.append)
+    assert any("keys rehashed" in line for line in said), said
     _assert_restored_keys_where_spark_looks(spark, home, kind)
     reference = output_rows(spark, tmp_path / "ref")  # type: ignore[arg-type]
     assert reference, "the reference run emitted nothing"

@@ -37,6 +37,7 @@ from sparkpoint.errors import CheckpointFormatError
 
 if TYPE_CHECKING:
     import numpy as np
+    import pyarrow as pa
 
 _VERSION_LINE = re.compile(r"^\s*rocksdb_version=(\d+)\.(\d+)\.(\d+)\s*$", re.MULTILINE)
 # RocksDB's name of a compression in an OPTIONS file -> rocksdict's constructor of it.
@@ -248,7 +249,7 @@ def _pack(checkpoint_dir: Path, staging: Path, version: int,
 
 def plain_zip_metadata(partition_dir: Path, version: int) -> dict[str, Any] | None:
     """The ``metadata`` of ``version`` when it is one zip with its key count and no column
-    families (what :func:`read_fixed` and :func:`write_sorted` handle); else None."""
+    families (what :func:`read_arrow` and :func:`write_sorted` handle); else None."""
     located = locate_version(partition_dir, version)
     if located.changelogs or not located.zip_name or located.num_keys is None:
         return None
@@ -266,44 +267,26 @@ def options_text(partition_dir: Path, version: int) -> str:
         return archive.read(names[-1]).decode("utf-8", "replace")
 
 
-def read_fixed(partition_dir: Path, version: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """Every (key, value) of ``version`` as stored (encoding byte included), as two
-    ``n x width`` uint8 arrays in key order; None when keys or values differ in length.
-    An empty store gives two empty arrays of width 0."""
-    import numpy as np
+def read_arrow(partition_dir: Path, version: int) -> tuple[pa.Array, pa.Array]:
+    """Every (key, value) of ``version`` as stored (encoding byte included), as two Arrow
+    binary arrays in key order."""
+    import pyarrow as pa
 
     keys: list[bytes] = []
     values: list[bytes] = []
     for key, value in read_raw_pairs(partition_dir, version):
         keys.append(key)
         values.append(value)
-    if not keys:
-        return np.zeros((0, 0), np.uint8), np.zeros((0, 0), np.uint8)
-    key_widths, value_widths = set(map(len, keys)), set(map(len, values))
-    if len(key_widths) != 1 or len(value_widths) != 1:
-        return None
-    return (np.frombuffer(b"".join(keys), np.uint8).reshape(len(keys), key_widths.pop()),
-            np.frombuffer(b"".join(values), np.uint8).reshape(len(values), value_widths.pop()))
+    return pa.array(keys, pa.binary()), pa.array(values, pa.binary())
 
 
-def key_order(keys: np.ndarray) -> np.ndarray:
-    """The order that sorts stored keys (rows of one width) as RocksDB's bytewise
-    comparator does: by their bytes read as big-endian 64-bit words, then the rest."""
-    import numpy as np
-
-    rows, width = keys.shape
-    padded = np.zeros((rows, -(-width // 8) * 8), np.uint8)
-    padded[:, :width] = keys
-    words = padded.view(">u8")
-    return np.lexsort(words.T[::-1])
-
-
-def write_sorted(partition_dir: Path, version: int, keys: np.ndarray, values: np.ndarray,
+def write_sorted(partition_dir: Path, version: int, keys: pa.Array, values: pa.Array,
                  spark_options: str, metadata: dict[str, Any]) -> None:
     """Replace the store in ``partition_dir`` (created if missing) by ``version`` holding
-    the pairs (stored keys in :func:`key_order`, no key twice): one SST written in order,
-    ingested into a new database, its checkpoint packed as Spark packs a commit;
-    ``metadata``: another version's, its fields kept but the SST list and ``numKeys``."""
+    the pairs (stored keys, Arrow binary, in RocksDB's bytewise order, which is Arrow's
+    sort order of binaries; no key twice): one SST written in order, ingested into a new
+    database, its checkpoint packed as Spark packs a commit; ``metadata``: another
+    version's, its fields kept but the SST list and ``numKeys``."""
     from rocksdict import Checkpoint, IngestExternalFileOptions, Rdict, SstFileWriter
 
     partition_dir.mkdir(parents=True, exist_ok=True)
@@ -314,11 +297,8 @@ def write_sorted(partition_dir: Path, version: int, keys: np.ndarray, values: np
         if rows:
             writer = SstFileWriter(options=options)
             writer.open(str(sst))
-            key_width, value_width = keys.shape[1], values.shape[1]
-            key_data, value_data = keys.tobytes(), values.tobytes()
-            for row in range(rows):
-                writer[key_data[row * key_width : (row + 1) * key_width]] = \
-                    value_data[row * value_width : (row + 1) * value_width]
+            for key, value in zip(keys.to_pylist(), values.to_pylist(), strict=True):
+                writer[key] = value
             writer.finish()
         options.create_if_missing(True)
         db = Rdict(str(Path(tmp) / "db"), options=options)

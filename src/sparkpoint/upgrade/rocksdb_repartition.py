@@ -7,15 +7,15 @@ does (upgrade/hdfs_repartition.py): every key goes to ``pmod(murmur3(partition k
 columns, 42), n)``, Spark's ``HashPartitioning``. Two Spark jobs, the driver moving no state
 bytes: each old partition's version ``batch + 1`` is read with RocksDB
 (checkpoint/rocksdb_writer.py), its keys hashed with numpy and spilled ordered by new
-partition; then each new partition's pairs are gathered from the spills, sorted as RocksDB
-orders keys, and written as one SST of a new store, committed as Spark commits one
-(``<batch + 1>.zip`` and its SSTs). Operator metadata and the recorded
+partition (Arrow IPC files); then each new partition's pairs are gathered from the spills,
+sorted as RocksDB orders keys, and written as one SST of a new store, committed as Spark
+commits one (``<batch + 1>.zip`` and its SSTs). Operator metadata and the recorded
 ``spark.sql.shuffle.partitions`` of the last two offsets entries take the new count.
 
 It applies to format v1 checkpoints whose every store is plain (no column families, no
-prefix-scan keys), every version one zip with its key count, keys and values of one length
-per store, and key columns numpy hashes; :func:`repartition_rocksdb_state` says False,
-having changed nothing, for any other, which Spark's repartition then moves.
+prefix-scan keys), every version one zip with its key count, and key columns numpy hashes
+(murmur3_columns.py); :func:`repartition_rocksdb_state` says False, having changed
+nothing, for any other, which Spark's repartition then moves.
 """
 
 from __future__ import annotations
@@ -110,12 +110,10 @@ def repartition_rocksdb_state(checkpoint: Path, batch: int, partitions: int,
                 jobs, task_slices(context, len(jobs))).map(spill).collect())
         if any(result is None for result in spilled):
             return False
-        pieces: list[list[tuple[Path, Any]]] = [[] for _ in to_move]
-        for owner, (_store, _old, path), result in zip(owners, jobs, spilled, strict=True):
-            if result is not None and result[1] is not None:
-                pieces[owner].append((path, result))
-        if any(len({result[1] for _path, result in found}) > 1 for found in pieces):
-            return False  # a store's pairs differ in length between partitions
+        pieces: list[list[tuple[Path, list[int]]]] = [[] for _ in to_move]
+        for owner, (_store, _old, path), bounds in zip(owners, jobs, spilled, strict=True):
+            if bounds is not None and bounds[-1]:
+                pieces[owner].append((path, bounds))
         tasks = [(store, pieces[index], new) for index, (_operator, store) in enumerate(to_move)
                  for new in range(partitions)]
         write = functools.partial(_write_partition, version=version)
@@ -137,55 +135,65 @@ def repartition_rocksdb_state(checkpoint: Path, batch: int, partitions: int,
 
 
 def _spill_partition(job: tuple[_Store, int, Path], version: int, partitions: int
-                     ) -> tuple[list[int], tuple[int, int] | None] | None:
+                     ) -> list[int] | None:
     """A task: one old partition's pairs hashed to their new partitions and written to the
-    job's spill file ordered by new partition; returns where each new partition's rows
-    start (and the last ends) and the (key, value) widths (None for an empty partition), or
-    None when the pairs are not of one length or their key columns are not hashed here."""
+    job's spill file (Arrow IPC) ordered by new partition; returns the row where each new
+    partition starts (and where the last ends), or None when a key's columns are not hashed
+    here."""
     import numpy as np
+    import pyarrow as pa
 
     from sparkpoint.checkpoint.murmur3_columns import hash_columns  # numpy: imported late
 
     store, old, spill_path = job
-    pairs = rocksdb_writer.read_fixed(store.partition_dir(old), version)
-    if pairs is None:
-        return None
-    keys, values = pairs
-    if not len(keys):
-        return [0] * (partitions + 1), None
-    # The stored key is the encoding byte, then the UnsafeRow Spark hashes.
-    rows = np.ascontiguousarray(keys[:, 1:])
-    if rows.shape[1] % 8:
-        return None
-    hashed = hash_columns(rows, store.key_fields, store.hashed_fields)
-    if hashed is None:
-        return None
-    # pmod, as Spark's HashPartitioning: numpy's remainder takes the divisor's sign.
-    targets = hashed.astype("int64") % partitions
+    keys, values = rocksdb_writer.read_arrow(store.partition_dir(old), version)
+    targets = np.zeros(len(keys), np.int64)
+    if len(keys):
+        offsets = np.frombuffer(keys.buffers()[1], np.int32)[: len(keys) + 1]
+        data = np.frombuffer(keys.buffers()[2], np.uint8)
+        lengths = np.diff(offsets)
+        # Keys of one length are hashed together, column by column (strings make lengths
+        # differ); the stored key is the encoding byte, then the UnsafeRow Spark hashes.
+        for length in np.unique(lengths):
+            if (length - 1) % 8:
+                return None
+            rows = np.nonzero(lengths == length)[0]
+            starts = offsets[:-1][rows]
+            gathered = data[starts[:, None] + np.arange(1, length)]
+            hashed = hash_columns(gathered, store.key_fields, store.hashed_fields)
+            if hashed is None:
+                return None
+            # pmod, as Spark's HashPartitioning: numpy's remainder takes the divisor's sign.
+            targets[rows] = hashed.astype("int64") % partitions
     order = np.argsort(targets, kind="stable")
-    np.concatenate([keys, values], axis=1)[order].tofile(spill_path)
+    table = pa.table({"key": keys, "value": values}).take(pa.array(order))
+    with pa.OSFile(str(spill_path), "wb") as sink, \
+            pa.ipc.new_file(sink, table.schema) as spill:
+        spill.write_table(table)
     bounds = np.searchsorted(targets[order], np.arange(partitions + 1))
-    return [int(bound) for bound in bounds], (int(keys.shape[1]), int(values.shape[1]))
+    return [int(bound) for bound in bounds]
 
 
-def _write_partition(task: tuple[_Store, list[tuple[Path, tuple[list[int], Any]]], int],
+def _write_partition(task: tuple[_Store, list[tuple[Path, list[int]]], int],
                      version: int) -> None:
     """A task: new partition ``partition``'s store, from its slice of each spill."""
-    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
     store, pieces, partition = task
-    widths = {result[1] for _path, result in pieces}
-    key_width, value_width = next(iter(widths), (0, 0))
-    width = key_width + value_width
     parts = []
-    for path, (bounds, _widths) in pieces:
+    for path, bounds in pieces:
         first, end = bounds[partition], bounds[partition + 1]
         if end > first:
-            with open(path, "rb") as spill:
-                spill.seek(first * width)
-                parts.append(np.frombuffer(spill.read((end - first) * width), np.uint8)
-                             .reshape(-1, width))
-    rows = np.concatenate(parts) if parts else np.zeros((0, width), np.uint8)
-    rows = rows[rocksdb_writer.key_order(rows[:, :key_width])] if len(rows) else rows
-    rocksdb_writer.write_sorted(store.partition_dir(partition), version, rows[:, :key_width],
-                                rows[:, key_width:], store.options, store.metadata)
+            with pa.memory_map(str(path)) as source:
+                parts.append(pa.ipc.open_file(source).read_all().slice(first, end - first))
+    if parts:
+        table = pa.concat_tables(parts)
+        # Arrow orders binaries as RocksDB's bytewise comparator does (unsigned bytes, a
+        # prefix first); the SST writer refuses any other order.
+        table = table.take(pc.sort_indices(table.column("key")))
+        keys, values = table.column("key").combine_chunks(), table.column("value").combine_chunks()
+    else:
+        keys = values = pa.array([], pa.binary())
+    rocksdb_writer.write_sorted(store.partition_dir(partition), version, keys, values,
+                                store.options, store.metadata)
