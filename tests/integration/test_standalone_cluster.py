@@ -181,7 +181,8 @@ def test_spark_submit_job_is_managed_snapshotted_while_running_and_continued(
     assert len(_executor_workers(logs, "clicks-submitted")) == 2
 
     events += write_clicks(inp, range(5, 7))
-    # Into 3 partitions: Spark's offline repartition runs in the job's session, on the cluster.
+    # Into 3 partitions: the RocksDB state is moved by sparkpoint's tasks in the job's
+    # session, on the cluster.
     second = sparkpoint(home, "run", str(JOB), "--job", "after-submit", "--from-snapshot",
                         "s-live", "--master", url, "--conf", "spark.sql.shuffle.partitions=3",
                         "--conf", "spark.executor.memory=512m", "--param", f"input={inp}",
@@ -192,10 +193,10 @@ def test_spark_submit_job_is_managed_snapshotted_while_running_and_continued(
     shown = sparkpoint(home, "jobs", "show", "after-submit", "--json").json()
     assert shown["master"] == url and shown["lineage"]["from_snapshot"] == "s-live"
     assert len(_executor_workers(logs, "sparkpoint:after-submit")) == 2
-    # Spark's offline repartition (StreamingCheckpointManager.repartition) ran its tasks on
-    # the executors of both workers.
+    # The move (upgrade/rocksdb_repartition.py: hashing each old partition, writing each
+    # new one) ran its tasks on the executors of both workers.
     repartition_executors = _task_executors(events_dir, "sparkpoint:after-submit",
-                                            "StreamingCheckpointManager.repartition")
+                                            "rocksdb_repartition.py")
     assert len(repartition_executors) == 2, repartition_executors
     before = output_rows(spark, out, sink_files_up_to(out, live_batch))  # type: ignore[arg-type]
     after = output_rows(spark, tmp_path / "o2")  # type: ignore[arg-type]

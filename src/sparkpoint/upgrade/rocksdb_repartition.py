@@ -13,9 +13,10 @@ commits one (``<batch + 1>.zip`` and its SSTs). Operator metadata and the record
 ``spark.sql.shuffle.partitions`` of the last two offsets entries take the new count.
 
 It applies to format v1 checkpoints whose every store is plain (no column families, no
-prefix-scan keys), every version one zip with its key count, and key columns numpy hashes
-(murmur3_columns.py); :func:`repartition_rocksdb_state` says False, having changed
-nothing, for any other, which Spark's repartition then moves.
+prefix-scan keys, keys in Spark's default UnsafeRow encoding, not Avro), every version one
+zip with its key count, and key columns numpy hashes (murmur3_columns.py);
+:func:`repartition_rocksdb_state` says False, having changed nothing, for any other, which
+Spark's repartition then moves.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ from sparkpoint.upgrade.hdfs_repartition import partition_key_fields, run_tasks,
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+# SQLConf.STREAMING_STATE_STORE_ENCODING_FORMAT, recorded in every offsets entry.
+_ENCODING_CONF = "spark.sql.streaming.stateStore.encodingFormat"
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,8 @@ def repartition_rocksdb_state(checkpoint: Path, batch: int, partitions: int,
     version = batch + 1
     if ckpt.commit(batch).state_unique_ids:
         return False  # checkpoint format v2: the commit names each partition's files
+    if ckpt.offsets(batch).conf.get(_ENCODING_CONF, "unsaferow") != "unsaferow":
+        return False  # Avro-encoded keys: not the UnsafeRow bytes Spark hashes
     operators = ckpt.operators(batch)
     moves: list[tuple[OperatorDir, list[_Store]]] = []
     for operator in operators:
@@ -152,6 +158,8 @@ def _spill_partition(job: tuple[_Store, int, Path], version: int, partitions: in
         offsets = np.frombuffer(keys.buffers()[1], np.int32)[: len(keys) + 1]
         data = np.frombuffer(keys.buffers()[2], np.uint8)
         lengths = np.diff(offsets)
+        if (lengths < 1).any() or (data[offsets[:-1][lengths > 0]] != 0).any():
+            return None  # not [encoding version 0][UnsafeRow]: another key encoding
         # Keys of one length are hashed together, column by column (strings make lengths
         # differ); the stored key is the encoding byte, then the UnsafeRow Spark hashes.
         for length in np.unique(lengths):
