@@ -25,7 +25,8 @@ from sparkpoint.checkpoint import rocksdb_writer
 from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER, read_zip_metadata
 from sparkpoint.snapshot import prune
 from sparkpoint.snapshot.store import open_snapshot_store
-from sparkpoint.spark import own_jar, state_prune
+from sparkpoint.spark import own_jar
+from sparkpoint.spark.version import spark_rocksdb_version
 from sparkpoint.storage.home import Home
 from tests.conftest import REPO
 
@@ -75,7 +76,7 @@ def _typed_snapshot(spark: Any, home: Home, tmp_path: Path, conf: dict[str, str]
 
 
 def test_rocksdict_writes_with_the_rocksdb_spark_reads_state_with(spark: Any) -> None:
-    assert state_prune.spark_rocksdb_version(spark) == (9, 8, 4)
+    assert spark_rocksdb_version(spark) == (9, 8, 4)
     assert rocksdb_writer.writer_version() == (9, 8, 4)
 
 

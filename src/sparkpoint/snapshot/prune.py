@@ -67,9 +67,9 @@ from sparkpoint.spark.state_prune import (
     matching_keys,
     remove_keys_by_tasks,
     remove_rocksdb_keys,
-    spark_rocksdb_version,
 )
 from sparkpoint.spark.state_rewrite import partition_key_fields, rewrite_without
+from sparkpoint.spark.version import spark_rocksdb_version
 from sparkpoint.storage.home import Home, validate_name
 from sparkpoint.storage.local import link_or_copy, walk_files
 from sparkpoint.storage.processes import pid_alive

@@ -273,18 +273,6 @@ def remove_rocksdb_keys(
         instance.close()
 
 
-def spark_rocksdb_version(spark: SparkSession) -> tuple[int, int, int]:
-    """The RocksDB version of the session's ``rocksdbjni`` (9.8.4 in Spark 4.3), the one
-    Spark's provider opens state stores with. ``rocksdbVersion()`` is null until the native
-    library is loaded (Spark's provider loads it on first use too)."""
-    jvm = spark._jvm
-    assert jvm is not None
-    rocksdb = jvm.org.rocksdb.RocksDB
-    rocksdb.loadLibrary()
-    version = rocksdb.rocksdbVersion()
-    return int(version.getMajor()), int(version.getMinor()), int(version.getPatch())
-
-
 # java/sparkpoint/spark/UnsafeRowBytes.java: a struct to its UnsafeRow bytes, by Spark's
 # own encoder for the struct's schema.
 UNSAFE_ROW_BYTES = "sparkpoint.spark.UnsafeRowBytes"

@@ -1,5 +1,5 @@
-"""The pyspark versions sparkpoint is tested with, and the guard every Spark-using command
-passes before a JVM starts.
+"""The pyspark versions sparkpoint is tested with, the guard every Spark-using command
+passes before a JVM starts, and the RocksDB version a session's Spark reads state with.
 
 sparkpoint reads and writes Spark's checkpoint files itself; their formats are Spark
 internals that change between releases, so an untested pyspark could misread state silently.
@@ -10,8 +10,12 @@ from __future__ import annotations
 import logging
 import os
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
 from sparkpoint.errors import UnsupportedSparkError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 SUPPORTED_PYSPARK = ("4.3.0",)
 ALLOW_UNTESTED_ENV = "SPARKPOINT_ALLOW_UNTESTED_PYSPARK"
@@ -45,3 +49,15 @@ def require_supported_pyspark() -> str:
         f"pyspark {found} is installed, sparkpoint supports pyspark {supported}; install it "
         f"(pip install pyspark=={SUPPORTED_PYSPARK[0]}), or set {ALLOW_UNTESTED_ENV}=1 to "
         "go on at your own risk")
+
+
+def spark_rocksdb_version(spark: SparkSession) -> tuple[int, int, int]:
+    """The RocksDB version of the session's ``rocksdbjni`` (9.8.4 in Spark 4.3), the one
+    Spark's provider opens state stores with. ``rocksdbVersion()`` is null until the native
+    library is loaded (Spark's provider loads it on first use too)."""
+    jvm = spark._jvm
+    assert jvm is not None
+    rocksdb = jvm.org.rocksdb.RocksDB
+    rocksdb.loadLibrary()
+    version = rocksdb.rocksdbVersion()
+    return int(version.getMajor()), int(version.getMinor()), int(version.getPatch())

@@ -12,9 +12,10 @@ sorted as RocksDB orders keys, and written as one SST of a new store, committed 
 commits one (``<batch + 1>.zip`` and its SSTs). Operator metadata and the recorded
 ``spark.sql.shuffle.partitions`` of the last two offsets entries take the new count.
 
-It applies to format v1 checkpoints whose every store is plain (no column families, no
-prefix-scan keys, keys in Spark's default UnsafeRow encoding, not Avro), every version one
-zip with its key count, and key columns numpy hashes (murmur3_columns.py);
+It applies when rocksdict's RocksDB is the session's (9.8 for both with Spark 4.3), to
+format v1 checkpoints whose every store is plain (no column families, no prefix-scan keys,
+keys in Spark's default UnsafeRow encoding, not Avro), every version one zip with its key
+count, and key columns numpy hashes (murmur3_columns.py);
 :func:`repartition_rocksdb_state` says False, having changed nothing, for any other, which
 Spark's repartition then moves.
 """
@@ -32,6 +33,7 @@ from sparkpoint.checkpoint import rocksdb_writer
 from sparkpoint.checkpoint.layout import SHUFFLE_PARTITIONS_CONF, Checkpoint, OperatorDir
 from sparkpoint.checkpoint.logs import OffsetLogEntry
 from sparkpoint.progress import phase
+from sparkpoint.spark.version import spark_rocksdb_version
 from sparkpoint.storage.local import write_atomic
 from sparkpoint.upgrade.hdfs_repartition import partition_key_fields, run_tasks, task_slices
 
@@ -95,6 +97,8 @@ def repartition_rocksdb_state(checkpoint: Path, batch: int, partitions: int,
         return False  # checkpoint format v2: the commit names each partition's files
     if ckpt.offsets(batch).conf.get(_ENCODING_CONF, "unsaferow") != "unsaferow":
         return False  # Avro-encoded keys: not the UnsafeRow bytes Spark hashes
+    if rocksdb_writer.writer_version()[:2] != spark_rocksdb_version(spark)[:2]:
+        return False  # rocksdict's RocksDB is not the one Spark reads the files with
     operators = ckpt.operators(batch)
     moves: list[tuple[OperatorDir, list[_Store]]] = []
     for operator in operators:
