@@ -18,6 +18,7 @@ import tempfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from sparkpoint.checkpoint import hdfs_state
 from sparkpoint.checkpoint.rocksdb_keys import KeyEncoding, strip_version
@@ -62,6 +63,20 @@ def read_raw_pairs(partition_dir: Path, version: int,
     yield from state.items()
 
 
+def unpack_version(partition_dir: Path, zip_path: Path, metadata: dict[str, Any],
+                   db_dir: Path) -> None:
+    """Make ``db_dir`` the database of one version: the zip's files (but ``metadata``)
+    written there, each SST its ``metadata`` lists linked in under the name RocksDB's
+    MANIFEST knows it by (RocksDB never writes an SST; a compaction only unlinks links)."""
+    with zipfile.ZipFile(zip_path) as archive:
+        for member in archive.namelist():
+            if "/" not in member and member != "metadata":
+                (db_dir / member).write_bytes(archive.read(member))
+    for entry in metadata.get("sstFiles", []):
+        sst = os.path.abspath(partition_dir / "SSTs" / str(entry["dfsSstFileName"]))
+        os.symlink(sst, db_dir / str(entry["localFileName"]))
+
+
 def _zip_pairs(partition_dir: Path, zip_name: str) -> Iterator[tuple[bytes, bytes]]:
     """The (key, value) pairs of one version zip and its SST files, in key order."""
     if not zip_name:
@@ -76,13 +91,7 @@ def _zip_pairs(partition_dir: Path, zip_name: str) -> Iterator[tuple[bytes, byte
             "rows is not supported yet")
     with tempfile.TemporaryDirectory(prefix="sparkpoint-rocksdb-") as scratch:
         db_dir = Path(scratch)
-        with zipfile.ZipFile(zip_path) as archive:
-            for member in archive.namelist():
-                if "/" not in member and member != "metadata":
-                    (db_dir / member).write_bytes(archive.read(member))
-        for entry in metadata.get("sstFiles", []):
-            os.symlink(partition_dir / "SSTs" / str(entry["dfsSstFileName"]),
-                       db_dir / str(entry["localFileName"]))
+        unpack_version(partition_dir, zip_path, metadata, db_dir)
         try:
             db = Rdict(str(db_dir), options=Options(raw_mode=True),
                        access_type=AccessType.read_only())

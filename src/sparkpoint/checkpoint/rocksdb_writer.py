@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint.rocksdb_keys import ENCODING_VERSION
-from sparkpoint.checkpoint.rocksdb_reader import read_raw_pairs
+from sparkpoint.checkpoint.rocksdb_reader import read_raw_pairs, unpack_version
 from sparkpoint.checkpoint.rocksdb_state import locate_version, read_zip_metadata
 from sparkpoint.errors import CheckpointFormatError
 
@@ -135,27 +135,17 @@ def remove_keys(partition_dir: Path, keys: Sequence[bytes] | np.ndarray,
     """
     from rocksdict import Checkpoint, Rdict, WriteBatch, WriteOptions
 
-    located = locate_version(partition_dir, version)
-    zip_path = partition_dir / located.zip_name
-    if located.changelogs or not located.zip_name or located.num_keys is None:
+    plain = _plain_zip(partition_dir, version)
+    if plain is None:
         raise CheckpointFormatError(
-            f"{partition_dir}: expected version {version} as one zip with its number of keys, "
-            "found changelogs or no count; such versions are rewritten by Spark's provider")
-    metadata = read_zip_metadata(zip_path)
-    if metadata.get("columnFamilyMapping"):
-        raise CheckpointFormatError(
-            f"{zip_path}: expected a store without column families, found some")
+            f"{partition_dir}: expected version {version} as one zip with its number of keys "
+            "and no column families; such versions are rewritten by Spark")
+    zip_path, metadata = plain
     raw_keys = _raw_keys(keys)
     with tempfile.TemporaryDirectory(prefix=".sparkpoint-rewrite-", dir=partition_dir) as tmp:
         db_dir, out_dir = Path(tmp) / "db", Path(tmp) / "checkpoint"
         db_dir.mkdir()
-        with zipfile.ZipFile(zip_path) as archive:
-            for member in archive.namelist():
-                if "/" not in member and member != "metadata":
-                    (db_dir / member).write_bytes(archive.read(member))
-        for entry in metadata.get("sstFiles", []):
-            sst = os.path.abspath(partition_dir / "SSTs" / str(entry["dfsSstFileName"]))
-            os.symlink(sst, db_dir / str(entry["localFileName"]))
+        unpack_version(partition_dir, zip_path, metadata, db_dir)
         try:
             db = Rdict(str(db_dir), options=_options_like(_options_text(db_dir)))
         except Exception as exc:  # rocksdict raises plain exceptions with RocksDB's status
@@ -247,14 +237,23 @@ def _pack(checkpoint_dir: Path, staging: Path, version: int,
         archive.writestr("metadata", "v1\n" + json.dumps(metadata, separators=(",", ":")))
 
 
-def plain_zip_metadata(partition_dir: Path, version: int) -> dict[str, Any] | None:
-    """The ``metadata`` of ``version`` when it is one zip with its key count and no column
-    families (what :func:`read_arrow` and :func:`write_sorted` handle); else None."""
+def _plain_zip(partition_dir: Path, version: int) -> tuple[Path, dict[str, Any]] | None:
+    """``version``'s zip and its ``metadata`` when it is one zip with its key count and no
+    column families; else None."""
     located = locate_version(partition_dir, version)
     if located.changelogs or not located.zip_name or located.num_keys is None:
         return None
-    metadata = read_zip_metadata(partition_dir / located.zip_name)
-    return None if metadata.get("columnFamilyMapping") else metadata
+    zip_path = partition_dir / located.zip_name
+    metadata = read_zip_metadata(zip_path)
+    return None if metadata.get("columnFamilyMapping") else (zip_path, metadata)
+
+
+def plain_zip_metadata(partition_dir: Path, version: int) -> dict[str, Any] | None:
+    """The ``metadata`` of ``version`` when it is one zip with its key count and no column
+    families (what :func:`remove_keys`, :func:`read_arrow` and :func:`write_sorted`
+    handle); else None."""
+    plain = _plain_zip(partition_dir, version)
+    return None if plain is None else plain[1]
 
 
 def options_text(partition_dir: Path, version: int) -> str:

@@ -282,10 +282,9 @@ def _prune_rocksdb_by_tasks(spark: SparkSession, checkpoint: Checkpoint, batch: 
     if not own_jar.loadable(spark, UNSAFE_ROW_BYTES):
         return None
     version = batch + 1
-    for pdir in _operator_partition_dirs(checkpoint, op, batch):
-        located = locate_version(pdir, version)
-        if located.changelogs or not located.zip_name or located.num_keys is None:
-            return None
+    if any(rocksdb_writer.plain_zip_metadata(pdir, version) is None
+           for pdir in _operator_partition_dirs(checkpoint, op, batch)):
+        return None
     if rocksdb_writer.writer_version()[:2] != spark_rocksdb_version(spark)[:2]:
         return None
     say(f"rewriting operator '{op.name}' without the keys where {where} (Spark tasks)")

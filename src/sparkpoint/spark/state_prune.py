@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkpoint.errors import CheckpointFormatError, InvalidPredicateError
+from sparkpoint.spark.errors import failure_summary
 from sparkpoint.spark.row_bytes import iter_rows_bytes
 
 if TYPE_CHECKING:
@@ -352,14 +353,10 @@ def remove_keys_by_tasks(
         # a rewrite task failed.
         matching_keys(spark, checkpoint, batch, operator_id, key_schema, where,
                       operator_name, collect_keys=False)
-        text = str(exc).strip()
-        # A Python task's exception ends its message with the exception's own line.
-        errors = [line.strip() for line in text.splitlines() if "Error:" in line]
-        detail = errors[-1] if errors else (text.splitlines()[0] if text else
-                                            type(exc).__name__)
         raise CheckpointFormatError(
-            f"operator '{operator_name}': a task rewriting its state failed: {detail}; "
-            "nothing was published; Spark's log has its stack trace") from exc
+            f"operator '{operator_name}': a task rewriting its state failed: "
+            f"{failure_summary(exc)}; nothing was published; Spark's log has its stack "
+            "trace") from exc
     removals = sorted((PartitionRemoval(int(row[0]), int(row[1]), int(row[2])) for row in rows),
                       key=lambda removal: removal.partition)
     partitions = [removal.partition for removal in removals]
