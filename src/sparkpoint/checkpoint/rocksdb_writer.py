@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint.rocksdb_keys import ENCODING_VERSION
-from sparkpoint.checkpoint.rocksdb_reader import read_raw_pairs, unpack_version
+from sparkpoint.checkpoint.rocksdb_reader import unpack_version
 from sparkpoint.checkpoint.rocksdb_state import locate_version, read_zip_metadata
 from sparkpoint.errors import CheckpointFormatError
 
@@ -268,14 +268,32 @@ def options_text(partition_dir: Path, version: int) -> str:
 
 def read_arrow(partition_dir: Path, version: int) -> tuple[pa.Array, pa.Array]:
     """Every (key, value) of ``version`` as stored (encoding byte included), as two Arrow
-    binary arrays in key order."""
+    binary arrays in key order; ``version`` as :func:`plain_zip_metadata` accepts it."""
     import pyarrow as pa
+    from rocksdict import AccessType, Options, Rdict
 
-    keys: list[bytes] = []
-    values: list[bytes] = []
-    for key, value in read_raw_pairs(partition_dir, version):
-        keys.append(key)
-        values.append(value)
+    plain = _plain_zip(partition_dir, version)
+    if plain is None:
+        raise CheckpointFormatError(
+            f"{partition_dir}: expected version {version} as one zip with its number of keys "
+            "and no column families")
+    zip_path, metadata = plain
+    with tempfile.TemporaryDirectory(prefix="sparkpoint-rocksdb-") as scratch:
+        unpack_version(partition_dir, zip_path, metadata, Path(scratch))
+        try:
+            db = Rdict(scratch, options=Options(raw_mode=True),
+                       access_type=AccessType.read_only())
+        except Exception as exc:  # rocksdict raises plain exceptions with RocksDB's status
+            raise CheckpointFormatError(
+                f"{zip_path}: RocksDB could not open the version: {exc}") from exc
+        try:
+            # Two scans in rocksdict's own loop: no Python code per key.
+            keys, values = list(db.keys()), list(db.values())
+        finally:
+            db.close()
+    if len(keys) != len(values):
+        raise CheckpointFormatError(f"{zip_path}: the keys and values of one read differ "
+                                    "in number")
     return pa.array(keys, pa.binary()), pa.array(values, pa.binary())
 
 

@@ -166,12 +166,17 @@ def _spill_partition(job: tuple[_Store, int, Path], version: int, partitions: in
             return None  # not [encoding version 0][UnsafeRow]: another key encoding
         # Keys of one length are hashed together, column by column (strings make lengths
         # differ); the stored key is the encoding byte, then the UnsafeRow Spark hashes.
-        for length in np.unique(lengths):
+        widths = np.unique(lengths)
+        for length in widths:
             if (length - 1) % 8:
                 return None
-            rows = np.nonzero(lengths == length)[0]
-            starts = offsets[:-1][rows]
-            gathered = data[starts[:, None] + np.arange(1, length)]
+            if len(widths) == 1:  # the common case: the rows are Arrow's buffer as it is
+                rows = np.arange(len(keys))
+                gathered = np.ascontiguousarray(
+                    data[offsets[0] : offsets[-1]].reshape(len(keys), length)[:, 1:])
+            else:
+                rows = np.nonzero(lengths == length)[0]
+                gathered = data[offsets[:-1][rows][:, None] + np.arange(1, length)]
             hashed = hash_columns(gathered, store.key_fields, store.hashed_fields)
             if hashed is None:
                 return None
