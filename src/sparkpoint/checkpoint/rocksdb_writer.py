@@ -135,12 +135,7 @@ def remove_keys(partition_dir: Path, keys: Sequence[bytes] | np.ndarray,
     """
     from rocksdict import Checkpoint, Rdict, WriteBatch, WriteOptions
 
-    plain = _plain_zip(partition_dir, version)
-    if plain is None:
-        raise CheckpointFormatError(
-            f"{partition_dir}: expected version {version} as one zip with its number of keys "
-            "and no column families; such versions are rewritten by Spark")
-    zip_path, metadata = plain
+    zip_path, metadata = _require_plain_zip(partition_dir, version)
     raw_keys = _raw_keys(keys)
     with tempfile.TemporaryDirectory(prefix=".sparkpoint-rewrite-", dir=partition_dir) as tmp:
         db_dir, out_dir = Path(tmp) / "db", Path(tmp) / "checkpoint"
@@ -248,6 +243,16 @@ def _plain_zip(partition_dir: Path, version: int) -> tuple[Path, dict[str, Any]]
     return None if metadata.get("columnFamilyMapping") else (zip_path, metadata)
 
 
+def _require_plain_zip(partition_dir: Path, version: int) -> tuple[Path, dict[str, Any]]:
+    """:func:`_plain_zip`, refusing any other version (Spark rewrites those)."""
+    plain = _plain_zip(partition_dir, version)
+    if plain is None:
+        raise CheckpointFormatError(
+            f"{partition_dir}: expected version {version} as one zip with its number of keys "
+            "and no column families; such versions are rewritten by Spark")
+    return plain
+
+
 def plain_zip_metadata(partition_dir: Path, version: int) -> dict[str, Any] | None:
     """The ``metadata`` of ``version`` when it is one zip with its key count and no column
     families (what :func:`remove_keys`, :func:`read_arrow` and :func:`write_sorted`
@@ -272,12 +277,7 @@ def read_arrow(partition_dir: Path, version: int) -> tuple[pa.Array, pa.Array]:
     import pyarrow as pa
     from rocksdict import AccessType, Options, Rdict
 
-    plain = _plain_zip(partition_dir, version)
-    if plain is None:
-        raise CheckpointFormatError(
-            f"{partition_dir}: expected version {version} as one zip with its number of keys "
-            "and no column families")
-    zip_path, metadata = plain
+    zip_path, metadata = _require_plain_zip(partition_dir, version)
     with tempfile.TemporaryDirectory(prefix="sparkpoint-rocksdb-") as scratch:
         unpack_version(partition_dir, zip_path, metadata, Path(scratch))
         try:
