@@ -126,6 +126,28 @@ def test_rocksdb_prune_by_its_own_writer_equals_sparks_rewriter_and_the_driver(
     assert by_writer.bytes_after <= by_rewriter.bytes_after
 
 
+def test_rocksdb_prune_counts_the_keys_when_spark_tracked_no_count(
+    spark: Any, home: Home, tmp_path: Path
+) -> None:
+    # With trackTotalNumberOfRows off, Spark records numKeys -1 in each version (RocksDB
+    # then counts nothing on load): the writer counts the keys itself before and after.
+    _typed_snapshot(spark, home, tmp_path,
+                    {"spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows": "false"})
+    manifest = api.snapshot_show(home, "s1")
+    original = open_snapshot_store(home).checkpoint_path("s1")
+    zips = sorted(Path(original).glob(f"state/0/*/{manifest.batch_id + 1}.zip"))
+    assert zips and {read_zip_metadata(z)["numKeys"] for z in zips} == {-1}
+    before = _snapshot_keys(spark, home, "s1")
+    matching = _keys(spark, str(original), manifest.batch_id, WHERE)
+    assert matching and len(matching) < len(before)
+
+    result = api.snapshot_prune(home, "s1", "pruned", "typed_counts", WHERE, spark=spark)
+    assert result.rewritten_by == "spark_tasks"
+    assert result.rows_removed == sum(matching.values())
+    assert _snapshot_keys(spark, home, "pruned") == before - matching
+    assert api.snapshot_verify(home, "pruned") == []
+
+
 def test_rocksdb_changelog_versions_are_pruned_by_sparks_rewriter(
     spark: Any, home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
