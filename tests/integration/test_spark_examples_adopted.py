@@ -4,10 +4,13 @@ unnamed sources), adopted (`snapshot import`), then continued into their own out
 partitions. Every output is read through Spark's sink log (`spark.read.parquet`) and
 compared, as a multiset, with rows computed from the input in plain Python.
 
-The queries: `structured_network_wordcount_windowed.py` and `structured_sessionization.py`
-from Spark's examples, the guide's stream-stream join of impressions and clicks and its
-`dropDuplicatesWithinWatermark`. Socket input is replaced by JSON files, console output by
-parquet in append mode (tests/data/spark_examples/plain.py says how).
+The queries: `structured_sessionization.py` from Spark's examples, the guide's stream-stream
+join of impressions and clicks and its `dropDuplicatesWithinWatermark`. Spark's windowed word
+count (`structured_network_wordcount_windowed.py`) is adopted and continued in
+test_adopt_plain_spark.py (the windows open at the switch, counted once) and upgraded from its
+output in test_spark_examples_upgraded.py; its 200-partition walk here repeated the HDFS
+provider's 200 -> 3 move that the three queries below walk. Socket input is replaced by JSON
+files, console output by parquet in append mode (tests/data/spark_examples/plain.py says how).
 """
 
 from __future__ import annotations
@@ -33,7 +36,10 @@ from tests.support.spark_example_runs import (
 pytestmark = pytest.mark.spark
 
 
-@pytest.mark.parametrize("name", list(EXAMPLES))
+ADOPTED = [name for name in EXAMPLES if name != "wordcount_windowed"]
+
+
+@pytest.mark.parametrize("name", ADOPTED)
 def test_plain_example_adopted_and_continued_into_its_output_with_other_partitions(
     name: str, spark: Any, home: Home, tmp_path: Path
 ) -> None:

@@ -3,7 +3,10 @@ before it (so Spark's operator ids shift): the combined output equals an uninter
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,14 +16,43 @@ from sparkpoint.testing import output_rows, write_clicks
 
 pytestmark = pytest.mark.spark
 JOB = Path(__file__).resolve().parent.parent / "data" / "jobs" / "kinds.py"
+Reference = Callable[[str], Counter[tuple[Any, ...]]]
+
+
+def _write_slices(root: Path, slices: range) -> None:
+    write_clicks(root / "in", slices)
+    write_clicks(root / "views", slices, seed=11)
+
+
+@pytest.fixture(scope="module")
+def reference_output(spark: object, tmp_path_factory: pytest.TempPathFactory) -> Reference:
+    """The v1 job of a kind run without sparkpoint's snapshots over the same two slices of
+    input as the tests, in its own home: made once per kind and compared with by every test
+    of that kind (its output depends on neither the state store provider nor the partition
+    count, which the tests vary)."""
+    made: dict[str, Counter[tuple[Any, ...]]] = {}
+
+    def of(kind: str) -> Counter[tuple[Any, ...]]:
+        if kind not in made:
+            root = tmp_path_factory.mktemp(f"reference-{kind}")
+            params = {"kind": kind, "version": "v1", "input": str(root / "in"),
+                      "views_input": str(root / "views"), "output": str(root / "ref")}
+            for slices in (range(0, 3), range(3, 6)):
+                _write_slices(root, slices)
+                api.run(Home(root / "home"), JOB, "reference", params=params,
+                        until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+            made[kind] = output_rows(spark, root / "ref")  # type: ignore[arg-type]
+            assert made[kind], f"the reference run of {kind} emitted nothing"
+        return made[kind]
+
+    return of
 
 
 @pytest.mark.parametrize("kind", ["session", "join", "pandas", "within"])
 def test_operator_kind_survives_an_inserted_operator(
-    spark: object, home: Home, tmp_path: Path, kind: str
+    spark: object, home: Home, tmp_path: Path, kind: str, reference_output: Reference
 ) -> None:
-    write_clicks(tmp_path / "in", range(0, 3))
-    write_clicks(tmp_path / "views", range(0, 3), seed=11)
+    _write_slices(tmp_path, range(0, 3))
 
     def run(job: str, version: str, out: str, **kw: object) -> None:
         params = {"kind": kind, "version": version, "input": str(tmp_path / "in"),
@@ -28,12 +60,9 @@ def test_operator_kind_survives_an_inserted_operator(
         api.run(home, JOB, job, params=params, until_caught_up=True,
                 spark=spark, **kw)  # type: ignore[arg-type]
 
-    run("reference", "v1", "ref")
     run("old", "v1", "out1")
     api.snapshot_create(home, "old", "s1")
-    write_clicks(tmp_path / "in", range(3, 6))
-    write_clicks(tmp_path / "views", range(3, 6), seed=11)
-    run("reference", "v1", "ref")
+    _write_slices(tmp_path, range(3, 6))
     plan = api.plan(home, JOB, params={"kind": kind, "version": "v2",
                                        "input": str(tmp_path / "in"),
                                        "views_input": str(tmp_path / "views"),
@@ -43,10 +72,8 @@ def test_operator_kind_survives_an_inserted_operator(
     moved = [op for op in plan.operators if op.action == "resume"]
     assert moved and all(op.compatible for op in moved)
     run("new", "v2", "out2", from_snapshot="s1")
-    reference = output_rows(spark, tmp_path / "ref")  # type: ignore[arg-type]
-    assert reference, "the reference run emitted nothing"
     combined = output_rows(spark, tmp_path / "out1") + output_rows(spark, tmp_path / "out2")  # type: ignore[arg-type]
-    assert combined == reference
+    assert combined == reference_output(kind)
 
 
 HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
@@ -57,14 +84,14 @@ ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvi
     ("session", HDFS), ("join", HDFS), ("pandas", HDFS), ("within", HDFS),
     ("join", ROCKSDB)], ids=["session", "join", "pandas", "within", "join-rocksdb"])
 def test_operator_kind_survives_repartitioning_state(
-    spark: object, home: Home, tmp_path: Path, kind: str, provider: str
+    spark: object, home: Home, tmp_path: Path, kind: str, provider: str,
+    reference_output: Reference,
 ) -> None:
     """Spark cannot repartition HDFS-provider state, and moves RocksDB state slowly;
     sparkpoint moves every key (join keys, session keys without their window, grouping
     keys) to where Spark now looks for it. RocksDB: the join's four stores, moved by
     sparkpoint's tasks (upgrade/rocksdb_repartition.py), not by Spark's repartition."""
-    write_clicks(tmp_path / "in", range(0, 3))
-    write_clicks(tmp_path / "views", range(0, 3), seed=11)
+    _write_slices(tmp_path, range(0, 3))
 
     def run(job: str, out: str, partitions: int, **kw: object) -> None:
         params = {"kind": kind, "version": "v1", "input": str(tmp_path / "in"),
@@ -74,20 +101,15 @@ def test_operator_kind_survives_repartitioning_state(
         api.run(home, JOB, job, params=params, until_caught_up=True, conf=conf,
                 spark=spark, **kw)  # type: ignore[arg-type]
 
-    run("reference", "ref", 2)
     run("old", "out1", 2)
     api.snapshot_create(home, "old", "s1")
-    write_clicks(tmp_path / "in", range(3, 6))
-    write_clicks(tmp_path / "views", range(3, 6), seed=11)
-    run("reference", "ref", 2)
+    _write_slices(tmp_path, range(3, 6))
     said: list[str] = []
     run("new", "out2", 3, from_snapshot="s1", echo=said.append)
     assert any("keys rehashed" in line for line in said), said
     _assert_restored_keys_where_spark_looks(spark, home, kind)
-    reference = output_rows(spark, tmp_path / "ref")  # type: ignore[arg-type]
-    assert reference, "the reference run emitted nothing"
     combined = output_rows(spark, tmp_path / "out1") + output_rows(spark, tmp_path / "out2")  # type: ignore[arg-type]
-    assert combined == reference
+    assert combined == reference_output(kind)
 
 
 def _assert_restored_keys_where_spark_looks(spark: object, home: Home, kind: str) -> None:
