@@ -83,16 +83,11 @@ def test_output_ahead_of_snapshot_is_refused_then_renumbered(
     assert ran.code == 0, ran.err
     assert f"starting at batch {latest + 1}" in ran.err
 
-    # What the same snapshot produces into a fresh output, run from the snapshot untouched.
-    api.run(home, JOB, "reference", params={"input": str(inp), "output": str(tmp_path / "ref"),
-                                            "files_per_batch": "1"},
-            from_snapshot="old", until_caught_up=True, spark=spark)
-    reference = output_rows(spark, tmp_path / "ref")
-    assert reference, "the run after the snapshot emitted nothing: the input is too small"
     # The new job's batches cross the sink log's compaction (every 10): read what it lists.
     new_rows = output_rows(spark, out, sorted(set(committed_files(out)) - old_files))
-    assert new_rows == reference
-    # And independently: v1's rows up to the snapshot plus the new rows are every window.
+    assert new_rows, "the run after the snapshot emitted nothing: the input is too small"
+    # v1's rows up to the snapshot plus the new rows are every window, computed here: the
+    # renumbered run emitted what the snapshot had still to emit, once.
     assert output_rows(spark, out, up_to_snapshot) + new_rows == \
         expected_hourly_counts(events)
 
