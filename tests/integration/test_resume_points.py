@@ -366,10 +366,10 @@ def test_partition_change_of_hdfs_state_moves_keys_where_spark_looks(
     _run(spark, home, "h1", _params(tmp_path, "outh", "v1"),
          conf={"spark.sql.streaming.stateStore.providerClass": hdfs})
     api.snapshot_create(home, "h1", "hs")
-    result = sparkpoint(home, "plan", str(JOB), "--from-snapshot", "hs", "--json",
-                        "--conf", "spark.sql.shuffle.partitions=3",
-                        *_cli_params(_params(tmp_path, "out2", "v1")))
-    assert result.code == 0, result.out
+    planned = api.plan(home, JOB, params=_params(tmp_path, "out2", "v1"), from_snapshot="hs",
+                       conf={"spark.sql.shuffle.partitions": "3"},
+                       spark=spark)  # type: ignore[arg-type]
+    assert planned.ok, planned.problems
     more = write_clicks(tmp_path / "in", range(9, 11))
     _run(spark, home, "h2", _params(tmp_path, "out2", "v1"), from_snapshot="hs",
          conf={"spark.sql.shuffle.partitions": "3"})

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from sparkpoint import api
 from sparkpoint.storage.home import Home
 from tests.support.cli import sparkpoint
 from tests.support.spark_example_runs import EXAMPLES, ok, table
@@ -28,10 +29,12 @@ def test_sessionization_upgraded_into_its_output_with_fewer_partitions_on_rocksd
     output = tmp_path / "out"
     one_file = ["--param", "files_per_batch=1"]
     written = list(example.write(tmp_path, range(0, 4)))
-    ok(sparkpoint(home, "run", str(example.job), "--job", "sessions",
-                  *example.params(tmp_path, output), *one_file,
-                  "--conf", "spark.sql.shuffle.partitions=4", "--until-caught-up"))
-    ok(sparkpoint(home, "snapshot", "create", "sessions", "before-upgrade"))
+    # The job before the upgrade runs in this process; the upgrade is walked by the CLI.
+    run_params = {name: str(tmp_path / name) for name in example.inputs}
+    api.run(home, example.job, "sessions",
+            params={**run_params, "output": str(output), "files_per_batch": "1"},
+            conf={"spark.sql.shuffle.partitions": "4"}, until_caught_up=True, spark=spark)
+    api.snapshot_create(home, "sessions", "before-upgrade")
     written += example.write(tmp_path, range(4, 12))
     ok(sparkpoint(home, "run", str(example.job), "--job", "sessions-v2",
                   "--from-snapshot", "before-upgrade", *example.params(tmp_path, output),
@@ -62,13 +65,18 @@ def test_faulty_upgrade_rolled_back_with_rewind_output(
     params = [*example.params(tmp_path, output), "--param", "files_per_batch=2",
               "--conf", "spark.sql.shuffle.partitions=3"]
     written = list(example.write(tmp_path, range(0, 4)))
-    ok(sparkpoint(home, "run", str(example.job), "--job", "wc", *params, "--until-caught-up"))
-    ok(sparkpoint(home, "snapshot", "create", "wc", "before-upgrade"))
+    # The job and its faulty version run in this process: what is walked here as a user
+    # walks it, by the CLI, is the refusal, the rollback and the drain that follow.
+    run_params = {name: str(tmp_path / name) for name in example.inputs}
+    run_params |= {"output": str(output), "files_per_batch": "2"}
+    conf = {"spark.sql.shuffle.partitions": "3"}
+    api.run(home, example.job, "wc", params=run_params, conf=conf, until_caught_up=True,
+            spark=spark)
+    api.snapshot_create(home, "wc", "before-upgrade")
     before_upgrade = table(spark, output)
     written += example.write(tmp_path, range(4, 8))
-    ok(sparkpoint(home, "run", str(example.job), "--job", "wc-faulty",
-                  "--from-snapshot", "before-upgrade", *params, "--param", "skip_word=state",
-                  "--until-caught-up"))
+    api.run(home, example.job, "wc-faulty", params={**run_params, "skip_word": "state"},
+            conf=conf, from_snapshot="before-upgrade", until_caught_up=True, spark=spark)
     assert table(spark, output) - before_upgrade  # the faulty batches are in the table
 
     refused = sparkpoint(home, "run", str(example.job), "--job", "wc-fixed",
