@@ -30,9 +30,8 @@ def test_sessionization_upgraded_into_its_output_with_fewer_partitions_on_rocksd
     one_file = ["--param", "files_per_batch=1"]
     written = list(example.write(tmp_path, range(0, 4)))
     # The job before the upgrade runs in this process; the upgrade is walked by the CLI.
-    run_params = {name: str(tmp_path / name) for name in example.inputs}
     api.run(home, example.job, "sessions",
-            params={**run_params, "output": str(output), "files_per_batch": "1"},
+            params={**example.param_values(tmp_path, output), "files_per_batch": "1"},
             conf={"spark.sql.shuffle.partitions": "4"}, until_caught_up=True, spark=spark)
     api.snapshot_create(home, "sessions", "before-upgrade")
     written += example.write(tmp_path, range(4, 12))
@@ -67,8 +66,7 @@ def test_faulty_upgrade_rolled_back_with_rewind_output(
     written = list(example.write(tmp_path, range(0, 4)))
     # The job and its faulty version run in this process: what is walked here as a user
     # walks it, by the CLI, is the refusal, the rollback and the drain that follow.
-    run_params = {name: str(tmp_path / name) for name in example.inputs}
-    run_params |= {"output": str(output), "files_per_batch": "2"}
+    run_params = {**example.param_values(tmp_path, output), "files_per_batch": "2"}
     conf = {"spark.sql.shuffle.partitions": "3"}
     api.run(home, example.job, "wc", params=run_params, conf=conf, until_caught_up=True,
             spark=spark)

@@ -37,9 +37,14 @@ class Example:
     def input_dirs(self, root: Path) -> list[Path]:
         return [root / name for name in self.inputs]
 
+    def param_values(self, root: Path, output: Path) -> dict[str, str]:
+        """The job file's parameters: its input directories under ``root``, its output."""
+        return {**{name: str(root / name) for name in self.inputs}, "output": str(output)}
+
     def params(self, root: Path, output: Path) -> list[str]:
-        pairs = [f"{name}={root / name}" for name in self.inputs] + [f"output={output}"]
-        return [arg for pair in pairs for arg in ("--param", pair)]
+        """The same parameters as the CLI takes them."""
+        return [arg for name, value in self.param_values(root, output).items()
+                for arg in ("--param", f"{name}={value}")]
 
 
 def _write_ads(root: Path, slices: range) -> Sequence[Any]:
