@@ -19,6 +19,11 @@ JOB = Path(__file__).resolve().parent.parent / "data" / "jobs" / "kinds.py"
 Reference = Callable[[str], Counter[tuple[Any, ...]]]
 
 
+def _params(root: Path, kind: str, version: str, out: str) -> dict[str, str]:
+    return {"kind": kind, "version": version, "input": str(root / "in"),
+            "views_input": str(root / "views"), "output": str(root / out)}
+
+
 def _write_slices(root: Path, slices: range) -> None:
     write_clicks(root / "in", slices)
     write_clicks(root / "views", slices, seed=11)
@@ -35,11 +40,10 @@ def reference_output(spark: object, tmp_path_factory: pytest.TempPathFactory) ->
     def of(kind: str) -> Counter[tuple[Any, ...]]:
         if kind not in made:
             root = tmp_path_factory.mktemp(f"reference-{kind}")
-            params = {"kind": kind, "version": "v1", "input": str(root / "in"),
-                      "views_input": str(root / "views"), "output": str(root / "ref")}
             for slices in (range(0, 3), range(3, 6)):
                 _write_slices(root, slices)
-                api.run(Home(root / "home"), JOB, "reference", params=params,
+                api.run(Home(root / "home"), JOB, "reference",
+                        params=_params(root, kind, "v1", "ref"),
                         until_caught_up=True, spark=spark)  # type: ignore[arg-type]
             made[kind] = output_rows(spark, root / "ref")  # type: ignore[arg-type]
             assert made[kind], f"the reference run of {kind} emitted nothing"
@@ -55,19 +59,14 @@ def test_operator_kind_survives_an_inserted_operator(
     _write_slices(tmp_path, range(0, 3))
 
     def run(job: str, version: str, out: str, **kw: object) -> None:
-        params = {"kind": kind, "version": version, "input": str(tmp_path / "in"),
-                  "views_input": str(tmp_path / "views"), "output": str(tmp_path / out)}
-        api.run(home, JOB, job, params=params, until_caught_up=True,
+        api.run(home, JOB, job, params=_params(tmp_path, kind, version, out), until_caught_up=True,
                 spark=spark, **kw)  # type: ignore[arg-type]
 
     run("old", "v1", "out1")
     api.snapshot_create(home, "old", "s1")
     _write_slices(tmp_path, range(3, 6))
-    plan = api.plan(home, JOB, params={"kind": kind, "version": "v2",
-                                       "input": str(tmp_path / "in"),
-                                       "views_input": str(tmp_path / "views"),
-                                       "output": str(tmp_path / "out2")},
-                    from_snapshot="s1", spark=spark)  # type: ignore[arg-type]
+    plan = api.plan(home, JOB, params=_params(tmp_path, kind, "v2", "out2"), from_snapshot="s1",
+                    spark=spark)  # type: ignore[arg-type]
     assert plan.ok, plan.problems
     moved = [op for op in plan.operators if op.action == "resume"]
     assert moved and all(op.compatible for op in moved)
@@ -94,12 +93,10 @@ def test_operator_kind_survives_repartitioning_state(
     _write_slices(tmp_path, range(0, 3))
 
     def run(job: str, out: str, partitions: int, **kw: object) -> None:
-        params = {"kind": kind, "version": "v1", "input": str(tmp_path / "in"),
-                  "views_input": str(tmp_path / "views"), "output": str(tmp_path / out)}
         conf = {"spark.sql.streaming.stateStore.providerClass": provider,
                 "spark.sql.shuffle.partitions": str(partitions)}
-        api.run(home, JOB, job, params=params, until_caught_up=True, conf=conf,
-                spark=spark, **kw)  # type: ignore[arg-type]
+        api.run(home, JOB, job, params=_params(tmp_path, kind, "v1", out), until_caught_up=True,
+                conf=conf, spark=spark, **kw)  # type: ignore[arg-type]
 
     run("old", "out1", 2)
     api.snapshot_create(home, "old", "s1")
