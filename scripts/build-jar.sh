@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build src/sparkpoint/resources/sparkpoint-spark.jar, sparkpoint's own classes for Spark's
 # JVM (java/: a local file system for state rewrites, spark/local_fs.py; a SQL function
-# giving a key's UnsafeRow bytes, spark/state_prune.py), against the jars pyspark ships. The
+# giving a key's UnsafeRow bytes and the tasks removing RocksDB keys with Spark's rocksdbjni,
+# spark/state_prune.py), against the jars pyspark ships. The
 # jar is committed, so installing sparkpoint needs no Java compiler; its manifest records the
 # sources' SHA-256, which tests/unit/test_own_jar.py checks against the sources: edit a
 # source, run this script, commit both.

@@ -1,13 +1,16 @@
-"""``snapshot prune`` of RocksDB state by sparkpoint's own RocksDB writer
-(checkpoint/rocksdb_writer.py), one Spark task per partition: the pruned state, read back by
+"""``snapshot prune`` of RocksDB state in Spark tasks (sparkpoint's ``RocksDbKeyRemoval``: the
+RocksDB Spark ships, rocksdbjni, opens the version with the store's own OPTIONS, deletes the
+keys Spark's ``NoPrefixKeyStateEncoder`` stored, compacts and packs the version as Spark's
+``RocksDBFileManager`` does): the pruned state, read back by
 Spark's state reader, is the original less exactly the keys Spark's reader selects, the same
 as Spark's own state rewriter and the driver's rewrite give; a version made of changelogs
 goes to Spark's rewriter instead.
 
 Spark fact pinned here: Spark 4.3 opens RocksDB state stores with rocksdbjni 9.8.4
 (``RocksDB.rocksdbVersion()``, null until ``RocksDB.loadLibrary()``), and rocksdict 0.3.29
-writes with RocksDB 9.8.4 too (its OPTIONS files say so): the writer's files are written by
-the RocksDB that reads them.
+writes with RocksDB 9.8.4 too (its OPTIONS files say so): the files sparkpoint's RocksDB
+writer (checkpoint/rocksdb_writer.py, the repartition's) writes are written by the RocksDB
+that reads them.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from sparkpoint.checkpoint import rocksdb_writer
 from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER, read_zip_metadata
 from sparkpoint.snapshot import prune
 from sparkpoint.snapshot.store import open_snapshot_store
-from sparkpoint.spark import own_jar
+from sparkpoint.spark import own_jar, state_prune
 from sparkpoint.spark.version import spark_rocksdb_version
 from sparkpoint.storage.home import Home
 from tests.conftest import REPO
@@ -80,7 +83,7 @@ def test_rocksdict_writes_with_the_rocksdb_spark_reads_state_with(spark: Any) ->
     assert rocksdb_writer.writer_version() == (9, 8, 4)
 
 
-def test_rocksdb_prune_by_its_own_writer_equals_sparks_rewriter_and_the_driver(
+def test_rocksdb_prune_by_tasks_equals_sparks_rewriter_and_the_driver(
     spark: Any, home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _typed_snapshot(spark, home, tmp_path, {})
@@ -100,8 +103,9 @@ def test_rocksdb_prune_by_its_own_writer_equals_sparks_rewriter_and_the_driver(
 
     monkeypatch.setattr(prune, "_prune_rocksdb_by_tasks", watched)
     by_writer = api.snapshot_prune(home, "s1", "by-writer", "typed_counts", WHERE, spark=spark)
-    # rocksdict on another RocksDB than Spark's: Spark's state rewriter does it.
-    monkeypatch.setattr(rocksdb_writer, "writer_version", lambda: (99, 0, 0))
+    # A session whose jar lacks the removal task: Spark's state rewriter does it.
+    monkeypatch.setattr(own_jar, "loadable",
+                        lambda _spark, name: name != state_prune.ROCKSDB_KEY_REMOVAL)
     by_rewriter = api.snapshot_prune(home, "s1", "by-rewriter", "typed_counts", WHERE,
                                      spark=spark)
     # A caller's session without sparkpoint's jar, keys Spark's rewriter cannot select.

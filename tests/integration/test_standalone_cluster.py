@@ -277,3 +277,43 @@ def test_hdfs_provider_prune_and_repartition_run_as_tasks_on_both_workers(
                         "key.key", "value.count").collect()
     assert Counter((r.key, r["count"]) for r in rows) == Counter(kept.items())
     assert all(r.partition_id == r.want for r in rows)
+
+
+def test_rocksdb_prune_runs_as_jvm_tasks_on_both_workers(
+    cluster: tuple[str, Path], spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RocksDB state pruned on the cluster: sparkpoint's jar reaches both executors, each
+    removes its partitions' keys with the RocksDB Spark ships (``RocksDbKeyRemoval``), and
+    the state left is what Spark's state reader, run here, computes independently."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sparkpoint import api
+    from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER
+    from sparkpoint.spark.session import PROVIDER_CONF
+
+    url, _logs = cluster
+    home = Home(tmp_path / "home")  # one host: the executors reach the driver's disk
+    events_dir = _log_events(tmp_path, monkeypatch,
+                             "spark.scheduler.minRegisteredResourcesRatio 1.0\n"
+                             "spark.scheduler.maxRegisteredResourcesWaitingTime 120s\n")
+    job = Path(__file__).resolve().parent.parent / "data" / "jobs" / "key_counts.py"
+    (tmp_path / "in").mkdir()
+    keys = [f"k{n:06d}" for n in range(4000)]
+    pq.write_table(pa.table({"key": keys}), tmp_path / "in" / "part-0.parquet")
+    api.run(home, job, "keys", params={"input": str(tmp_path / "in")},
+            conf={PROVIDER_CONF: ROCKSDB_PROVIDER, "spark.sql.shuffle.partitions": "4"},
+            until_caught_up=True, spark=spark)
+    api.snapshot_create(home, "keys", "k1")
+
+    pruned = sparkpoint(home, "snapshot", "prune", "k1", "k1-pruned", "--operator",
+                        "key_counts", "--where", "key >= 'k002500'", "--master", url,
+                        "--json", timeout=600)
+    assert pruned.code == 0, pruned.err[-3000:]
+    assert pruned.json()["rewritten_by"] == "spark_tasks"
+    assert pruned.json()["rows_removed"] == 1500
+    # The stage's call site names the class: its tasks, not Spark's rewriter's.
+    assert len(_task_executors(events_dir, "sparkpoint:prune", "RocksDbKeyRemoval")) == 2
+    assert _state_keys(spark, home, "k1-pruned", "key_counts") == Counter(
+        (key,) for key in keys if key < "k002500")
+    assert api.snapshot_verify(home, "k1-pruned") == []

@@ -1,20 +1,19 @@
-"""Rewriting RocksDB state store versions without a JVM, in Spark's own files: keys
-removed from a version (prune), or a version written from sorted pairs (repartition).
+"""Writing RocksDB state store versions without a JVM, in Spark's own files: a version
+written from sorted pairs (repartition).
 
 Spark 4.3 ships RocksDB 9.8.4 (``rocksdbjni-9.8.4.jar``), and so does rocksdict 0.3.29: the
 files written here are written by the same RocksDB that Spark's provider opens them with
 (:func:`writer_version` is compared with the session's ``RocksDB.rocksdbVersion()`` before
-this path is taken; pinned by tests/integration/test_rocksdb_writer.py).
+this path is taken; pinned by tests/integration/test_rocksdb_writer.py). Keys are removed
+(prune) in the JVM instead, with Spark's own rocksdbjni (java/sparkpoint/spark/
+RocksDbKeyRemoval.java), which packs the version the same way.
 
 A version is a zip (``CURRENT``, ``MANIFEST-*``, ``OPTIONS-*``, the live WAL, ``metadata``)
 plus the SST files the ``metadata`` lists under ``SSTs/`` by another name
-(``RocksDBFileManager``). To remove keys, the version is opened as a database in a
-temporary directory (the SSTs linked in: RocksDB never writes an SST, and its compaction
-only unlinks the links), the keys that exist are deleted, everything is compacted into new
-SSTs (the deletes leave no tombstone behind, so the store is no larger than a rewrite of
-the kept keys), and a RocksDB checkpoint of it is packed as Spark packs one: immutable SSTs
-under ``SSTs/<number>-<uuid>.sst``, the rest zipped with a ``metadata`` that keeps every
-field of the old one but the SST list and ``numKeys``.
+(``RocksDBFileManager``). A written version is one SST ingested into a new database, and a
+RocksDB checkpoint of it is packed as Spark packs one: immutable SSTs under
+``SSTs/<number>-<uuid>.sst``, the rest zipped with a ``metadata`` that keeps every field of
+another version's but the SST list and ``numKeys``.
 """
 
 from __future__ import annotations
@@ -26,17 +25,14 @@ import shutil
 import tempfile
 import uuid
 import zipfile
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkpoint.checkpoint.rocksdb_keys import ENCODING_VERSION
 from sparkpoint.checkpoint.rocksdb_reader import unpack_version
 from sparkpoint.checkpoint.rocksdb_state import locate_version, read_zip_metadata
 from sparkpoint.errors import CheckpointFormatError
 
 if TYPE_CHECKING:
-    import numpy as np
     import pyarrow as pa
 
 _VERSION_LINE = re.compile(r"^\s*rocksdb_version=(\d+)\.(\d+)\.(\d+)\s*$", re.MULTILINE)
@@ -45,8 +41,6 @@ _COMPRESSIONS = {"kNoCompression": "none", "kSnappyCompression": "snappy",
                  "kZlibCompression": "zlib", "kBZip2Compression": "bz2",
                  "kLZ4Compression": "lz4", "kLZ4HCCompression": "lz4hc",
                  "kZSTD": "zstd"}
-# Keys deleted per write batch: bounds the memory a batch holds.
-_DELETE_BATCH = 50_000
 
 
 def writer_version() -> tuple[int, int, int]:
@@ -99,102 +93,6 @@ def _options_like(spark_options: str) -> Any:
         table.set_bloom_filter(int(bloom[1]), bloom[2] == "true")
     options.set_block_based_table_factory(table)
     return options
-
-
-def _raw_keys(keys: Sequence[bytes] | np.ndarray) -> list[bytes]:
-    """The stored RocksDB keys of ``keys`` (UnsafeRow bytes): Spark's
-    ``NoPrefixKeyStateEncoder`` puts the encoding version byte before the row."""
-    prefix = bytes([ENCODING_VERSION])
-    if isinstance(keys, Sequence):
-        return [prefix + bytes(key) for key in keys]
-    import numpy as np
-
-    rows, width = keys.shape
-    raw = np.empty((rows, width + 1), np.uint8)
-    raw[:, 0] = ENCODING_VERSION
-    raw[:, 1:] = keys
-    data = raw.tobytes()
-    step = width + 1
-    return [data[i : i + step] for i in range(0, rows * step, step)]
-
-
-def remove_keys(partition_dir: Path, keys: Sequence[bytes] | np.ndarray,
-                version: int) -> int:
-    """Replace ``version`` of the store in ``partition_dir`` by the same store without
-    ``keys`` (UnsafeRow bytes of keys in the plain layout); return how many keys it lost
-    (a key that was not there removes nothing). The version's ``numKeys`` is the count of
-    keys left, counted, not carried over.
-
-    Every other file of the partition (``_metadata`` aside) is removed: the partition
-    directory is a scratch copy holding that version only, its files links that are
-    unlinked, never written through.
-
-    Raises:
-        CheckpointFormatError: the version is not one self-contained zip with a key count
-            (changelog versions are rewritten by Spark), or RocksDB refused its files.
-    """
-    from rocksdict import Checkpoint, Rdict, WriteBatch, WriteOptions
-
-    zip_path, metadata = _require_plain_zip(partition_dir, version)
-    raw_keys = _raw_keys(keys)
-    with tempfile.TemporaryDirectory(prefix=".sparkpoint-rewrite-", dir=partition_dir) as tmp:
-        db_dir, out_dir = Path(tmp) / "db", Path(tmp) / "checkpoint"
-        db_dir.mkdir()
-        unpack_version(partition_dir, zip_path, metadata, db_dir)
-        try:
-            db = Rdict(str(db_dir), options=_options_like(_options_text(db_dir)))
-        except Exception as exc:  # rocksdict raises plain exceptions with RocksDB's status
-            raise CheckpointFormatError(
-                f"{zip_path}: RocksDB could not open the version: {exc}") from exc
-        try:
-            unsynced = WriteOptions()
-            # A property at run time (rocksdict 0.3.29), a method in its stubs.
-            unsynced.disable_wal = True  # type: ignore[method-assign,assignment]
-            # Spark trusts a version's numKeys when it tracked one (RocksDB.load reads it
-            # back; -1 when spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows
-            # was off): so does the rewrite, saving a compaction. Else the keys are counted.
-            recorded = int(metadata.get("numKeys", -1))
-            before = recorded if recorded >= 0 else _entries(db, zip_path)
-            for start in range(0, len(raw_keys), _DELETE_BATCH):
-                batch = WriteBatch(raw_mode=True)
-                for key in raw_keys[start : start + _DELETE_BATCH]:
-                    batch.delete(key)
-                db.write(batch, unsynced)
-            db.flush()
-            after = _entries(db, zip_path)
-            removed = before - after
-            Checkpoint(db).create_checkpoint(str(out_dir))
-        finally:
-            db.close()
-        staging = Path(tmp) / "staging"
-        _pack(out_dir, staging, version, {**metadata, "numKeys": after})
-        _replace_partition_files(partition_dir)
-        for entry in staging.iterdir():
-            os.rename(entry, partition_dir / entry.name)
-    return removed
-
-
-def _entries(db: Any, where: Path) -> int:
-    """The keys in the database, exactly: its SSTs' entries once one compaction of
-    everything left a single sorted run without deletes (skipped when the store already is
-    one SST without deletes and nothing is in its memtable)."""
-    files = db.live_files()
-    if len(files) > 1 or any(int(f["num_deletions"]) for f in files) or \
-            int(db.property_int_value("rocksdb.num-entries-active-mem-table") or 0):
-        from rocksdict import BottommostLevelCompaction, CompactOptions
-
-        # Forced: a file of deletes that overlaps no other file would otherwise only be
-        # moved to the last level, its deletes kept.
-        everything = CompactOptions()
-        everything.set_bottommost_level_compaction(BottommostLevelCompaction.force())
-        db.flush()
-        db.compact_range(None, None, everything)
-        files = db.live_files()
-    if any(int(f["num_deletions"]) for f in files):
-        raise CheckpointFormatError(
-            f"{where}: expected no delete left after compacting the store, found some; "
-            "nothing was published")
-    return sum(int(f["num_entries"]) for f in files)
 
 
 def _replace_partition_files(partition_dir: Path) -> None:
@@ -259,8 +157,8 @@ def _require_plain_zip(partition_dir: Path, version: int) -> tuple[Path, dict[st
 
 def plain_zip_metadata(partition_dir: Path, version: int) -> dict[str, Any] | None:
     """The ``metadata`` of ``version`` when it is one zip with its key count and no column
-    families (what :func:`remove_keys`, :func:`read_arrow` and :func:`write_sorted`
-    handle); else None."""
+    families (what prune's ``RocksDbKeyRemoval``, :func:`read_arrow` and
+    :func:`write_sorted` handle); else None."""
     plain = _plain_zip(partition_dir, version)
     return None if plain is None else plain[1]
 

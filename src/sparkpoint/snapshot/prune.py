@@ -7,18 +7,18 @@ the snapshot loads) differs, in the partitions that held matching keys.
 1. Link the original snapshot's checkpoint into a scratch directory of the home (links: the
    original is only read, and every rewrite below replaces a link by a new file).
 2. One Spark job (spark/state_prune.py): Spark's state reader decodes the keys, Spark
-   evaluates the predicate (sparkpoint never parses SQL) and encodes each matching key back
-   into its stored bytes (sparkpoint's ``UnsafeRowBytes``, Spark's own encoder), and one
-   Python task per partition holding matches loads N+1 and drops the keys. HDFS provider:
-   the task writes a self-contained ``<N+1>.snapshot``. RocksDB: the task rewrites the store
-   with RocksDB itself (checkpoint/rocksdb_writer.py: delete, compact, a self-contained
-   ``<N+1>.zip`` and its SSTs). Each partition's removed keys are checked against Spark's
-   count. The driver moves no state bytes.
-3. Where that does not apply: RocksDB versions made of changelogs, or a rocksdict built on
-   another RocksDB than the session's, go to Spark's own state rewriter
-   (spark/state_rewrite.py, the class behind Spark's offline repartition: it writes each
-   partition's kept keys into a fresh store, one task per partition; partitions whose key
-   count changed take the rewritten files). In a caller's session without sparkpoint's
+   evaluates the predicate (sparkpoint never parses SQL), and one task per partition holding
+   matches removes them from version N+1. HDFS provider: Spark encodes each matching key
+   back into its stored bytes (sparkpoint's ``UnsafeRowBytes``, Spark's own encoder) and a
+   Python task writes a self-contained ``<N+1>.snapshot``. RocksDB: the keys stay in the JVM;
+   the task (sparkpoint's ``RocksDbKeyRemoval``) opens N+1 with the RocksDB Spark ships,
+   deletes them, compacts, and packs a self-contained ``<N+1>.zip`` and its SSTs as Spark
+   commits a version. Each partition's removed keys are checked against Spark's count. The
+   driver moves no state bytes.
+3. Where that does not apply: RocksDB versions made of changelogs go to Spark's own state
+   rewriter (spark/state_rewrite.py, the class behind Spark's offline repartition: it writes
+   each partition's kept keys into a fresh store, one task per partition; partitions whose
+   key count changed take the rewritten files). In a caller's session without sparkpoint's
    jar, the matching keys come back to the driver as stored bytes and each partition is
    rewritten there (RocksDB keys whose partition key is not the key too: Spark's provider
    loads N+1, removes the keys and commits N+2, whose zip becomes ``<N+1>.zip``).
@@ -59,6 +59,7 @@ from sparkpoint.snapshot.manifest import Manifest, OperatorEntry
 from sparkpoint.snapshot.store import SnapshotStore
 from sparkpoint.spark import own_jar
 from sparkpoint.spark.state_prune import (
+    ROCKSDB_KEY_REMOVAL,
     UNSAFE_ROW_BYTES,
     MatchedKeys,
     PartitionRemoval,
@@ -67,9 +68,9 @@ from sparkpoint.spark.state_prune import (
     matching_keys,
     remove_keys_by_tasks,
     remove_rocksdb_keys,
+    remove_rocksdb_keys_by_tasks,
 )
 from sparkpoint.spark.state_rewrite import partition_key_fields, rewrite_without
-from sparkpoint.spark.version import spark_rocksdb_version
 from sparkpoint.storage.home import Home, validate_name
 from sparkpoint.storage.local import link_or_copy, walk_files
 from sparkpoint.storage.processes import pid_alive
@@ -273,25 +274,24 @@ def _prune_hdfs_by_tasks(spark: SparkSession, checkpoint: Checkpoint, batch: int
 def _prune_rocksdb_by_tasks(spark: SparkSession, checkpoint: Checkpoint, batch: int,
                             op: OperatorEntry, key_schema: dict[str, Any], where: str,
                             say: Callable[[str], None]) -> list[PartitionRemoval] | None:
-    """RocksDB: as the HDFS provider's (one Spark job; Spark matches and encodes the keys,
-    one Python task per partition holding matches removes them), each task rewriting its
-    store with RocksDB itself (checkpoint/rocksdb_writer.py). None when that does not apply:
-    no sparkpoint jar in the session, a version made of changelogs (or without its key
-    count), or rocksdict's RocksDB another version than the session's (then Spark's
-    rewriter does it)."""
-    if not own_jar.loadable(spark, UNSAFE_ROW_BYTES):
+    """RocksDB: one Spark job (spark/state_prune.py): Spark matches the keys, and one task per
+    partition holding matches removes them with the RocksDB Spark ships, in the JVM
+    (sparkpoint's ``RocksDbKeyRemoval``), each partition's removals checked against Spark's
+    count. None when that does not apply: no sparkpoint jar in the session, or a version
+    made of changelogs (then Spark's rewriter does it)."""
+    if not own_jar.loadable(spark, ROCKSDB_KEY_REMOVAL):
         return None
     version = batch + 1
-    if any(rocksdb_writer.plain_zip_metadata(pdir, version) is None
-           for pdir in _operator_partition_dirs(checkpoint, op, batch)):
-        return None
-    if rocksdb_writer.writer_version()[:2] != spark_rocksdb_version(spark)[:2]:
-        return None
+    zips: dict[int, str] = {}
+    for partition, pdir in enumerate(_operator_partition_dirs(checkpoint, op, batch)):
+        if rocksdb_writer.plain_zip_metadata(pdir, version) is None:
+            return None
+        zips[partition] = locate_version(pdir, version).zip_name
     say(f"rewriting operator '{op.name}' without the keys where {where} (Spark tasks)")
     with phase(f"prune: rewriting '{op.name}' with Spark"):
-        removals = remove_keys_by_tasks(
+        removals = remove_rocksdb_keys_by_tasks(
             spark, checkpoint.local_root, batch, op.operator_id, key_schema, where, op.name,
-            functools.partial(rocksdb_writer.remove_keys, version=version))
+            zips)
     for removal in removals:
         _check_removed(op, removal.partition, removal.matched, removal.removed)
     crash_point("prune.partition_rewritten")

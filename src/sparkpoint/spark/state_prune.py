@@ -6,9 +6,12 @@ the key's columns, and the matching keys come back as ``UnsafeRow``s of the key'
 which is how the stateful operator itself built the stored key, byte for byte. Each rewrite
 checks that every matched key was found in the store, so a key that did not match its
 stored bytes would fail the prune, never be skipped silently. RocksDB stores are rewritten
-by Spark's own provider: it loads the version, removes the keys and commits the next
-version. HDFS-provider stores are rewritten by tasks (:func:`remove_keys_by_tasks`), each
-given its partition's matched keys as bytes by Spark's own encoder.
+in Spark tasks, one per partition, with the RocksDB Spark ships, the keys never leaving the
+JVM (:func:`remove_rocksdb_keys_by_tasks`); in a session without sparkpoint's jar, by
+Spark's own provider from the driver (:func:`remove_rocksdb_keys`: it loads the version,
+removes the keys and commits the next version). HDFS-provider stores are rewritten by Python
+tasks (:func:`remove_keys_by_tasks`), each given its partition's matched keys as bytes by
+Spark's own encoder.
 """
 
 from __future__ import annotations
@@ -274,6 +277,72 @@ def remove_rocksdb_keys(
         instance.close()
 
 
+# java/sparkpoint/spark/RocksDbKeyRemoval.java: tasks removing matched keys from RocksDB
+# stores with the RocksDB Spark ships, the keys never leaving the JVM.
+ROCKSDB_KEY_REMOVAL = "sparkpoint.spark.RocksDbKeyRemoval"
+
+
+def remove_rocksdb_keys_by_tasks(
+    spark: SparkSession,
+    checkpoint: Path,
+    batch: int,
+    operator_id: int,
+    key_schema: dict[str, Any],
+    where: str,
+    operator_name: str,
+    zip_names: dict[int, str],
+) -> list[PartitionRemoval]:
+    """Remove the keys ``where`` selects from RocksDB state as one Spark job: the state
+    reader decodes the keys, Spark evaluates the condition, and one task per partition
+    holding matches rewrites that partition's version ``batch + 1`` (``zip_names``: each
+    partition's zip of it, one self-contained zip with its key count) without them, with
+    the RocksDB Spark ships: deleted, compacted, the keys left counted, packed as Spark
+    commits a version (``RocksDbKeyRemoval``). The keys never leave the JVM; the driver
+    moves no state bytes. The session must load ``ROCKSDB_KEY_REMOVAL`` (sparkpoint's jar).
+
+    Raises:
+        InvalidPredicateError: as for :func:`matching_keys`.
+        CheckpointFormatError: a task failed for another reason than the condition.
+    """
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    _flat, matched = _matching(spark, checkpoint, batch, operator_id, key_schema, where,
+                               operator_name)
+    jvm = spark._jvm
+    assert jvm is not None
+    java_zips = jvm.java.util.HashMap()
+    for partition, name in zip_names.items():
+        java_zips.put(partition, name)
+    try:
+        flat = list(getattr(jvm, ROCKSDB_KEY_REMOVAL).run(
+            matched.select(_KEY_ROW, _PARTITION)._jdf,
+            str(checkpoint / "state" / str(operator_id)), java_zips, batch + 1,
+            json.dumps(key_schema)))
+    except (PySparkException, Py4JJavaError) as exc:
+        # The condition's failure (or the state's) is raised by counting with it; otherwise
+        # a task removing keys failed.
+        matching_keys(spark, checkpoint, batch, operator_id, key_schema, where,
+                      operator_name, collect_keys=False)
+        raise CheckpointFormatError(
+            f"operator '{operator_name}': a task removing keys from its state failed: "
+            f"{failure_summary(exc)}; nothing was published; Spark's log has its stack "
+            "trace") from exc
+    removals = sorted((PartitionRemoval(int(flat[i]), int(flat[i + 1]), int(flat[i + 2]))
+                       for i in range(0, len(flat), 3)), key=lambda r: r.partition)
+    _one_task_each(removals, operator_name)
+    return removals
+
+
+def _one_task_each(removals: list[PartitionRemoval], operator_name: str) -> None:
+    partitions = [removal.partition for removal in removals]
+    if len(set(partitions)) != len(partitions):
+        raise CheckpointFormatError(
+            f"operator '{operator_name}': Spark read a state partition in more than one task "
+            f"(partitions {partitions}); expected one task per partition; nothing was "
+            "published")
+
+
 # java/sparkpoint/spark/UnsafeRowBytes.java: a struct to its UnsafeRow bytes, by Spark's
 # own encoder for the struct's schema.
 UNSAFE_ROW_BYTES = "sparkpoint.spark.UnsafeRowBytes"
@@ -359,12 +428,7 @@ def remove_keys_by_tasks(
             "trace") from exc
     removals = sorted((PartitionRemoval(int(row[0]), int(row[1]), int(row[2])) for row in rows),
                       key=lambda removal: removal.partition)
-    partitions = [removal.partition for removal in removals]
-    if len(set(partitions)) != len(partitions):
-        raise CheckpointFormatError(
-            f"operator '{operator_name}': Spark read a state partition in more than one task "
-            f"(partitions {partitions}); expected one task per partition; nothing was "
-            "published")
+    _one_task_each(removals, operator_name)
     return removals
 
 
