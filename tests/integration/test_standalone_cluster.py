@@ -219,22 +219,17 @@ def test_spark_submit_job_is_managed_snapshotted_while_running_and_continued(
     assert kept != original and _state_keys(spark, home, "s-pruned", operator) == kept
 
 
-def test_hdfs_provider_prune_and_repartition_run_as_tasks_on_both_workers(
-    cluster: tuple[str, Path], spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """HDFS-provider state (keys of one width) pruned and moved into another partition count
-    on the cluster: the rewrites are tasks on the executors of both workers, and the state
-    they leave is what Spark's state reader, run here, computes independently."""
+def _snapshot_of_key_counts(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                            provider: str, keys: list[str]) -> tuple[Home, Path, Path]:
+    """Snapshot 'k1' of the key counts of ``keys`` in 4 partitions of ``provider``'s state,
+    made here; returns the home, the job file and the directory of the event logs of every
+    application started after (each waits for both executors)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from pyspark.sql import functions as F
 
     from sparkpoint import api
-    from sparkpoint.checkpoint.layout import Checkpoint
-    from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER
     from sparkpoint.spark.session import PROVIDER_CONF
 
-    url, _logs = cluster
     home = Home(tmp_path / "home")  # one host: the executors reach the driver's disk
     # Both executors registered before an application's first job, so that the tasks have
     # both to run on (a standalone application otherwise starts with the first one).
@@ -243,12 +238,30 @@ def test_hdfs_provider_prune_and_repartition_run_as_tasks_on_both_workers(
                              "spark.scheduler.maxRegisteredResourcesWaitingTime 120s\n")
     job = Path(__file__).resolve().parent.parent / "data" / "jobs" / "key_counts.py"
     (tmp_path / "in").mkdir()
-    keys = [f"k{n:06d}" for n in range(4000)]
-    pq.write_table(pa.table({"key": keys + keys[:300]}), tmp_path / "in" / "part-0.parquet")
-    conf = {PROVIDER_CONF: HDFS_PROVIDER, "spark.sql.shuffle.partitions": "4"}
-    api.run(home, job, "keys", params={"input": str(tmp_path / "in")}, conf=conf,
+    pq.write_table(pa.table({"key": keys}), tmp_path / "in" / "part-0.parquet")
+    api.run(home, job, "keys", params={"input": str(tmp_path / "in")},
+            conf={PROVIDER_CONF: provider, "spark.sql.shuffle.partitions": "4"},
             until_caught_up=True, spark=spark)
     api.snapshot_create(home, "keys", "k1")
+    return home, job, events_dir
+
+
+def test_hdfs_provider_prune_and_repartition_run_as_tasks_on_both_workers(
+    cluster: tuple[str, Path], spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HDFS-provider state (keys of one width) pruned and moved into another partition count
+    on the cluster: the rewrites are tasks on the executors of both workers, and the state
+    they leave is what Spark's state reader, run here, computes independently."""
+    from pyspark.sql import functions as F
+
+    from sparkpoint.checkpoint.layout import Checkpoint
+    from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER
+    from sparkpoint.spark.session import PROVIDER_CONF
+
+    url, _logs = cluster
+    keys = [f"k{n:06d}" for n in range(4000)]
+    home, job, events_dir = _snapshot_of_key_counts(spark, tmp_path, monkeypatch,
+                                                    HDFS_PROVIDER, keys + keys[:300])
     counts = {key: 2 if index < 300 else 1 for index, key in enumerate(keys)}
 
     pruned = sparkpoint(home, "snapshot", "prune", "k1", "k1-pruned", "--operator",
@@ -285,26 +298,13 @@ def test_rocksdb_prune_runs_as_jvm_tasks_on_both_workers(
     """RocksDB state pruned on the cluster: sparkpoint's jar reaches both executors, each
     removes its partitions' keys with the RocksDB Spark ships (``RocksDbKeyRemoval``), and
     the state left is what Spark's state reader, run here, computes independently."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     from sparkpoint import api
     from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER
-    from sparkpoint.spark.session import PROVIDER_CONF
 
     url, _logs = cluster
-    home = Home(tmp_path / "home")  # one host: the executors reach the driver's disk
-    events_dir = _log_events(tmp_path, monkeypatch,
-                             "spark.scheduler.minRegisteredResourcesRatio 1.0\n"
-                             "spark.scheduler.maxRegisteredResourcesWaitingTime 120s\n")
-    job = Path(__file__).resolve().parent.parent / "data" / "jobs" / "key_counts.py"
-    (tmp_path / "in").mkdir()
     keys = [f"k{n:06d}" for n in range(4000)]
-    pq.write_table(pa.table({"key": keys}), tmp_path / "in" / "part-0.parquet")
-    api.run(home, job, "keys", params={"input": str(tmp_path / "in")},
-            conf={PROVIDER_CONF: ROCKSDB_PROVIDER, "spark.sql.shuffle.partitions": "4"},
-            until_caught_up=True, spark=spark)
-    api.snapshot_create(home, "keys", "k1")
+    home, _job, events_dir = _snapshot_of_key_counts(spark, tmp_path, monkeypatch,
+                                                     ROCKSDB_PROVIDER, keys)
 
     pruned = sparkpoint(home, "snapshot", "prune", "k1", "k1-pruned", "--operator",
                         "key_counts", "--where", "key >= 'k002500'", "--master", url,

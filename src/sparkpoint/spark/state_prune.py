@@ -320,18 +320,24 @@ def remove_rocksdb_keys_by_tasks(
             str(checkpoint / "state" / str(operator_id)), java_zips, batch + 1,
             json.dumps(key_schema)))
     except (PySparkException, Py4JJavaError) as exc:
-        # The condition's failure (or the state's) is raised by counting with it; otherwise
-        # a task removing keys failed.
-        matching_keys(spark, checkpoint, batch, operator_id, key_schema, where,
-                      operator_name, collect_keys=False)
-        raise CheckpointFormatError(
-            f"operator '{operator_name}': a task removing keys from its state failed: "
-            f"{failure_summary(exc)}; nothing was published; Spark's log has its stack "
-            "trace") from exc
+        raise _task_failure(spark, checkpoint, batch, operator_id, key_schema, where,
+                            operator_name, "removing keys from", exc) from exc
     removals = sorted((PartitionRemoval(int(flat[i]), int(flat[i + 1]), int(flat[i + 2]))
                        for i in range(0, len(flat), 3)), key=lambda r: r.partition)
     _one_task_each(removals, operator_name)
     return removals
+
+
+def _task_failure(spark: SparkSession, checkpoint: Path, batch: int, operator_id: int,
+                  key_schema: dict[str, Any], where: str, operator_name: str, doing: str,
+                  exc: BaseException) -> CheckpointFormatError:
+    """The error for a failed job of tasks ``doing`` the state: the condition's failure (or
+    the state's) is raised from here by counting with it; otherwise a task failed."""
+    matching_keys(spark, checkpoint, batch, operator_id, key_schema, where, operator_name,
+                  collect_keys=False)
+    return CheckpointFormatError(
+        f"operator '{operator_name}': a task {doing} its state failed: "
+        f"{failure_summary(exc)}; nothing was published; Spark's log has its stack trace")
 
 
 def _one_task_each(removals: list[PartitionRemoval], operator_name: str) -> None:
@@ -418,14 +424,8 @@ def remove_keys_by_tasks(
         # would make a Python bytes object of every key.
         rows = keyed.mapInArrow(rewrite_partitions, _REMOVALS_SCHEMA).collect()
     except PySparkException as exc:
-        # The condition's failure (or the state's) is raised by counting with it; otherwise
-        # a rewrite task failed.
-        matching_keys(spark, checkpoint, batch, operator_id, key_schema, where,
-                      operator_name, collect_keys=False)
-        raise CheckpointFormatError(
-            f"operator '{operator_name}': a task rewriting its state failed: "
-            f"{failure_summary(exc)}; nothing was published; Spark's log has its stack "
-            "trace") from exc
+        raise _task_failure(spark, checkpoint, batch, operator_id, key_schema, where,
+                            operator_name, "rewriting", exc) from exc
     removals = sorted((PartitionRemoval(int(row[0]), int(row[1]), int(row[2])) for row in rows),
                       key=lambda removal: removal.partition)
     _one_task_each(removals, operator_name)
