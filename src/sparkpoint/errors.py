@@ -172,6 +172,13 @@ class SparkQueryError(SparkpointError):
     exit_code = EXIT_UNEXPECTED
 
 
+class DriverDiskUnreachableError(PreconditionError):
+    """The application's executors cannot read the directory on this machine's disk where a
+    command keeps the copy its Spark tasks rewrite (executors on other hosts)."""
+
+    code = "DRIVER_DISK_UNREACHABLE"
+
+
 class KafkaOffsetsDeletedError(PreconditionError):
     """A Kafka source must read offsets the broker no longer holds (retention, a deleted
     topic) and the connector fails on data loss: a startpoint decides where to go on."""

@@ -59,6 +59,7 @@ from sparkpoint.runtime.jobfile import (
 from sparkpoint.runtime.registry import JobRegistry
 from sparkpoint.runtime.runner import PlannedJob, RunOptions, new_log_file, run_job
 from sparkpoint.snapshot.store import SnapshotStore, open_snapshot_store
+from sparkpoint.spark.driver_disk import require_driver_disk
 from sparkpoint.spark.job_session import session_for_job
 from sparkpoint.spark.output import (
     BATCH_DIR_PREFIX,
@@ -180,6 +181,8 @@ def rehearse(
     try:
         session = spark or create_session(master or record.master, conf, "sparkpoint:rehearse",
                                           log_file=new_log_file(home.logs_dir, "rehearse"))
+        # The scratch job's checkpoint and output are in ``scratch``, written by the executors.
+        require_driver_disk(session, scratch)
         user_build = load_build(job_file)
         old_output = _old_output(session, user_build, job_file, against, record.params, conf)
         new = _NewVersion(output=scratch / "output")

@@ -58,6 +58,7 @@ from sparkpoint.snapshot.export import JobInfo
 from sparkpoint.snapshot.manifest import Manifest, OperatorEntry
 from sparkpoint.snapshot.store import SnapshotStore
 from sparkpoint.spark import own_jar
+from sparkpoint.spark.driver_disk import require_driver_disk
 from sparkpoint.spark.state_prune import (
     ROCKSDB_KEY_REMOVAL,
     UNSAFE_ROW_BYTES,
@@ -399,6 +400,8 @@ def prune_snapshot(
         checkpoint = Checkpoint(scratch / "checkpoint")
         _link_tree(store.checkpoint_path(snapshot), checkpoint.local_root)
         crash_point("prune.scratch_linked")
+        # Spark's tasks read and rewrite the scratch copy: the executors must reach it.
+        require_driver_disk(spark, scratch)
         rocksdb = manifest.state_store_provider == ROCKSDB_PROVIDER
         unique_ids = (checkpoint.commit(batch).state_unique_ids.get(op.operator_id)
                       if rocksdb else None)

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkpoint.errors import CheckpointFormatError, InvalidPredicateError
+from sparkpoint.errors import CheckpointFormatError, InvalidPredicateError, SparkpointError
+from sparkpoint.spark.driver_disk import check_here, failed_for_want_of_disk
 from sparkpoint.spark.errors import failure_summary
 from sparkpoint.spark.row_bytes import iter_rows_bytes
 
@@ -330,9 +331,11 @@ def remove_rocksdb_keys_by_tasks(
 
 def _task_failure(spark: SparkSession, checkpoint: Path, batch: int, operator_id: int,
                   key_schema: dict[str, Any], where: str, operator_name: str, doing: str,
-                  exc: BaseException) -> CheckpointFormatError:
+                  exc: BaseException) -> SparkpointError:
     """The error for a failed job of tasks ``doing`` the state: the condition's failure (or
     the state's) is raised from here by counting with it; otherwise a task failed."""
+    if (elsewhere := failed_for_want_of_disk(checkpoint, str(exc))) is not None:
+        return elsewhere
     matching_keys(spark, checkpoint, batch, operator_id, key_schema, where, operator_name,
                   collect_keys=False)
     return CheckpointFormatError(
@@ -405,6 +408,7 @@ def remove_keys_by_tasks(
     def rewrite_partitions(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.compute as pc
 
+        check_here(Path(operator_dir))
         tables = [pa.Table.from_batches([batch]) for batch in batches if batch.num_rows]
         if not tables:
             return

@@ -32,6 +32,7 @@ from sparkpoint.checkpoint.unsafe_row import read_fields
 from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import CheckpointFormatError
 from sparkpoint.progress import phase, track
+from sparkpoint.spark.driver_disk import check_here, failed_for_want_of_disk
 from sparkpoint.storage.local import remove_checksum_sibling, write_atomic
 
 if TYPE_CHECKING:
@@ -198,6 +199,8 @@ def run_tasks(op_dir: Path, job: Callable[[], T]) -> T:
         return job()
     except (PySparkException, Py4JJavaError) as exc:
         text = str(exc)
+        if (elsewhere := failed_for_want_of_disk(op_dir, text)) is not None:
+            raise elsewhere from exc
         # A Python task's exception ends its message with the exception's own line.
         lines = [line.strip() for line in text.splitlines() if "Error:" in line]
         raise CheckpointFormatError(
@@ -216,6 +219,7 @@ def _spill_partition(old: int, op_dir: Path, layout: StoreLayout, version: int,
 
     from sparkpoint.checkpoint.murmur3_columns import hash_columns  # numpy: imported late
 
+    check_here(op_dir)
     state = hdfs_state.load_fixed_version(layout.partition_dir(op_dir, old), version)
     if state is None:
         return None
@@ -242,6 +246,7 @@ def _write_partition(partition: int, op_dir: Path, layout: StoreLayout, version:
     """A task: new partition ``partition``'s snapshot file, from its slice of each spill."""
     import numpy as np
 
+    check_here(op_dir)
     key_len, value_len = widths
     width = key_len + value_len
     parts = []

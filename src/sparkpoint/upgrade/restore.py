@@ -41,6 +41,7 @@ from sparkpoint.sources.positions import (
     resolve_start,
     start_label,
 )
+from sparkpoint.spark.driver_disk import TEMP_BUILD_PREFIX, require_driver_disk
 from sparkpoint.spark.inspect import (
     PlannedSource,
     output_mode,
@@ -354,7 +355,7 @@ def build_new_checkpoint(
                                         dir=target.parent))
         staging = target.parent / f"{prefix}{uuid.uuid4().hex[:8]}.tmp"
     else:
-        scratch = Path(tempfile.mkdtemp(prefix="sparkpoint-build-"))
+        scratch = Path(tempfile.mkdtemp(prefix=TEMP_BUILD_PREFIX))
         staging = scratch / f".{target.name}.tmp"
     batches = plan.batches
     try:
@@ -374,6 +375,10 @@ def build_new_checkpoint(
         wanted = resolution.shape.partitions
         moved = wanted is not None and result.partitions is not None \
             and wanted != result.partitions
+        if moved:
+            # Every way of moving the state runs Spark tasks on the staging copy: asked before
+            # the state is fetched into it.
+            require_driver_disk(planned.spark, staging)
         if result.in_store and (moved or not isinstance(target, StorePath) or not publish):
             # The state is read here (a repartition), or it is not published into the store.
             fetch_into_place({staging / rel: url for rel, url in result.in_store.items()})

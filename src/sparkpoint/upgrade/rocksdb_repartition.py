@@ -33,6 +33,7 @@ from sparkpoint.checkpoint import rocksdb_writer
 from sparkpoint.checkpoint.layout import SHUFFLE_PARTITIONS_CONF, Checkpoint, OperatorDir
 from sparkpoint.checkpoint.logs import OffsetLogEntry
 from sparkpoint.progress import phase
+from sparkpoint.spark.driver_disk import check_here
 from sparkpoint.spark.version import spark_rocksdb_version
 from sparkpoint.storage.local import write_atomic
 from sparkpoint.upgrade.hdfs_repartition import partition_key_fields, run_tasks, task_slices
@@ -156,6 +157,7 @@ def _spill_partition(job: tuple[_Store, int, Path], version: int, partitions: in
     from sparkpoint.checkpoint.murmur3_columns import hash_columns  # numpy: imported late
 
     store, old, spill_path = job
+    check_here(store.operator_dir)
     keys, values = rocksdb_writer.read_arrow(store.partition_dir(old), version)
     targets = np.zeros(len(keys), np.int64)
     if len(keys):
@@ -198,6 +200,7 @@ def _write_partition(task: tuple[_Store, list[tuple[Path, list[int]]], int],
     import pyarrow.compute as pc
 
     store, pieces, partition = task
+    check_here(store.operator_dir)
     parts = []
     for path, bounds in pieces:
         first, end = bounds[partition], bounds[partition + 1]
