@@ -7,14 +7,13 @@ reach the master and the driver, over the network only.
 What must hold there: a job continued from a snapshot runs on the cluster with its state;
 a command whose rewrite reads a scratch copy on the driver's disk (a start into another
 partition count, a prune) fails with one line that says so and what to do, changes nothing,
-and the same command then does the work with the copy in a directory the workers see."""
+and a start then does the work with its copy in a directory the workers see."""
 
 from __future__ import annotations
 
-import os
+import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
@@ -25,18 +24,12 @@ import pytest
 
 from sparkpoint.storage.fileio import file_io, join, spark_url
 from sparkpoint.storage.home import Home
-from tests.integration.test_standalone_cluster import (
-    MASTER_CLASS,
-    WORKER_CLASS,
-    _free_port,
-    _spark_home,
-    _state_keys,
-)
+from tests.integration.test_standalone_cluster import _state_keys
 from tests.support.cli import sparkpoint
+from tests.support.spark_cluster import standalone_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 JOB = Path(__file__).resolve().parent.parent / "data" / "jobs" / "key_counts.py"
-WORKERS = ("1", "2")
 
 
 def _private_mounts_work() -> bool:
@@ -55,32 +48,13 @@ def other_host_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
     hidden = tmp_path_factory.getbasetemp()
     # The workers' own files, outside what they cannot see.
     root = Path(tempfile.mkdtemp(prefix="sparkpoint-other-host-"))
-    spark_home = _spark_home()
-    daemon = spark_home / "sbin" / "spark-daemon.sh"
-    env = dict(os.environ, SPARK_HOME=str(spark_home), SPARK_LOG_DIR=str(root / "logs"),
-               SPARK_PID_DIR=str(root / "pids"), SPARK_LOCAL_IP="127.0.0.1",
-               PYSPARK_PYTHON=sys.executable)
-    port = _free_port()
-    url = f"spark://127.0.0.1:{port}"
-    subprocess.run(["bash", str(daemon), "start", MASTER_CLASS, "3", "--host", "127.0.0.1",
-                    "--port", str(port), "--webui-port", str(_free_port())],
-                   env=env, check=True, capture_output=True)
-    for instance in WORKERS:
-        start = " ".join([
-            "bash", str(daemon), "start", WORKER_CLASS, str(10 + int(instance)), "--host",
-            "127.0.0.1", "--cores", "1", "--memory", "1g", "--work-dir",
-            str(root / f"work-{instance}"), "--webui-port", str(_free_port()), url])
-        subprocess.run(["unshare", "--mount", "--propagation", "private", "bash", "-c",
-                        f"mount -t tmpfs other-host {hidden} && {start}"],
-                       env=env, check=True, capture_output=True)
+    # Each worker in a mount namespace of its own, an empty tmpfs over the hidden directory.
+    prefix = ["unshare", "--mount", "--propagation", "private", "bash", "-c",
+              f"mount -t tmpfs other-host {shlex.quote(str(hidden))} && exec bash -c \"$0\""]
     try:
-        yield url
+        with standalone_cluster(root, 10, prefix) as url:
+            yield url
     finally:
-        for instance in WORKERS:
-            subprocess.run(["bash", str(daemon), "stop", WORKER_CLASS, str(10 + int(instance))],
-                           env=env, capture_output=True)
-        subprocess.run(["bash", str(daemon), "stop", MASTER_CLASS, "3"], env=env,
-                       capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -148,27 +122,12 @@ def test_work_that_reads_the_drivers_disk_fails_cleanly_when_executors_cannot(
                                sparkpoint(home, "snapshot", "list", "--json").json()}
     assert api.snapshot_verify(home, "k1") == []
 
-    # A rehearsal of the job's batches after k1: its scratch job would run in the driver's
-    # SPARKPOINT_SCRATCH.
-    api.run(home, JOB, "keys", params={"input": inp},
-            conf={"spark.sql.shuffle.partitions": "4"}, until_caught_up=True, spark=spark)
-    refused = sparkpoint(home, "rehearse", str(JOB), "--against", "keys", "--from-snapshot",
-                         "k1", "--master", url, timeout=600)
-    assert refused.code == 4, refused.err[-3000:]
-    _one_error_line(refused.err, "DRIVER_DISK_UNREACHABLE", "set SPARKPOINT_SCRATCH to a")
-
-    # Done as the error says: the copies in a directory the executors read at the same path.
+    # Done as the error says: the copy in a directory the executors read at the same path.
     shared = Path(tempfile.mkdtemp(prefix="sparkpoint-shared-"))
     try:
         moved = sparkpoint(home, *start_3, timeout=600, env={"TMPDIR": str(shared)})
         assert moved.code == 0, moved.err[-3000:]
         assert _job_keys(spark, home, "keys-3") == Counter(Counter(keys + more).items())
-        pruned = sparkpoint(home, *pruning, timeout=600,
-                            env={"SPARKPOINT_SCRATCH": str(shared / "scratch")})
-        assert pruned.code == 0, pruned.err[-3000:]
-        assert pruned.json()["rows_removed"] == 1000
-        assert _state_keys(spark, home, "k1-pruned", "key_counts") == Counter(
-            (key,) for key in keys if key < "k01000")
     finally:
         shutil.rmtree(shared, ignore_errors=True)
 

@@ -6,8 +6,6 @@ snapshot. The executors write the state to HDFS, not to a disk the driver shares
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 import sys
 from collections import Counter
@@ -22,54 +20,17 @@ from sparkpoint.storage.home import Home
 from sparkpoint.testing import expected_hourly_counts, output_rows, sink_files_up_to, write_clicks
 from tests.conftest import EXAMPLES
 from tests.support.cli import _env, sparkpoint, wait_for
+from tests.support.spark_cluster import standalone_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 JOB = EXAMPLES / "clicks_job.py"
-MASTER_CLASS = "org.apache.spark.deploy.master.Master"
-WORKERS = ("1", "2")
-WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _spark_home() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).parent
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     root = tmp_path_factory.mktemp("cluster")
-    spark_home = _spark_home()
-    daemon = spark_home / "sbin" / "spark-daemon.sh"
-    env = dict(os.environ, SPARK_HOME=str(spark_home), SPARK_LOG_DIR=str(root / "logs"),
-               SPARK_PID_DIR=str(root / "pids"), SPARK_WORKER_DIR=str(root / "work"),
-               SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
-    port = _free_port()
-    url = f"spark://127.0.0.1:{port}"
-    subprocess.run(["bash", str(daemon), "start", MASTER_CLASS, "1", "--host", "127.0.0.1",
-                    "--port", str(port), "--webui-port", str(_free_port())],
-                   env=env, check=True, capture_output=True)
-    for instance in WORKERS:
-        subprocess.run(["bash", str(daemon), "start", WORKER_CLASS, instance, "--host",
-                        "127.0.0.1", "--cores", "1", "--memory", "1g",
-                        "--work-dir", str(root / f"work-{instance}"),
-                        "--webui-port", str(_free_port()), url],
-                       env=env, check=True, capture_output=True)
-    try:
+    with standalone_cluster(root, 1) as url:
         yield url, root / "logs"
-    finally:
-        for instance in WORKERS:
-            subprocess.run(["bash", str(daemon), "stop", WORKER_CLASS, instance], env=env,
-                           capture_output=True)
-        subprocess.run(["bash", str(daemon), "stop", MASTER_CLASS, "1"], env=env,
-                       capture_output=True)
 
 
 def _executor_workers(logs: Path, app_name: str) -> set[str]:
