@@ -397,11 +397,13 @@ def prune_snapshot(
     _clean_abandoned(scratch_root)
     scratch = scratch_root / f"{os.getpid()}.{new_snapshot}.{uuid.uuid4().hex[:8]}"
     try:
+        # Spark's tasks read and rewrite the scratch copy: the executors must reach it
+        # (asked before a snapshot in a store is fetched to be linked here).
+        scratch.mkdir(parents=True)
+        require_driver_disk(spark, scratch)
         checkpoint = Checkpoint(scratch / "checkpoint")
         _link_tree(store.checkpoint_path(snapshot), checkpoint.local_root)
         crash_point("prune.scratch_linked")
-        # Spark's tasks read and rewrite the scratch copy: the executors must reach it.
-        require_driver_disk(spark, scratch)
         rocksdb = manifest.state_store_provider == ROCKSDB_PROVIDER
         unique_ids = (checkpoint.commit(batch).state_unique_ids.get(op.operator_id)
                       if rocksdb else None)
