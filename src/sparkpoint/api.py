@@ -28,7 +28,7 @@ from sparkpoint.rehearse.run import Rehearsal as Rehearsal
 from sparkpoint.rehearse.run import rehearse as rehearse
 from sparkpoint.runtime.intents import DrainIntent
 from sparkpoint.runtime.intents import load as load_intent
-from sparkpoint.runtime.lock import held_lease, job_lock, lock_holder
+from sparkpoint.runtime.lock import held_lease, holder_of, job_lock
 from sparkpoint.runtime.recovery import recover
 from sparkpoint.runtime.registry import (
     DrainRecord,
@@ -160,7 +160,7 @@ def run(
         return start_from_snapshots(home, options, from_snapshot, resume_point, choice,
                                     first_batch, spark, echo)
     target = registry.checkpoint(job).root
-    if not registry.exists(job) and is_own_orphan(target):
+    if not registry.exists(job) and is_own_orphan(target) and not registry.tombstoned(job):
         raise PreconditionError(
             f"job '{job}': {target} was built by a start from a snapshot that was "
             "interrupted before the job was recorded; run the same command with "
@@ -469,7 +469,8 @@ def jobs_stop(home: Home, job: str, wait: bool = False, echo: Echo = _quiet) -> 
         raise PreconditionError(f"job '{job}' is not running ({status}); there is nothing to "
                                 "stop")
     registry.request_stop(job)
-    echo(f"asked job '{job}' (pid {record.pid}) to stop after its last committed batch")
+    echo(f"asked job '{job}' ({record.describe_process()}) to stop after its last committed "
+         "batch")
     if wait:
         record = wait_until_stopped(registry, job, CANCEL_TIMEOUT_S, record)
         status = record.effective_status()
@@ -483,19 +484,19 @@ def jobs_delete(home: Home, job: str) -> dict[str, Any]:
     registry = JobRegistry(home)
     registry.remove_deleted_leftovers()
     record = registry.get(job)
-    holder = lock_holder(home, job)
+    holder = holder_of(home, job)
     if record.effective_status() == "running" or holder is not None:
+        who = record.describe_process() if record.effective_status() == "running" \
+            else holder.describe() if holder is not None else "another process"
         raise JobRunningError(
-            f"job '{job}' is running (pid {record.pid or holder}); stop it first with "
+            f"job '{job}' is running ({who}); stop it first with "
             f"'sparkpoint jobs stop {job} --wait'")
     checkpoint_bytes = tree_bytes(home.checkpoint_dir(job))
     with job_lock(home, job):  # no run can start while the job goes
         lease = held_lease(home, job)
         if lease is not None:
             lease.check()  # a fence: only the holder deletes
-        registry.delete(job)
-        if lease is not None:
-            lease.gone_with_job()
+        registry.delete(job)  # the lease goes with the job
     return {"job": job, "deleted": True, "checkpoint_bytes": checkpoint_bytes}
 
 
@@ -526,7 +527,7 @@ def drain(
             raise NameTakenError(
                 f"snapshot '{snapshot}' already exists; choose another name or delete it first")
     if record.effective_status() == "running":
-        echo(f"asking job '{job}' (pid {record.pid}) to stop: no new input from here")
+        echo(f"asking job '{job}' ({record.describe_process()}) to stop: no new input from here")
         registry.request_stop(job)
         wait_until_stopped(registry, job, CANCEL_TIMEOUT_S, record)
     with job_lock(home, job):

@@ -43,6 +43,8 @@ CRASH_POINTS: dict[str, str] = {
     "remote_snapshot.delete_unlisted": "manifest removed (not listed), files not collected",
     "remote_snapshot.collection_announced": "a collection announced the files it will delete, "
                                              "none deleted",
+    "remote_snapshot.collection_deleting": "a collection checked it may still delete, the "
+                                           "next file not deleted",
     # run --from-snapshot / --resume-point: staging beside the target, published by one
     # rename after an intent file; the next start of the same job rolls back the debris
     "restore.job_locked": "new job's lock taken, nothing assembled",
@@ -93,10 +95,14 @@ CRASH_POINTS: dict[str, str] = {
     # then the older ones removed
     "lease.taken": "a job's lease taken (its next generation created), older generations "
                    "not removed",
+    "lease.renewing": "a renewal of a job's lease decided (the holder's deadline checked), "
+                      "its next generation not created",
     # jobs delete: renamed aside, then removed
     "jobs.delete_renamed": "job directory renamed out of the listing, files not removed",
     "jobs.delete_tombstoned": "a home on S3 or HDFS: the job's tombstone written, its files "
                               "not removed",
+    "jobs.delete_files_removed": "a home on S3 or HDFS: the job's files removed but its lease's, "
+                                 "the tombstone not removed",
 }
 
 

@@ -45,6 +45,13 @@ class InvalidNameError(UsageError):
     code = "INVALID_NAME"
 
 
+class InvalidLocationError(UsageError):
+    """A home, snapshot store or output whose path Spark and sparkpoint would read at
+    different places (storage/paths.py)."""
+
+    code = "INVALID_LOCATION"
+
+
 class JobFileError(SparkpointError):
     """The job file cannot be loaded or its `build` misbehaves."""
 

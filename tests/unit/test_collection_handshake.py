@@ -4,11 +4,16 @@ stopped at a named point (``SPARKPOINT_FREEZE_AT``: it stops itself as a long pa
 machine would) while the other runs, then continued.
 
 Whatever the order, a published snapshot keeps every file it lists (it verifies), and a
-collection frozen past its announcement's length deletes nothing when it wakes.
+collection frozen past its announcement's length deletes nothing when it wakes. A create
+never waits for a collection and compares no clock: it stores copies of its own of what a
+collection announced.
 
 On main before the handshake, a create waited about 4 s after registering before it
 published, whether a collection ran or not (the collection window); a collection frozen
-between its check of that window and its delete could still delete a shared file.
+between its check of that window and its delete could still delete a shared file. On main
+before the copies of its own, a create waited for an announcement to end or to expire by
+the collector's clock (2 s of margin): a collector paused between its check and its delete
+for longer than that deleted a file a published snapshot shared.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -91,26 +97,45 @@ def _created(home: Home, name: str) -> None:
     assert created.code == 0, created.err
 
 
-def test_a_create_during_a_collection_that_named_its_files_waits_and_stores_them_again(
+OWN_COPIES = "storing copies of its own"
+
+
+def test_a_create_during_a_collection_that_named_its_files_stores_copies_of_its_own(
     home: Home, tmp_path: Path
 ) -> None:
     _created(home, "a")
+    announced = _blobs(home)
     # The delete's collection has announced every file of 'a' (no snapshot refers to them
     # any more) and listed the creates again: none. It is frozen before deleting.
     collector = Frozen(home, "remote_snapshot.collection_announced", "snapshot", "delete",
                        "a", "--yes", log=tmp_path / "collector.log")
-    # A create of the same files now finds the announcement and waits.
-    log = tmp_path / "create.log"
-    with open(log, "wb") as err:
-        create = subprocess.Popen(
-            command(home, "--snapshots", str(home.snapshots), "snapshot", "create", JOB, "b"),
-            stdout=subprocess.DEVNULL, stderr=err, env=_env())
-    wait_for(lambda: "waiting for a collection" in log.read_text(), 120,
-             "the create to find the collection's announcement", log)
-    assert create.poll() is None, log.read_text()
+    # A create of the same files finds the announcement and publishes at once, relying on
+    # none of the announced files.
+    created = _cli(home, "snapshot", "create", JOB, "b")
+    assert created.code == 0, created.err
+    assert OWN_COPIES in created.err
+    manifest = api.snapshot_show(home, "b")
+    assert not {blob_name(entry) for entry in manifest.files} & announced
     assert collector.resume() == 0, collector.log.read_text()
-    assert create.wait(timeout=120) == 0, log.read_text()
-    # The collection deleted the files; the create stored them again after it ended.
+    # The collection deleted what it announced; 'b' holds its own.
+    assert not _blobs(home) & announced
+    _assert_whole(home, "b")
+
+
+def test_a_collector_paused_between_its_check_and_its_delete_breaks_no_snapshot(
+    home: Home, tmp_path: Path
+) -> None:
+    """The collector (another machine, a 2-second announcement) has checked that it may
+    still delete and is paused before its DELETE; a create publishes meanwhile, then the
+    collector wakes and deletes. On main the create waited out the announcement by the
+    collector's clock, then shared the very file the collector was about to delete."""
+    _created(home, "a")
+    collector = Frozen(home, "remote_snapshot.collection_deleting", "snapshot", "delete",
+                       "a", "--yes", log=tmp_path / "collector.log",
+                       env={"SPARKPOINT_LEASE_SECONDS": "2", "SPARKPOINT_HOST": "machine-b"})
+    created = _cli(home, "snapshot", "create", JOB, "b")
+    assert created.code == 0, created.err
+    assert collector.resume() == 0, collector.log.read_text()
     _assert_whole(home, "b")
 
 
@@ -125,7 +150,7 @@ def test_a_collection_after_a_create_registered_keeps_its_files(
     assert deleted.code == 0, deleted.err
     assert _blobs(home) == shared, "the collection removed files a registered create names"
     assert create.resume() == 0, create.log.read_text()
-    assert not create.said("waiting for a collection")
+    assert not create.said(OWN_COPIES)
     _assert_whole(home, "b")
 
 
@@ -138,13 +163,13 @@ def test_a_collection_frozen_past_its_length_deletes_nothing_when_it_wakes(
     collector = Frozen(home, "remote_snapshot.collection_announced", "snapshot", "delete",
                        "a", "--yes", log=tmp_path / "collector.log",
                        env={"SPARKPOINT_LEASE_SECONDS": "2", "SPARKPOINT_HOST": "machine-b"})
-    # The create waits for it to end or expire, then shares every file.
+    # The create does not wait: it stores copies of its own of the announced files.
     created = _cli(home, "snapshot", "create", JOB, "b")
     assert created.code == 0, created.err
-    assert "waiting for a collection" in created.err
-    assert _blobs(home) == shared
+    assert OWN_COPIES in created.err
+    time.sleep(3)  # the scenario: frozen for longer than its 2-second length
     assert collector.resume() == 0, collector.log.read_text()
-    assert _blobs(home) == shared, "a collection past its length deleted files"
+    assert shared <= _blobs(home), "a collection past its length deleted files"
     assert [m.name for m in api.snapshot_list(home)] == ["b"]
     assert api.snapshot_verify(home, "b") == []
 

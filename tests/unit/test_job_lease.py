@@ -5,6 +5,11 @@ copy), race for one job and exactly one holds it at a time.
 On main before leases: a dead holder's lock was taken over by read, delete, create (two
 takers could both win), and a lock in a shared home was never renewed, so a job running past
 12 hours could be taken over while it ran and one whose machine died showed as running.
+
+A lease's age is read on the store's clock (its generation's modification time against the
+store's Date), never by comparing two machines' clocks; a holder is a process (host, boot,
+pid namespace, pid and start time), so a pid seen free from another pid namespace does not
+free a live lease.
 """
 
 from __future__ import annotations
@@ -26,7 +31,13 @@ from sparkpoint.errors import JobRunningError, LeaseLostError
 from sparkpoint.runtime.lock import held_lease, job_lock, lease_store, lock_holder
 from sparkpoint.storage.fileio import file_io, join
 from sparkpoint.storage.home import Home
-from sparkpoint.storage.lease import LEASE_LOG_ENV, LeaseRecord, LeaseStore
+from sparkpoint.storage.lease import (
+    LEASE_LOG_ENV,
+    STORE_CLOCK_RESOLUTION_S,
+    LeaseRecord,
+    LeaseStore,
+)
+from sparkpoint.storage.processes import ProcessIdentity, boot_id, pid_namespace
 from tests.support.cli import wait_for
 
 # One contender: waits for "go" on stdin, tries the job's lock once, reports, then holds it
@@ -49,6 +60,10 @@ try:
                 if lease is not None:
                     lease.check()
                 print(json.dumps({"checked": True}), flush=True)
+            elif line.strip() == "fence":
+                if lease is not None:
+                    lease.fence()
+                print(json.dumps({"fenced": True}), flush=True)
             else:
                 break
 except SparkpointError as exc:
@@ -156,26 +171,84 @@ def test_a_holder_killed_outright_frees_a_local_job_at_once(tmp_path: Path) -> N
         assert lock_holder(home, "j") == os.getpid()
 
 
-def _write_lease(home: Home, generation: int, **fields: Any) -> None:
+def _write_lease(home: Home, generation: int, holder: ProcessIdentity, length: float,
+                 token: str = "t") -> None:
     store = lease_store(home, "j")
-    record = LeaseRecord(generation=generation, **fields)
+    record = LeaseRecord(generation=generation, token=token, holder=holder, length=length)
     store.io.write_bytes(store._url(generation), record.to_bytes())
+
+
+def _elsewhere(host: str = "dead-machine", pid: int = 4242) -> ProcessIdentity:
+    """A process on another machine: nothing about it can be told from here."""
+    return ProcessIdentity(host, pid, "another-boot", "pid:[1]", 1)
+
+
+def _gone_here() -> ProcessIdentity:
+    """A process of this machine and pid namespace that has ended."""
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)
+    return ProcessIdentity.current().__class__(
+        ProcessIdentity.current().host, int(ended.stdout), boot_id(), pid_namespace(), 1)
 
 
 def test_an_expired_lease_of_a_dead_machine_is_taken_over_and_the_job_shows_stopped(
     remote_home: Home, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _write_lease(remote_home, 7, token="t", host="dead-machine", pid=4242,
-                 expires_at=time.time() - 5)
-    assert lock_holder(remote_home, "j") is None
+    _write_lease(remote_home, 7, _elsewhere(), length=0.5)
+    # Expired only once its age on the store's clock is past its length and the clock's
+    # resolution: the dead machine's clock, and this one's, play no part.
+    wait_for(lambda: lock_holder(remote_home, "j") is None,
+             0.5 + STORE_CLOCK_RESOLUTION_S + 5, "the lease to expire")
     said: list[str] = []
     with job_lock(remote_home, "j", echo=said.append):
         lease = held_lease(remote_home, "j")
         assert lease is not None and lease.record.generation == 8
     assert said and "took over the lease left by pid 4242 on dead-machine" in said[0]
-    # Its older generation was tidied; the newest stays, marked let go.
+    assert "not renewed for" in said[0]
+    # Its older generations were tidied; the newest stays, marked let go.
     generation, record = lease_store(remote_home, "j").current()
-    assert generation == 8 and record is not None and record.released
+    assert generation == 9 and record is not None and record.released
+    assert lease_store(remote_home, "j")._generations() == [9]
+
+
+def test_a_lease_of_a_process_gone_from_this_machine_is_taken_at_once(
+    remote_home: Home
+) -> None:
+    _write_lease(remote_home, 3, _gone_here(), length=3600)
+    said: list[str] = []
+    with job_lock(remote_home, "j", echo=said.append):
+        lease = held_lease(remote_home, "j")
+        assert lease is not None and lease.record.generation == 4
+    assert said and "whose process is gone" in said[0]
+
+
+def test_a_live_lease_of_another_pid_namespace_on_this_host_is_not_taken(
+    remote_home: Home
+) -> None:
+    """A container sharing the host's network (and so its host name) holds the job: its pid
+    is not visible from this pid namespace, which proves nothing. On main the lease was
+    taken because that pid looked free here."""
+    me = ProcessIdentity.current()
+    other = ProcessIdentity(me.host, _gone_here().pid, boot_id(), "pid:[4026500000]", 77)
+    _write_lease(remote_home, 5, other, length=3600)
+    assert lock_holder(remote_home, "j") == -1
+    with pytest.raises(JobRunningError, match=f"pid {other.pid} on {me.host}"), \
+            job_lock(remote_home, "j"):
+        pytest.fail("a live lease was taken")
+    assert lease_store(remote_home, "j")._generations() == [5]
+
+
+def test_a_lease_whose_pid_was_reused_by_a_later_process_is_free(remote_home: Home) -> None:
+    """A restarted container's process gets the dead run's pid: the start time tells them
+    apart. On main the record counted as held while any process had its pid."""
+    me = ProcessIdentity.current()
+    dead_run = ProcessIdentity(me.host, os.getpid(), me.boot_id, me.pid_namespace,
+                               (me.start_ticks or 0) - 1)
+    _write_lease(remote_home, 2, dead_run, length=3600)
+    assert lock_holder(remote_home, "j") is None
+    with job_lock(remote_home, "j"):
+        lease = held_lease(remote_home, "j")
+        assert lease is not None and lease.record.generation == 3
 
 
 def test_a_takeover_cut_off_after_taking_the_lease_holds_it_until_it_expires(
@@ -184,8 +257,8 @@ def test_a_takeover_cut_off_after_taking_the_lease_holds_it_until_it_expires(
     """Crash point lease.taken: a taker that dies right after its conditional create leaves
     its generation beside the older ones; it holds the job (it may have begun to work) until
     it expires, then the next taker takes over and removes every older generation."""
-    _write_lease(remote_home, 3, token="t", host="dead-machine", pid=4242,
-                 expires_at=time.time() - 5)
+    _write_lease(remote_home, 3, _elsewhere(), length=0.1)
+    wait_for(lambda: lock_holder(remote_home, "j") is None, 10, "the lease to expire")
     cut = subprocess.run([sys.executable, "-c", CONTENDER, remote_home.location], input="go\n",
                          capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, SPARKPOINT_HOST="machine-a",
@@ -195,10 +268,15 @@ def test_a_takeover_cut_off_after_taking_the_lease_holds_it_until_it_expires(
     assert store._generations() == [3, 4]
     generation, record = store.current()
     assert generation == 4 and record is not None and record.host == "machine-a"
-    # The cut-off taker's lease lasts its length: the job is held by machine-a until then.
-    with pytest.raises(JobRunningError, match="machine-a"), job_lock(remote_home, "j"):
-        pytest.fail("a live lease was taken")
-    wait_for(lambda: lock_holder(remote_home, "j") is None, 30, "the lease to expire")
+    # The cut-off taker's lease lasts its length: the job is held by machine-a until then
+    # (another machine's view: its pid cannot be seen from there).
+    os.environ["SPARKPOINT_HOST"] = "machine-b"
+    try:
+        with pytest.raises(JobRunningError, match="machine-a"), job_lock(remote_home, "j"):
+            pytest.fail("a live lease was taken")
+        wait_for(lambda: lock_holder(remote_home, "j") is None, 30, "the lease to expire")
+    finally:
+        del os.environ["SPARKPOINT_HOST"]
     said: list[str] = []
     with job_lock(remote_home, "j", echo=said.append):
         lease = held_lease(remote_home, "j")
@@ -232,9 +310,10 @@ def test_a_holder_frozen_past_its_lease_is_fenced_out_and_writes_nothing(
     assert first["held"]
     os.kill(holder.pid, signal.SIGSTOP)
     try:
-        time.sleep(2.5)  # the scenario: frozen for longer than its lease
         monkeypatch.setenv("SPARKPOINT_HOST", "machine-b")
         monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "copy-b"))
+        # The scenario: frozen for longer than its lease, as the store's clock tells.
+        wait_for(lambda: lock_holder(remote_home, "j") is None, 30, "the lease to expire")
         said: list[str] = []
         with job_lock(remote_home, "j", echo=said.append):
             mine = held_lease(remote_home, "j")
@@ -265,8 +344,8 @@ def test_the_lease_log_has_each_holding_from_taken_to_let_go(
     first.release()
     second = store.acquire(echo=print, length=60)
     # A taker wins the next generation behind the holder's back (as after it froze).
-    taker = LeaseRecord(generation=second.record.generation + 1, token="taker", host="other",
-                        pid=1, expires_at=time.time() + 60)
+    taker = LeaseRecord(generation=second.record.generation + 1, token="taker",
+                        holder=_elsewhere("other", 1), length=60)
     assert store.io.create_exclusive(store._url(taker.generation), taker.to_bytes())
     second.release()
 
@@ -274,7 +353,7 @@ def test_the_lease_log_has_each_holding_from_taken_to_let_go(
     assert [(line["event"], line["token"], line.get("outcome")) for line in lines] == [
         ("acquired", first.record.token, None), ("released", first.record.token, "released"),
         ("acquired", second.record.token, None), ("released", second.record.token, "lost")]
-    assert [line["generation"] for line in lines] == [2, 2, 3, 3]
+    assert [line["generation"] for line in lines] == [3, 3, 5, 5]
     assert all(line["job"] == "j" and line["pid"] == os.getpid() for line in lines)
     assert lines[0]["wall"] <= lines[1]["held_until"] <= lines[2]["wall"] \
         <= lines[3]["held_until"] <= time.time()

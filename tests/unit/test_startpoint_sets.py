@@ -5,11 +5,15 @@ for the next start, never lost.
 
 On main before this change a remote home's apply compared against its own working copy,
 removed the file there and uploaded the removal, deleting a set made meanwhile elsewhere.
+Sets are ordered by the store (each takes the next number by a conditional create), not by
+the setting machine's clock.
 """
 
 from __future__ import annotations
 
 import os
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -79,3 +83,55 @@ def test_sets_fold_in_order_and_clear_removes_them_all(
     assert list(store.all("j")) == ["clicks"]
     assert store.clear("j", "clicks")
     assert store.all("j") == {} and not store.clear("j", "clicks")
+
+
+def test_the_set_made_last_folds_last_whatever_the_machines_clocks(
+    home_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Machine A's clock is a minute ahead. On main sets were ordered by the setting
+    machine's clock: B's set, made after A's, folded before it and was replaced by it (and
+    recorded as consumed at the next start)."""
+    ahead = _machine(home_url, tmp_path, "machine_a", monkeypatch)
+    real_ns, real = time.time_ns, time.time
+    with monkeypatch.context() as clock:
+        clock.setattr(time, "time_ns", lambda: real_ns() + 60 * 10**9)
+        clock.setattr(time, "time", lambda: real() + 60)
+        ahead.set("j", _at("earliest"))
+    behind = _machine(home_url, tmp_path, "machine_b", monkeypatch)
+    behind.set("j", _at("latest"))
+    for store in (ahead, behind):
+        assert _plain(store.get("j", "clicks")) == [("*", "latest", None)]
+
+
+def test_set_ids_are_never_taken_twice(
+    home_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once every set was applied, the next one still numbers after them: a start cut off
+    after removing its sets (its intent still names their ids) must never remove a new set
+    when it is finished."""
+    store = _machine(home_url, tmp_path, "machine_a", monkeypatch)
+    first = store.set("j", _at("earliest"))
+    second = store.set("j", _at("latest"))
+    _pending, consumed = store.all_with_ids("j")
+    assert consumed["clicks"] == [first.set_id, second.set_id]
+    store.remove_applied("j", "clicks", consumed["clicks"])
+    assert store.all("j") == {}
+    third = store.set("j", _at("earliest"))
+    assert third.set_id is not None and second.set_id is not None
+    assert int(third.set_id) > int(second.set_id)
+    # The cut-off start is finished: it removes what it applied, the new set stays.
+    store.remove_applied("j", "clicks", consumed["clicks"])
+    assert _plain(store.get("j", "clicks")) == [("*", "earliest", None)]
+
+
+def test_two_machines_setting_at_once_each_get_a_place(
+    home_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stores = [_machine(home_url, tmp_path, f"machine_{i}", monkeypatch) for i in range(4)]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        made = list(pool.map(lambda s: s[1].set("j", _at("offset", str(s[0]), "1")),
+                             enumerate(stores)))
+    ids = sorted(int(entry.set_id or 0) for entry in made)
+    assert ids == [1, 2, 3, 4]
+    assert sorted(_plain(stores[0].get("j", "clicks"))) == \
+        [(str(i), "offset", "1") for i in range(4)]

@@ -173,7 +173,10 @@ def cli(ctx: click.Context, home: str | None, snapshots: str | None, verbose: bo
     if verbose:
         show_steps()
     ctx.ensure_object(dict)
-    ctx.obj["home"] = Home.resolve(home, snapshots)
+    try:
+        ctx.obj["home"] = Home.resolve(home, snapshots)
+    except SparkpointError as exc:  # a home or snapshot store refused: one line, as any error
+        _fail(exc, _json_requested(ctx.obj.get("argv", [])))
     ctx.obj.setdefault("spark", None)
 
 
@@ -663,7 +666,7 @@ def main(argv: list[str] | None = None, spark: Any = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     try:
         result = cli.main(args=argv, prog_name="sparkpoint", standalone_mode=False,
-                          obj={"spark": spark})
+                          obj={"spark": spark, "argv": argv})
     except click.ClickException as exc:
         if _json_requested(argv):
             _json_error("USAGE", exc.format_message(), exc.exit_code)

@@ -275,7 +275,8 @@ def job_show_text(view: JobView) -> str:
     record = view.record
     out = [
         f"job       {record.name}",
-        f"state     {view.status}" + (f" (pid {record.pid})" if view.status == "running" else ""),
+        f"state     {view.status}" + (f" ({record.describe_process()})"
+                                      if view.status == "running" else ""),
         f"batch     {'-' if view.batch is None else view.batch}",
         f"run id    {record.run_id or '-'}",
         f"job file  {record.job_file}",

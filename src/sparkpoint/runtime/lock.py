@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkpoint.errors import JobRunningError, LeaseLostError
+from sparkpoint.storage import fencing
 from sparkpoint.storage.fileio import file_io, join
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.lease import LEASE_DIR, Lease, LeaseStore
-from sparkpoint.storage.processes import pid_alive, this_host
+from sparkpoint.storage.processes import ProcessIdentity
 
 LOCK_FILE = "run.lock"
 
@@ -44,6 +45,8 @@ class _Hold:
     count: int
     fd: int
     lease: Lease | None
+    # Ends the fencing of the job's files by the lease (storage/fencing.py).
+    unguard: Callable[[], None] = lambda: None
 
 
 # Lock files this process holds: the holding thread, how many times it holds each, the
@@ -64,20 +67,27 @@ def lease_store(home: Home, job: str) -> LeaseStore:
     return LeaseStore(file_io(home.location), join(home.job_url(job), LEASE_DIR), job)
 
 
-def _recorded_pid(path: Path) -> int | None:
+def _recorded_holder(path: Path) -> ProcessIdentity | None:
+    """Who the lock file says holds the lock (the pid alone, for a file of an older
+    version: on this machine)."""
     try:
         text = path.read_text().strip()
     except (FileNotFoundError, UnicodeDecodeError):
         return None
     try:
-        pid = json.loads(text).get("pid") if text.startswith("{") else int(text)
+        raw = json.loads(text) if text.startswith("{") else {"pid": int(text)}
     except (ValueError, AttributeError):
         return None
-    return pid if isinstance(pid, int) else None
+    if not isinstance(raw, dict):
+        return None
+    raw.setdefault("host", "this machine")
+    return ProcessIdentity.from_record(raw)
 
 
-def _kernel_lock(path: Path, job: str, echo: Callable[[str], None]) -> int:
-    """Take the kernel lock on ``path`` without waiting; the descriptor that holds it."""
+def _kernel_lock(path: Path, job: str, notices: list[str]) -> int:
+    """Take the kernel lock on ``path`` without waiting; the descriptor that holds it.
+    What a user should hear of (a lock left by a run that died) goes to ``notices``, said
+    once the job is held."""
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -85,8 +95,8 @@ def _kernel_lock(path: Path, job: str, echo: Callable[[str], None]) -> int:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            holder = _recorded_pid(path)
-            where = f"pid {holder}" if holder is not None else "another process"
+            holder = _recorded_holder(path)
+            where = holder.describe() if holder is not None else "another process"
             raise JobRunningError(
                 f"job '{job}' is already running ({where}); stop it first, or snapshot it "
                 "with 'sparkpoint snapshot create'") from None
@@ -99,13 +109,13 @@ def _kernel_lock(path: Path, job: str, echo: Callable[[str], None]) -> int:
         if same:
             break
         os.close(fd)
-    left = _recorded_pid(path)
+    left = _recorded_holder(path)
     if left is not None:
         # Only a holder that died leaves its file: one that lets go removes it.
-        echo(f"job '{job}': took over the lock left by an interrupted run (pid {left}, "
-             "no longer running)")
+        notices.append(f"job '{job}': took over the lock left by an interrupted run "
+                       f"({left.describe()}, no longer running)")
     os.ftruncate(fd, 0)
-    os.write(fd, json.dumps({"pid": os.getpid(), "host": this_host()}).encode("utf-8"))
+    os.write(fd, json.dumps(ProcessIdentity.current().to_record()).encode("utf-8"))
     return fd
 
 
@@ -115,22 +125,20 @@ def _kernel_unlock(path: Path, fd: int) -> None:
     os.close(fd)
 
 
-def lock_holder(home: Home, job: str) -> int | None:
-    """The live process holding the job: its pid (-1 for a lease held on another host)."""
+def holder_of(home: Home, job: str) -> ProcessIdentity | None:
+    """The live process holding the job: its lease's holder in a store, the kernel lock's
+    on a local home (asked of the kernel: a file left by a process that died, its pid maybe
+    reused since, holds nothing)."""
     if home.remote:
         record = lease_store(home, job).holder()
-        if record is None:
-            return None
-        return record.pid if record.host == this_host() else -1
+        return None if record is None else record.holder
     path = lock_path(home, job)
     with _released:
         if path in _held:
-            return os.getpid()
-    holder = _recorded_pid(path)
-    if holder is None or not pid_alive(holder):
+            return ProcessIdentity.current()
+    holder = _recorded_holder(path)
+    if holder is None:
         return None
-    # A live pid in a file left behind (its process died, the pid was reused) holds
-    # nothing: ask the kernel.
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
@@ -144,15 +152,24 @@ def lock_holder(home: Home, job: str) -> int | None:
     return None
 
 
-def holds(home: Home, job: str, host: str | None, pid: int | None) -> bool:
-    """Whether process ``pid`` on ``host`` holds the job (its lease in a store, its kernel
-    lock on a local home)."""
-    if pid is None:
+def lock_holder(home: Home, job: str) -> int | None:
+    """The live process holding the job: its pid, or -1 when it cannot be seen from here
+    (another machine or pid namespace)."""
+    holder = holder_of(home, job)
+    if holder is None:
+        return None
+    if home.remote and not holder.visible_here():
+        return -1
+    return holder.pid
+
+
+def holds(home: Home, job: str, holder: ProcessIdentity | None) -> bool:
+    """Whether process ``holder`` holds the job (its lease in a store, its kernel lock on a
+    local home)."""
+    if holder is None:
         return False
-    if home.remote:
-        record = lease_store(home, job).holder()
-        return record is not None and (record.host, record.pid) == (host, pid)
-    return lock_holder(home, job) == pid
+    found = holder_of(home, job)
+    return found is not None and found.same_process(holder)
 
 
 def held_lease(home: Home, job: str) -> Lease | None:
@@ -189,24 +206,32 @@ def _enter(home: Home, path: Path, job: str, echo: Callable[[str], None],
         if path in _held:
             _held[path].count += 1
             return True
-        fd = _kernel_lock(path, job, echo)
+        notices: list[str] = []
+        fd = _kernel_lock(path, job, notices)
         lease = None
+        unguard: Callable[[], None] = lambda: None  # noqa: E731
         if home.remote:
             try:
-                lease = lease_store(home, job).acquire(echo)
+                lease = lease_store(home, job).acquire(notices.append)
                 lease.start_renewing()
             except BaseException:
                 if lease is not None:
                     lease.release()
                 _kernel_unlock(path, fd)
                 raise
-        _held[path] = _Hold(thread=me, count=1, fd=fd, lease=lease)
+            # From here every write of this thread into the job's directory is fenced.
+            unguard = fencing.add_guarded([home.job_url(job)], lease.fence)
+        _held[path] = _Hold(thread=me, count=1, fd=fd, lease=lease, unguard=unguard)
+        # Said only now: a notice followed by a refusal would contradict itself.
+        for notice in notices:
+            echo(notice)
         return False
 
 
 def _leave(home: Home, path: Path, job: str) -> None:
     """Let go of the lock (and of the lease, on a home in a store)."""
     hold = _held[path]
+    hold.unguard()
     try:
         if hold.lease is not None and not hold.lease.ended:
             try:

@@ -20,12 +20,13 @@ from pydantic import ValidationError as PydanticValidationError
 
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.crash_points import crash_point
-from sparkpoint.errors import CorruptRecordError, UnknownJobError
-from sparkpoint.runtime.lock import fence, lease_store
+from sparkpoint.errors import CorruptRecordError, JobRunningError, UnknownJobError
+from sparkpoint.runtime.lock import fence, held_lease, holds, job_lock
 from sparkpoint.storage.fileio import join
 from sparkpoint.storage.home import Home, name_problem
+from sparkpoint.storage.lease import LEASE_DIR
 from sparkpoint.storage.location import Location, StorePath, write_atomic
-from sparkpoint.storage.processes import pid_alive, this_host
+from sparkpoint.storage.processes import ProcessIdentity, this_host
 from sparkpoint.windows import WindowSpec
 
 JOB_FILE = "job.json"
@@ -136,8 +137,13 @@ class JobRecord(BaseModel):
     status: Status = "new"
     pid: int | None = None
     # The machine the running process is on: a home on S3 or HDFS is shared by machines,
-    # and a pid means something only on its own.
+    # and a pid means something only on its own. With the boot, the pid namespace and the
+    # process's start time, the run's process is told apart from any later one that got
+    # the same pid (storage/processes.py); records of older versions lack them.
     host: str | None = None
+    boot_id: str | None = None
+    pid_namespace: str | None = None
+    start_ticks: int | None = None
     run_id: str | None = None
     error: str | None = None
     operators: list[OperatorRecord] = Field(default_factory=list)
@@ -150,21 +156,42 @@ class JobRecord(BaseModel):
     drain: DrainRecord | None = None
     startpoints_applied: list[AppliedStartpoint] = Field(default_factory=list)
     created_at: str = Field(default_factory=now_iso)
-    # Whether the job's lease in a shared home is live (None: not asked).
-    _lease_live: bool | None = PrivateAttr(default=None)
+    # Whether the run's process still holds the job (its kernel lock, its lease in a store),
+    # as JobRegistry.get asked (None: not asked).
+    _holder_live: bool | None = PrivateAttr(default=None)
+
+    def process(self) -> ProcessIdentity | None:
+        """The running process the record names (None when it names none). A record of an
+        older version without a host was written on a local home: this machine."""
+        fields = self.model_dump(include={"host", "pid", "boot_id", "pid_namespace",
+                                          "start_ticks"})
+        if fields["host"] is None:
+            fields["host"] = this_host()
+        return ProcessIdentity.from_record(fields)
+
+    def mark_running_here(self) -> None:
+        """Name this process as the job's running process."""
+        me = ProcessIdentity.current()
+        self.status, self.pid, self.host = "running", me.pid, me.host
+        self.boot_id, self.pid_namespace, self.start_ticks = \
+            me.boot_id, me.pid_namespace, me.start_ticks
 
     def effective_status(self) -> Status:
-        """A record left 'running' by a process that died is a failed run. A process on
-        another machine cannot be asked: its record stands (its lock in the home, which
-        expires, is what another start is refused by)."""
+        """A record left 'running' by a process that no longer holds the job (it died, its
+        lease expired) is a failed run. Whether it holds the job is asked of the kernel lock
+        or the lease, never of a pid alone: after a container restart another process has
+        the dead run's pid (JobRegistry.get asks; a record not read there falls back to
+        what can be told from here)."""
         if self.status != "running":
             return self.status
-        if self.host is not None and self.host != this_host():
-            # Running exactly while its lease in the home is live (JobRegistry.get asks).
-            return "failed" if self._lease_live is False else "running"
-        if self.pid is None or not pid_alive(self.pid):
-            return "failed"
-        return "running"
+        if self._holder_live is not None:
+            return "running" if self._holder_live else "failed"
+        process = self.process()
+        return "failed" if process is None or process.gone() else "running"
+
+    def describe_process(self) -> str:
+        process = self.process()
+        return process.describe() if process is not None else "an unknown process"
 
     def operator_names(self) -> dict[int, str]:
         return {op.operator_id: op.name for op in self.operators}
@@ -181,11 +208,18 @@ class JobRegistry:
         return self.home.job_dir(job) / JOB_FILE
 
     def exists(self, job: str) -> bool:
+        """The job has a record and, in a store, is not being deleted (no tombstone)."""
         return self._present(self.home.job_dir(job), finish_deletion=False)
+
+    def tombstoned(self, job: str) -> bool:
+        """In a store: the job was deleted by a ``jobs delete`` that was cut off before it
+        removed everything (its files are leftovers, whatever they are)."""
+        job_dir = self.home.job_dir(job)
+        return isinstance(job_dir, StorePath) and TOMBSTONE in job_dir.io.list_names(job_dir.url)
 
     def names(self) -> list[str]:
         """The jobs of the home. In a store, a job's deletion that was cut off after its
-        tombstone is finished here: every listing finishes it."""
+        tombstone is finished here, by whoever can take the job's lease at once."""
         candidates = self.candidates()
         # In a store each look is a round trip: the jobs are looked at several at once, one
         # listing of each job's directory telling its record and its tombstone apart.
@@ -217,14 +251,22 @@ class JobRegistry:
         names = frozenset(job_dir.io.list_names(job_dir.url))
         if TOMBSTONE in names:
             if finish_deletion:
-                self._remove_tombstoned(job_dir, keep_live_lease=True)
+                self._finish_deletion_if_free(job_dir.name)
             return False, names
         return JOB_FILE in names, names
 
-    def get(self, job: str) -> JobRecord:
+    def get(self, job: str, listed: frozenset[str] | None = None) -> JobRecord:
+        """The job's record. In a store its directory is listed first (one request), so
+        that a job deleted by a cut-off ``jobs delete`` is unknown, whatever files remain;
+        ``listed``: that listing, when the caller made it."""
         path = self.record_path(job)
+        job_dir = self.home.job_dir(job)
+        if isinstance(job_dir, StorePath) and listed is None:
+            listed = frozenset(job_dir.io.list_names(job_dir.url))
         try:
-            raw = path.read_bytes()  # one request in a store: no look before
+            if listed is not None and TOMBSTONE in listed:
+                raise FileNotFoundError(str(path))
+            raw = path.read_bytes()
         except FileNotFoundError:
             known = ", ".join(self.names()) or "none"
             raise UnknownJobError(
@@ -243,11 +285,11 @@ class JobRegistry:
                                 if str(exc).strip() else type(exc).__name__) from exc
         if record.name != job:
             raise self._corrupt(path, f"it names job {record.name!r}")
-        if self.home.remote and record.status == "running" and record.host != this_host():
-            holder = lease_store(self.home, job).holder()
-            # Live for the run the record names: its host and pid hold the lease.
-            record._lease_live = holder is not None and (holder.host, holder.pid) == \
-                (record.host, record.pid)
+        if record.status == "running":
+            process = record.process()
+            # Running exactly while the run's own process holds the job's lock or lease.
+            record._holder_live = process is not None and not process.gone() and \
+                holds(self.home, job, process)
         return record
 
     @staticmethod
@@ -279,19 +321,23 @@ class JobRegistry:
 
     def delete(self, job: str) -> None:
         """Remove the job's directory (record, checkpoint, control files), so that a crash
-        while its files are removed leaves no half-deleted job: the next command that lists
-        the jobs removes what is left.
+        while its files are removed leaves no half-deleted job. The caller holds the job's
+        lock.
 
         On local disk the directory is first renamed aside, to a hidden name no listing
-        shows. A store has no atomic rename of a directory: a tombstone file goes first, and
-        a job with one is gone, whatever files remain.
+        shows; the next command that lists the jobs removes it. A store has no atomic rename
+        of a directory: a tombstone file goes first, and a job with one is gone, whatever
+        files remain; the rest is removed under the job's lease, by this command or, when it
+        was cut off, by the next one that takes the lease (a run of a new job of that name
+        first of all: ``finish_deletion``). The lease's files go last, this holder's own
+        generation after the older ones: until then every other process finds it held.
         """
         job_dir = self.home.job_dir(job)
         if isinstance(job_dir, StorePath):
             when = dt.datetime.now(dt.UTC).isoformat()
             (job_dir / TOMBSTONE).write_bytes(when.encode("utf-8"))
             crash_point("jobs.delete_tombstoned")
-            self._remove_tombstoned(job_dir, keep_live_lease=False)  # the deleter's own too
+            self._remove_tombstoned(job_dir, keep_lease=False)
             return
         doomed = self.home.root / "jobs" / f"{DELETED_PREFIX}{job}.{uuid.uuid4().hex[:8]}"
         os.rename(job_dir, doomed)
@@ -308,12 +354,41 @@ class JobRegistry:
             if entry.name.startswith(DELETED_PREFIX) and entry.is_dir():
                 shutil.rmtree(entry, ignore_errors=True)
 
-    def _remove_tombstoned(self, job_dir: StorePath, keep_live_lease: bool) -> None:
-        """Every file of a tombstoned job, the tombstone last; with ``keep_live_lease`` a live
-        lease stays (its holder, maybe this process finishing the deletion, lets it go)."""
-        lease_live = keep_live_lease and \
-            lease_store(self.home, job_dir.name).holder() is not None
+    def finish_deletion(self, job: str, keep_lease: bool = True) -> bool:
+        """Remove what a cut-off ``jobs delete`` left of the job (the caller holds its lock,
+        and with ``keep_lease`` goes on holding it: a run of a new job of the name); True
+        when there was such a deletion to finish."""
+        job_dir = self.home.job_dir(job)
+        if not isinstance(job_dir, StorePath) or not self.tombstoned(job):
+            return False
+        self._remove_tombstoned(job_dir, keep_lease)
+        return True
+
+    def _finish_deletion_if_free(self, job: str) -> None:
+        """Finish a cut-off deletion when the job's lease can be taken at once; else its
+        holder (a delete under way, a run of a new job of the name) does."""
+        try:
+            with job_lock(self.home, job, wait=False):
+                self.finish_deletion(job, keep_lease=False)
+        except JobRunningError:
+            pass
+
+    def _remove_tombstoned(self, job_dir: StorePath, keep_lease: bool) -> None:
+        """Every file of a tombstoned job but its lease's, the tombstone last; then, unless
+        ``keep_lease``, the lease this thread holds is ended and its files removed, its own
+        newest generation last."""
+        lease_dir = f"{LEASE_DIR}/"
         for rel in job_dir.io.walk_sizes(job_dir.url):
-            if rel != TOMBSTONE and not (lease_live and rel.startswith("lease/")):
+            if rel != TOMBSTONE and not rel.startswith(lease_dir):
                 job_dir.io.delete(join(job_dir.url, rel))
+        crash_point("jobs.delete_files_removed")
         job_dir.io.delete(join(job_dir.url, TOMBSTONE))
+        if keep_lease:
+            return
+        lease = held_lease(self.home, job_dir.name)
+        if lease is not None:
+            lease.gone_with_job()  # no renewal may create a generation behind the deletion
+        generations = sorted(rel for rel in job_dir.io.walk_sizes(job_dir.url)
+                             if rel.startswith(lease_dir))
+        for rel in generations:  # zero-padded: the newest sorts last
+            job_dir.io.delete(join(job_dir.url, rel))

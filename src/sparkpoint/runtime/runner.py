@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import os
 import signal
 import threading
 import uuid
@@ -59,14 +58,16 @@ from sparkpoint.sources.kafka_groups import GroupCommitter, groups_problem
 from sparkpoint.spark.errors import failure_details, failure_summary, kafka_data_loss
 from sparkpoint.spark.inspect import PlannedSource, job_sources
 from sparkpoint.spark.job_session import require_writer_of, session_for_job
+from sparkpoint.spark.lease_fence import fence_spark_writes, fenced_conf
 from sparkpoint.spark.plan import PlannedOperator, stateful_operators
 from sparkpoint.spark.progress_reports import NewProgress
 from sparkpoint.spark.s3a import s3a_conf
 from sparkpoint.spark.session import apply_query_conf, create_session, session_log_file
 from sparkpoint.spark.sink import file_sink_path
+from sparkpoint.storage import fencing
+from sparkpoint.storage.fileio import spark_url
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.lease import Lease
-from sparkpoint.storage.processes import this_host
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -360,10 +361,16 @@ def run_job(
     home.job_dir(job)  # validates the name before anything is written
     # A run never waits for another thread of this process: that thread runs the job.
     with job_lock(home, job, echo, wait=False):
+        # A new job of a name whose deletion was cut off starts from nothing: the deleted
+        # job's leftovers go first, under this lock (runtime/registry.py).
+        if registry.finish_deletion(job):
+            echo(f"job '{job}': finished removing the files of the deleted job of that name")
         if registry.exists(job):
             record = registry.get(job)
             if record.effective_status() == "running":
-                raise JobRunningError(f"job '{job}' is already running (pid {record.pid})")
+                raise JobRunningError(
+                    f"job '{job}' is already running ({record.describe_process()}); stop it "
+                    "there first")
             record.job_file = str(options.job_file)
             record.params = dict(options.params)
             record.conf = dict(options.conf)
@@ -374,14 +381,25 @@ def run_job(
                 conf=dict(options.conf), master=options.master,
             )
         registry.clear_stop_request(job)
-        # A checkpoint on S3 needs Spark's s3a settings and connector (the user's win).
-        session_conf = {**s3a_conf(home.location, options.conf), **options.conf}
+        lease = held_lease(home, job)
+        # A checkpoint on S3 needs Spark's s3a settings and connector (the user's win); under
+        # a lease, Spark's own checkpoint writes are fenced by it (spark/lease_fence.py).
+        session_conf = {**s3a_conf(home.location, options.conf), **options.conf,
+                        **(fenced_conf(options.conf) if lease is not None else {})}
         planned = plan_job(job, options.job_file, options.params, session_conf,
                            options.master, spark, ui=options.ui, echo=echo,
                            log_dir=home.logs_dir, build=options.build)
         log_file = session_log_file() or new_log_file(home.logs_dir, job)
         session, writer, operators = planned.spark, planned.writer, planned.operators
+        end_fences: list[Callable[[], None]] = []
         try:
+            if lease is not None:
+                fenced = [home.checkpoint_location(job)]
+                if planned.file_sink is not None:
+                    fenced.append(spark_url(planned.file_sink))
+                    # sparkpoint's own writes into the output (rewinds, sink history).
+                    end_fences.append(fencing.add_guarded([planned.file_sink], lease.fence))
+                end_fences.append(fence_spark_writes(session, lease, fenced))
             if planned.file_sink is not None:
                 # Every run into an output first finishes a rewind of it that was cut off
                 # (drain, batch completion and rehearsal included): nothing may write into
@@ -394,8 +412,8 @@ def run_job(
             first_batch = checkpoint.latest_committed_batch()
             run = RunRecord(run_id=str(uuid.uuid4()), started_at=now_iso(), status="running",
                             first_batch=first_batch)
-            record.status, record.pid, record.error = "running", os.getpid(), None
-            record.host = this_host()
+            record.mark_running_here()
+            record.error = None
             record.run_id = run.run_id
             record.operators = [
                 OperatorRecord(name=op.name, operator_id=op.operator_id,
@@ -422,7 +440,6 @@ def run_job(
             elif options.pending_batch_only:
                 writer = writer.trigger(processingTime=HOLD_TRIGGER_INTERVAL)
             error: SparkpointError | None = None
-            lease = held_lease(home, job)
             committer = GroupCommitter(planned.sources, planned.offset_groups,
                                        lambda line: echo(f"job '{job}': {line}"))
             keeper = _ProgressKeeper(home, job, lease,
@@ -450,6 +467,10 @@ def run_job(
                                 break
                         elif _ended(query, POLL_SECONDS):
                             break
+                        if lease is not None:
+                            # Past its deadline (a renewal stuck in a slow request): lost,
+                            # and the query stopped at once (Lease.on_lost).
+                            lease.fence()
                         keeper.keep(query)
                         # A run of one planned batch (a drain's, or one completed before a
                         # drain or startpoints) is not cut short by a stop request: that batch
@@ -482,6 +503,7 @@ def run_job(
                 run.status = "failed" if error else "stopped"
                 run.error = error.message if error else None
                 record.status, record.pid, record.error = run.status, None, run.error
+                record.boot_id = record.pid_namespace = record.start_ticks = None
                 record.runs[-1] = run
                 registry.save(record)
             if error is not None:
@@ -491,6 +513,8 @@ def run_job(
             echo(f"job '{job}' stopped at batch {last} ({ran} batches in this run)")
             return RunResult(job, run.run_id, run.status, first_batch, last, ran)
         finally:
+            for end in end_fences:
+                end()
             planned.release()
 
 
@@ -508,11 +532,11 @@ def wait_until_stopped(registry: JobRegistry, job: str, timeout_s: float,
     while True:
         record = registry.get(job)
         if record.effective_status() != "running" and \
-                not holds(registry.home, job, running.host, running.pid):
+                not holds(registry.home, job, running.process()):
             return record
         if time.monotonic() > deadline:
             raise JobRunningError(
-                f"job '{job}' did not stop within {timeout_s:.0f}s (pid {record.pid}); it may be "
-                "inside a long batch: retry, or stop it with Ctrl-C"
+                f"job '{job}' did not stop within {timeout_s:.0f}s ({record.describe_process()});"
+                " it may be inside a long batch: retry, or stop it with Ctrl-C there"
             )
         time.sleep(0.2)

@@ -1,5 +1,5 @@
 """Announcements of collections in a snapshot store on S3 or HDFS: how a delete's collection
-and a create that shares files never break a snapshot, without either waiting on a clock.
+and a create that shares files never break a snapshot, with no clock compared and no wait.
 
 A collection removes files that no published manifest and no live create names. The danger
 is a create that decides to share a file after the collection listed the creates, and a
@@ -7,135 +7,125 @@ delete of that file landing after the create published. Both sides therefore wri
 and read second (the handshake of Dekker's mutual exclusion, on a store whose listings see
 every write that finished before them, as S3 and HDFS's NameNode do):
 
-- a create writes its lease (the files it relies on, its name), *then* reads the
-  announcements;
-- a collection writes its announcement (the files and directories it means to delete), *then*
-  lists the leases again and deletes only what no lease names.
+- a create writes its lease (every name its files may be stored under: their content's, and
+  one of its own for each), *then* reads the announcements;
+- a collection writes its announcement (the exact files it means to delete), *then* lists
+  the leases again and deletes only what no lease names.
 
 Whichever writes second reads the other's write: either the collection sees the create's
-lease and keeps its files, or the create sees the announcement and waits until that
-collection has ended, then looks at what the store holds and stores again what went.
+lease and keeps its files, or the create sees the announcement and relies on no file it
+names: it stores its own copy of such content under a name of its own, which that
+collection never deletes, however long it is paused between a check and a delete.
 
-A collection deletes only while its announcement lasts, measured on its own monotonic clock
-(``SPARKPOINT_LEASE_SECONDS``, as a job's lease): a collector frozen past it (SIGSTOP, a long
-pause) deletes nothing more, so a create waits at most that long, and a margin, for a
-collector that died on another machine. One that dies on this machine frees its
-announcement at once (its pid is gone).
+Nothing here waits or compares clocks. A collection deletes only within
+``SPARKPOINT_LEASE_SECONDS`` of announcing, on its own monotonic clock (a collector frozen
+past it deletes nothing more); its announcement keeps creates off the files it names until it
+ends, or its collector is provably gone (storage/processes.py), or it is older than
+``ANNOUNCEMENT_EXPIRY`` on the store's clock. The one assumption: a delete request is not
+held in flight for that long.
 """
 
 from __future__ import annotations
 
-import itertools
+import datetime as dt
 import json
-import os
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sparkpoint.storage.fileio import FileIO, join
 from sparkpoint.storage.lease import lease_seconds
-from sparkpoint.storage.processes import pid_alive, this_host
+from sparkpoint.storage.processes import ProcessIdentity
 
 COLLECTIONS_DIR = ".collections"
-# Requests still on the wire when a collector's deadline passes, and the clocks of two
-# machines: a create treats an announcement as over only this long after it expired.
-CLOCK_MARGIN_S = 2.0
-# How often a create waiting on a collection looks again (seconds, doubling up to the last).
-POLL_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+# An announcement whose collector cannot be seen from here is honoured this long, on the
+# store's clock (a collector that died on another machine leaves its announcement behind).
+ANNOUNCEMENT_EXPIRY = dt.timedelta(hours=12)
 
 
 @dataclass(frozen=True)
 class Announcement:
-    """A collection in flight: what it may delete, by whom, until when."""
+    """A collection in flight: what it may delete, by whom."""
 
     url: str
-    host: str
-    pid: int
-    expires_at: float  # wall clock, seconds since the epoch
+    collector: ProcessIdentity
     blobs: frozenset[str]
-    names: frozenset[str]
+    # Files of snapshot directories without a manifest (a delete's leftovers, temporary
+    # files of a cut-off publish): exact names, never a manifest.
+    leftovers: frozenset[str]
+    age: float | None  # seconds on the store's clock; None when not told
 
-    def live(self, now: float | None = None) -> bool:
-        """It may still delete: not past its expiry and margin, and, when announced on this
-        machine, by a live process."""
-        if self.expires_at + CLOCK_MARGIN_S <= (time.time() if now is None else now):
-            return False
-        return self.host != this_host() or pid_alive(self.pid)
-
-    def touches(self, blobs: Iterable[str], names: Iterable[str]) -> bool:
-        return not (self.blobs.isdisjoint(blobs) and self.names.isdisjoint(names))
+    def over(self) -> bool:
+        """It can delete nothing more: its collector is provably gone, or it is older than
+        ANNOUNCEMENT_EXPIRY on the store's clock."""
+        return self.collector.gone() or (
+            self.age is not None and self.age > ANNOUNCEMENT_EXPIRY.total_seconds())
 
     def describe(self) -> str:
-        return f"pid {self.pid} on {self.host}"
+        return self.collector.describe()
 
 
-def _parse(url: str, data: bytes) -> Announcement | None:
+def _parse(url: str, data: bytes, age: float | None) -> Announcement | None:
     try:
         raw = json.loads(data)
-        return Announcement(url=url, host=str(raw["host"]), pid=int(raw["pid"]),
-                            expires_at=float(raw["expires_at"]),
+        collector = ProcessIdentity.from_record(raw)
+        if collector is None:
+            return None
+        return Announcement(url=url, collector=collector,
                             blobs=frozenset(map(str, raw["blobs"])),
-                            names=frozenset(map(str, raw["names"])))
-    except (ValueError, KeyError, TypeError):
+                            leftovers=frozenset(map(str, raw.get("leftovers", []))), age=age)
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None  # cut off while written: it announced nothing it could act on
 
 
 def announcements(io: FileIO, root: str) -> list[Announcement]:
     """Every announcement in the store; one gone between listing and reading has ended."""
     directory = join(root, COLLECTIONS_DIR)
+    listing = io.stamped_listing(directory)
     found = []
-    for name in io.list_names(directory):
+    for name in sorted(listing.files):
         url = join(directory, name)
         try:
             data = io.read_bytes(url)
         except FileNotFoundError:
             continue
-        parsed = _parse(url, data)
+        parsed = _parse(url, data, listing.age(name))
         if parsed is not None:
             found.append(parsed)
     return found
+
+
+def announced_blobs(io: FileIO, root: str) -> set[str]:
+    """The files that announced collections may still delete (read after writing the lease
+    that names them: see the module's docs). Announcements that are over are removed on the
+    way."""
+    announced: set[str] = set()
+    for announcement in announcements(io, root):
+        if announcement.over():
+            io.delete(announcement.url)
+        else:
+            announced |= announcement.blobs
+    return announced
 
 
 class Collection:
     """This process's announcement of what it is about to delete."""
 
     def __init__(self, io: FileIO, root: str, blobs: Iterable[str],
-                 names: Iterable[str]) -> None:
+                 leftovers: Iterable[str]) -> None:
         self.io = io
-        length = lease_seconds()
-        self.deadline = time.monotonic() + length
+        self.deadline = time.monotonic() + lease_seconds()
         self.url = join(root, COLLECTIONS_DIR, f"{uuid.uuid4().hex}.json")
-        record = {"host": this_host(), "pid": os.getpid(), "expires_at": time.time() + length,
-                  "blobs": sorted(blobs), "names": sorted(names)}
+        record = {**ProcessIdentity.current().to_record(), "blobs": sorted(blobs),
+                  "leftovers": sorted(leftovers)}
         io.write_bytes(self.url, json.dumps(record).encode("utf-8"))
 
     def may_delete(self) -> bool:
-        """Still within the announcement's length, on this process's own clock."""
+        """Still within its length, on this process's own clock: a collector frozen past it
+        deletes nothing more (its files may be stored again meanwhile under their names:
+        announced_blobs forgets an announcement only once it is over)."""
         return time.monotonic() < self.deadline
 
     def end(self) -> None:
         self.io.delete(self.url)
-
-
-def wait_for_collections(io: FileIO, root: str, blobs: set[str], names: set[str],
-                         say: Callable[[str], None]) -> None:
-    """Wait until no live collection announced any of ``blobs`` or ``names`` (call after
-    writing the lease that names them: see the module's docs). Announcements of dead
-    collectors are removed on the way."""
-    told: set[str] = set()
-    for attempt in itertools.count():
-        pending = []
-        for announced in announcements(io, root):
-            if not announced.live():
-                io.delete(announced.url)
-            elif announced.touches(blobs, names):
-                pending.append(announced)
-        if not pending:
-            return
-        for announced in pending:
-            if announced.url not in told:
-                told.add(announced.url)
-                say(f"waiting for a collection of unreferenced files by "
-                    f"{announced.describe()} to end: it named files this snapshot shares")
-        time.sleep(POLL_S[min(attempt, len(POLL_S) - 1)])

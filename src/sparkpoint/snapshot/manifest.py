@@ -52,6 +52,10 @@ class FileEntry(_Strict):
     # the snapshot's copy (base64, as S3 gives it).
     etag: str | None = None
     sha256: str | None = None
+    # In a store of content-addressed files (snapshot/object_store.py): the name the file is
+    # stored under when it is not its content's (a copy of its own, made while a collection
+    # had announced the content's file); None: the content's name.
+    blob: str | None = None
 
     @model_validator(mode="after")
     def _identified(self) -> FileEntry:

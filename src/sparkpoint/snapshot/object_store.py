@@ -4,6 +4,7 @@ Layout under the store's root URL::
 
     <name>/manifest.json          the commit record: the snapshot exists once this exists
     .files/<xx>/<xxh3>-<bytes>    every file of every snapshot, stored once per content
+                                  (``.<id>`` added: a create's own copy, collection.py)
     .leases/<name>.<id>.json      a create in flight: the files it relies on
     .collections/<id>.json        a collection in flight: the files it means to delete
 
@@ -13,13 +14,17 @@ name (from two homes) exactly one wins, and a create cut off anywhere before tha
 nothing listed. A delete removes the manifest first (the snapshot is gone from the listing
 at once), then every file no remaining manifest or live lease refers to; the next create or
 delete collects what a cut-off one left. Creates and collections meet by a handshake of
-leases and announcements (snapshot/collection.py), so neither waits on a clock.
+leases and announcements (snapshot/collection.py): neither waits, no clock is compared.
 """
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
+import hashlib
 import json
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -33,7 +38,7 @@ from sparkpoint.errors import (
     StateRetentionError,
     UnknownSnapshotError,
 )
-from sparkpoint.snapshot.collection import Collection, wait_for_collections
+from sparkpoint.snapshot.collection import Collection, announced_blobs
 from sparkpoint.snapshot.export import (
     COPY_REQUEST_LIMIT,
     InStoreCopies,
@@ -54,19 +59,27 @@ from sparkpoint.storage.fileio import FileIO, join, progress_bars
 from sparkpoint.storage.home import Home, name_problem, validate_name
 from sparkpoint.storage.local import write_atomic
 from sparkpoint.storage.location import Location, StorePath
-from sparkpoint.storage.processes import OTHER_HOST_EXPIRY, holder_record, live_holder
+from sparkpoint.storage.processes import ProcessIdentity
 
 FILES_DIR = ".files"
 LEASES_DIR = ".leases"
-# A lease older than this is a create that died on another machine (on this machine a dead
-# pid says so at once); its files are collected like any other unreferenced file.
-LEASE_EXPIRY = OTHER_HOST_EXPIRY
+# A create's registration older than this on the store's clock is a create that died on
+# another machine (on this machine a gone process says so at once); its files are collected
+# like any other unreferenced file. The create itself publishes nothing once this long,
+# less the margin, has passed on its own clock since it registered.
+LEASE_EXPIRY = dt.timedelta(hours=12)
+LEASE_MARGIN_S = 3600.0
 _FETCHED_MARK = ".complete"
 
 
 def blob_name(entry: FileEntry) -> str:
-    """Where a file's content is stored: by its xxh3-128 when it passed through sparkpoint,
-    by its source's ETag when the store copied it (``etag/``: never one of the other)."""
+    """Where a file is stored: the name its manifest entry gives, else its content's."""
+    return entry.blob if entry.blob is not None else _content_blob(entry)
+
+
+def _content_blob(entry: FileEntry) -> str:
+    """A file's content's name: its xxh3-128 when it passed through sparkpoint, its
+    source's ETag when the store copied it (``etag/``: never one of the other)."""
     if entry.xxh3_128 is not None:
         return f"{entry.xxh3_128[:2]}/{entry.xxh3_128}-{entry.bytes}"
     return f"etag/{entry.etag}-{entry.bytes}"
@@ -207,26 +220,34 @@ class ObjectSnapshotStore(SnapshotStore):
         say = progress or (lambda _msg: None)
         staging = self.home.scratch_dir / "export" / f"{os.getpid()}.{name}.{uuid.uuid4().hex[:8]}"
         staging.mkdir(parents=True)
-        lease = join(self.location, LEASES_DIR, f"{name}.{uuid.uuid4().hex}.json")
+        own = uuid.uuid4().hex[:12]  # names this create's own copies of announced content
+        lease = join(self.location, LEASES_DIR, f"{name}.{own}.json")
         # State files of a checkpoint in this same store are copied by the store itself.
         in_store = InStoreCopies(self.io) if self.io.capabilities.server_side_copy else None
         try:
             manifest = export_checkpoint(checkpoint, staging, name, info, progress, batch,
                                          in_store)
+            if in_store is not None:
+                # A start copies state files inside the store and checks each copy by the
+                # SHA-256 the store computes of it: the files passing through here get theirs.
+                manifest = manifest.model_copy(update={"files": [
+                    _with_sha256(entry, staging) for entry in manifest.files]})
             sources = {f"{CHECKPOINT_SUBDIR}/{rel}": found.url
                        for rel, found in (in_store.files.items() if in_store else ())}
-            # Registered before deciding what to share: a collection that announces itself
-            # from now on keeps every file this create names, and one that announced any of
-            # them before is waited out (snapshot/collection.py); what the store holds after
-            # that stays until the manifest or the lease lets it go.
-            self.io.write_bytes(lease, _lease_record(name, manifest.files))
+            # Registered before deciding what to share, with every name a file may be
+            # stored under (snapshot/collection.py); counted from before it is written.
+            registered = time.monotonic()
+            self.io.write_bytes(lease, _lease_record(name, manifest.files, own))
             crash_point("remote_snapshot.lease_written")
-            wait_for_collections(self.io, self.location,
-                                 {blob_name(entry) for entry in manifest.files}, {name}, say)
+            announced = announced_blobs(self.io, self.location)
             held = self.collect_garbage()
+            files = [_own_copy(entry, own) if blob_name(entry) in announced else entry
+                     for entry in manifest.files]
+            if any(entry.blob is not None for entry in files):
+                say("a collection of unreferenced files had named files this snapshot "
+                    "shares: storing copies of its own of them")
             # Identical files (same content) are stored once, also within one snapshot.
-            new = {blob: entry for entry in manifest.files
-                   if (blob := blob_name(entry)) not in held}
+            new = {blob: entry for entry in files if (blob := blob_name(entry)) not in held}
             uploads = [(staging / entry.path, self._blob_url(entry)) for entry in new.values()
                        if entry.path not in sources]
             copies = [(sources[entry.path], self._blob_url(entry)) for entry in new.values()
@@ -242,8 +263,14 @@ class ObjectSnapshotStore(SnapshotStore):
             crash_point("remote_snapshot.files_uploaded")
             manifest = manifest.model_copy(update={
                 "added_bytes": added,
-                "files": [self._with_store_checksum(entry, copied) for entry in manifest.files],
+                "files": [self._with_store_checksum(entry, copied) for entry in files],
             })
+            if time.monotonic() > registered + LEASE_EXPIRY.total_seconds() - LEASE_MARGIN_S:
+                # Collections may treat the lease as a dead create's from now on.
+                raise StateRetentionError(
+                    f"snapshot '{name}': creating it took longer than its registration in "
+                    f"{self.location} lasts ({LEASE_EXPIRY}); nothing was published: create "
+                    "it again")
             if not self.io.create_exclusive(self._manifest_url(name),
                                             manifest.to_json().encode("utf-8")):
                 raise NameTakenError(
@@ -292,18 +319,19 @@ class ObjectSnapshotStore(SnapshotStore):
 
     def collect_garbage(self) -> set[str]:
         """Remove files that no published snapshot and no live create refers to, leases of
-        creates that died, and directories a delete left; return the files that remain
-        (blob names).
+        creates that are over, and the files of snapshot directories without a manifest
+        (a delete's leftovers); return the files that remain (blob names).
 
         Safe against creates and deletes running meanwhile, anywhere:
         - Leases are listed before manifests, and a create writes its manifest before it
           removes its lease: a create is seen by one listing or the other.
         - What it would delete is announced first, then the leases are listed again, and
-          only what no lease names is deleted, while the announcement lasts: a create whose
-          lease came too late for that listing finds the announcement and waits for it to
-          end (snapshot/collection.py).
-        - A directory without a manifest is removed only when no live lease names it (on
-          HDFS a manifest being published is a temp file in it until renamed).
+          only what no lease names is deleted: a create whose lease came too late for that
+          listing finds the announcement and stores no file of its own under a name the
+          announcement holds (snapshot/collection.py).
+        - In a directory without a manifest only the files listed are removed, never a
+          manifest, and the directory itself only when empty: a snapshot published there
+          meanwhile stays whole.
         """
         blobs = self.io.walk_sizes(join(self.location, FILES_DIR))
         published, _ = self._listed()
@@ -313,7 +341,7 @@ class ObjectSnapshotStore(SnapshotStore):
         # Published after the first listing, by a create whose lease was gone by the second.
         published, leftovers = self._listed_since(published, referenced)
         garbage = {blob for blob in blobs if not _kept(blob, referenced | live)}
-        doomed = {name for name in leftovers if name not in creating}
+        doomed = self._leftover_files([name for name in leftovers if name not in creating])
         if not garbage and not doomed:
             return set(blobs)
         collection = Collection(self.io, self.location, garbage, doomed)
@@ -328,32 +356,48 @@ class ObjectSnapshotStore(SnapshotStore):
                 if _kept(blob, kept):
                     continue
                 if not collection.may_delete():
-                    break  # past its length: a create may no longer wait for it
+                    break  # past its length: a collector frozen that long stops here
+                crash_point("remote_snapshot.collection_deleting")
                 self.io.delete(join(self.location, FILES_DIR, blob))
                 deleted.add(blob)
-            for name in sorted(doomed & set(leftovers) - creating):
-                if not collection.may_delete():
-                    break
-                self.io.delete_tree(join(self.location, name))
+            still_left = set(leftovers) - creating
+            for url in sorted(doomed):
+                if _snapshot_of(self.location, url) in still_left and collection.may_delete():
+                    self.io.delete(url)
+            for name in sorted(still_left):
+                self.io.remove_empty_dir(join(self.location, name))
         finally:
             collection.end()
         return set(blobs) - deleted
 
+    def _leftover_files(self, names: list[str]) -> set[str]:
+        """The files in directories of snapshots without a manifest (never a manifest)."""
+        found: set[str] = set()
+        for name in names:
+            directory = join(self.location, name)
+            found |= {join(directory, rel) for rel in self.io.walk_sizes(directory)
+                      if rel != MANIFEST_FILE}
+        return found
+
     def _creates(self) -> tuple[set[str], set[str]]:
-        """The files and snapshot names of creates in flight; leases of dead ones removed."""
+        """The files and snapshot names of creates in flight; leases of creates that are
+        over (their process provably gone, or older than LEASE_EXPIRY on the store's clock)
+        removed."""
         live: set[str] = set()
         creating: set[str] = set()
-        for lease_name in self.io.list_names(join(self.location, LEASES_DIR)):
-            url = join(self.location, LEASES_DIR, lease_name)
+        directory = join(self.location, LEASES_DIR)
+        listing = self.io.stamped_listing(directory)
+        for lease_name in sorted(listing.files):
+            url = join(directory, lease_name)
             try:
                 record = json.loads(self.io.read_bytes(url))
             except (FileNotFoundError, ValueError):
                 continue
-            if _lease_alive(record):
+            if _lease_over(record, listing.age(lease_name)):
+                self.io.delete(url)
+            else:
                 live.update(record.get("blobs", []))
                 creating.add(str(record.get("name") or lease_name.split(".", 1)[0]))
-            else:
-                self.io.delete(url)
         return live, creating
 
     def _listed_since(self, published: list[str],
@@ -389,8 +433,11 @@ def is_state_data(path: str) -> bool:
 
 
 def _left(entry: FileEntry) -> bool:
-    """A file a start leaves in the store, to be copied there (one copy request each)."""
-    return is_state_data(entry.path) and entry.bytes <= COPY_REQUEST_LIMIT
+    """A file a start leaves in the store, to be copied there (one copy request each), each
+    copy checked against the SHA-256 the manifest records. A file without one (a snapshot of
+    an older version) is fetched and checked by its xxh3 instead."""
+    return is_state_data(entry.path) and entry.bytes <= COPY_REQUEST_LIMIT \
+        and entry.sha256 is not None
 
 
 def _kept(blob: str, kept: set[str]) -> bool:
@@ -409,14 +456,46 @@ def _uploading(blob: str) -> str | None:
     return f"{parent}/{stem}" if parent else stem
 
 
-def _lease_record(name: str, files: Iterable[FileEntry]) -> bytes:
-    record = {**holder_record(), "name": name,
-              "blobs": sorted({blob_name(entry) for entry in files})}
+def _lease_record(name: str, files: Iterable[FileEntry], own: str) -> bytes:
+    """A create's registration: its process, its snapshot's name, and every name its files
+    may be stored under (their content's, and its own copy's)."""
+    names = {blob_name(entry) for entry in files}
+    names |= {blob_name(_own_copy(entry, own)) for entry in files}
+    record = {**ProcessIdentity.current().to_record(), "name": name, "blobs": sorted(names)}
     return json.dumps(record).encode("utf-8")
 
 
-def _lease_alive(record: dict[str, Any]) -> bool:
-    return live_holder(record, LEASE_EXPIRY) is not None
+def _lease_over(record: dict[str, Any], age: float | None) -> bool:
+    """A create's registration that protects nothing any more: its process is provably
+    gone, or it is older than LEASE_EXPIRY on the store's clock (it publishes nothing after
+    that: ObjectSnapshotStore.create)."""
+    holder = ProcessIdentity.from_record(record)
+    if holder is not None and holder.gone():
+        return True
+    return age is not None and age > LEASE_EXPIRY.total_seconds()
+
+
+def _own_copy(entry: FileEntry, own: str) -> FileEntry:
+    """The entry stored under a name of this create's own (see snapshot/collection.py)."""
+    return entry.model_copy(update={"blob": f"{_content_blob(entry)}.{own}"})
+
+
+def _with_sha256(entry: FileEntry, staging: Path) -> FileEntry:
+    """A state file a start may copy inside the store, with its SHA-256 (base64), taken of
+    the bytes exported here; other entries as they are."""
+    if entry.sha256 is not None or entry.xxh3_128 is None or not is_state_data(entry.path) \
+            or entry.bytes > COPY_REQUEST_LIMIT:
+        return entry
+    digest = hashlib.sha256()
+    with open(staging / entry.path, "rb") as reader:
+        while chunk := reader.read(1 << 20):
+            digest.update(chunk)
+    return entry.model_copy(update={"sha256": base64.b64encode(digest.digest()).decode()})
+
+
+def _snapshot_of(root: str, url: str) -> str:
+    """The snapshot directory a file of the store is in."""
+    return url[len(root.rstrip("/")) + 1:].split("/", 1)[0]
 
 
 def _check_fetched(path: Path, entry: FileEntry, url: str) -> None:

@@ -56,7 +56,8 @@ def stop_for_snapshot(registry: JobRegistry, job: str, record: JobRecord,
                       echo: Echo) -> JobRecord:
     """``--cancel``: ask a running job to stop after its last committed batch and wait."""
     if record.effective_status() == "running":
-        echo(f"asking job '{job}' (pid {record.pid}) to stop after its last committed batch")
+        echo(f"asking job '{job}' ({record.describe_process()}) to stop after its last committed "
+             "batch")
         registry.request_stop(job)
         record = wait_until_stopped(registry, job, CANCEL_TIMEOUT_S, record)
         echo(f"job '{job}' is {record.effective_status()}")

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from sparkpoint.checkpoint.sink_log import output_location
 from sparkpoint.errors import UsageError
 from sparkpoint.storage.fileio import file_io
+from sparkpoint.storage.paths import check_location
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.readwriter import DataStreamWriter
@@ -47,7 +48,8 @@ def file_sink_path(writer: DataStreamWriter) -> str | None:
     path = options.get("path") if options is not None else None
     if path is None or not path.isDefined():
         return None
-    location = output_location(str(path.get()))
+    # Read here where Spark writes it, or refused before anything is written.
+    location = output_location(check_location(str(path.get()), "output"))
     try:
         file_io(location)
     except UsageError:

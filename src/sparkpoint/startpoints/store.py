@@ -9,6 +9,13 @@ while another machine applies startpoints is never removed unapplied; it stays p
 the next start. The pending startpoints of a source are the files folded in set order: a
 whole-source startpoint replaces those before it, a partition one that partition's.
 
+The order is the store's, never a clock's: a set's id is the next number after every id the
+source's directory holds, taken by a conditional create (of two machines setting at once,
+one gets the number and the other the next). A set made after another one finished always
+folds after it, whatever the machines' clocks say. An applied (or cleared) set leaves a
+``<id>.done`` marker, written before its file is removed: the set is consumed from the
+moment its marker exists, and the newest marker stays, so numbers are never taken twice.
+
 A home written by an earlier version may hold ``<source>.json`` (a list); it is read as the
 oldest set and removed with the first start that applies it.
 """
@@ -16,20 +23,28 @@ oldest set and removed with the first start that applies it.
 from __future__ import annotations
 
 import json
-import time
-import uuid
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 from pydantic import ValidationError as PydanticValidationError
 
-from sparkpoint.errors import CorruptRecordError
+from sparkpoint.errors import CorruptRecordError, PreconditionError
 from sparkpoint.storage.fileio import FileIO, file_io, join
 from sparkpoint.storage.home import Home, name_problem, validate_name
 
 PositionKind = Literal["earliest", "latest", "timestamp", "offset"]
 WHOLE_SOURCE = "*"
 LEGACY_ID = "legacy"
+DONE_SUFFIX = ".done"
+# Conditional creates a set tries before it gives up (each loses only to another set).
+SET_ATTEMPTS = 20
+
+
+def _number(set_id: str) -> int:
+    """A set's place in the order: its id's number (an earlier version's ids began with the
+    setting machine's clock in nanoseconds, always below the numbers taken after them)."""
+    head = set_id.split("-", 1)[0]
+    return int(head) if head.isdigit() else -1
 
 
 class Startpoint(BaseModel):
@@ -84,10 +99,18 @@ class StartpointStore:
                 f"with 'sparkpoint startpoint clear JOB {source}' and set them again")
         return entries
 
-    def _ids(self, job: str, source: str) -> list[str]:
+    def _listed(self, job: str, source: str) -> tuple[list[str], list[str]]:
+        """(pending set ids in set order, ids of consumed sets whose marker remains)."""
         names = self.io.list_names(self._source_url(job, source))
-        return sorted(name[:-len(".json")] for name in names
-                      if name.endswith(".json") and not name.startswith("."))
+        done = {name[:-len(DONE_SUFFIX)] for name in names
+                if name.endswith(DONE_SUFFIX) and not name.startswith(".")}
+        pending = {name[:-len(".json")] for name in names
+                   if name.endswith(".json") and not name.startswith(".")} - done
+        order = lambda set_id: (_number(set_id), set_id)  # noqa: E731
+        return sorted(pending, key=order), sorted(done, key=order)
+
+    def _ids(self, job: str, source: str) -> list[str]:
+        return self._listed(job, source)[0]
 
     def pending(self, job: str, source: str) -> tuple[list[Startpoint], list[str]]:
         """The source's pending startpoints, and the ids of the sets they fold (what a start
@@ -115,15 +138,23 @@ class StartpointStore:
         return self.pending(job, source)[0]
 
     def set(self, job: str, startpoint: Startpoint) -> Startpoint:
-        """Store ``startpoint`` as a set of its own; a whole-source one replaces the
-        source's others at the next start, a partition one that partition's. Returns it
-        with its set id (what the job record's ``startpoints_applied`` names once applied)."""
-        set_id = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
-        entry = startpoint.model_copy(update={"set_id": set_id})
-        data = json.dumps(entry.model_dump(mode="json"), indent=2) + "\n"
-        self.io.write_bytes(join(self._source_url(job, startpoint.source), f"{set_id}.json"),
-                            data.encode())
-        return entry
+        """Store ``startpoint`` as a set of its own, after every set the store holds; a
+        whole-source one replaces the source's others at the next start, a partition one
+        that partition's. Returns it with its set id (what the job record's
+        ``startpoints_applied`` names once applied)."""
+        directory = self._source_url(job, startpoint.source)
+        for _attempt in range(SET_ATTEMPTS):
+            pending, done = self._listed(job, startpoint.source)
+            taken = [_number(set_id) for set_id in pending + done]
+            set_id = f"{max(taken, default=0) + 1:020d}"
+            entry = startpoint.model_copy(update={"set_id": set_id})
+            data = json.dumps(entry.model_dump(mode="json"), indent=2) + "\n"
+            if self.io.create_exclusive(join(directory, f"{set_id}.json"), data.encode()):
+                return entry
+        raise PreconditionError(
+            f"job '{job}': startpoints of source '{startpoint.source}' are being set by other "
+            f"processes faster than this one could take a place after them ({SET_ATTEMPTS} "
+            "tries); set it again")
 
     def sources(self, job: str) -> list[str]:
         found = set()
@@ -146,12 +177,18 @@ class StartpointStore:
         return pending, consumed
 
     def remove_applied(self, job: str, source: str, set_ids: list[str]) -> None:
-        """Remove the sets a start applied (and only those)."""
+        """Remove the sets a start applied (and only those): each one's marker first (it
+        is consumed from then on), then its file; then the markers older than the newest."""
+        directory = self._source_url(job, source)
         for set_id in set_ids:
             if set_id == LEGACY_ID:
                 self.io.delete(self._legacy_url(job, source))
-            else:
-                self.io.delete(join(self._source_url(job, source), f"{set_id}.json"))
+                continue
+            self.io.create_exclusive(join(directory, f"{set_id}{DONE_SUFFIX}"), b"")
+            self.io.delete(join(directory, f"{set_id}.json"))
+        _pending, done = self._listed(job, source)
+        for set_id in done[:-1]:
+            self.io.delete(join(directory, f"{set_id}{DONE_SUFFIX}"))
 
     def clear_if_unchanged(self, job: str, source: str, applied: list[Startpoint]) -> None:
         """For an intent recorded by an earlier version (no set ids): clear what was

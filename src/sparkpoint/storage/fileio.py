@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import email.utils
 import os
+import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +29,7 @@ from fsspec.callbacks import Callback, NoOpCallback, TqdmCallback
 
 from sparkpoint import progress
 from sparkpoint.errors import UsageError
+from sparkpoint.storage.fencing import check_write, fence_for
 from sparkpoint.storage.local import write_atomic, write_new
 
 # Files moved at once by put_files/get_files; S3 and WebHDFS are latency-bound per request,
@@ -97,17 +101,106 @@ class FileIO:
     def read_bytes(self, location: str) -> bytes:
         return bytes(self.fs.cat_file(self.path(location)))
 
+    # --- changes: each public call is fenced (storage/fencing.py), then the store's own ----
+
     def write_bytes(self, location: str, data: bytes) -> None:
         """Replace the whole file; a reader sees the old or the new content, never a part."""
-        self.fs.pipe_file(self.path(location), data)
+        check_write(location)
+        self._write_bytes(location, data)
 
     def create_exclusive(self, location: str, data: bytes) -> bool:
         """Create the file with ``data`` unless it exists; False when it already existed.
         Atomic where ``capabilities.conditional_create`` says so."""
+        check_write(location)
+        return self._create_exclusive(location, data)
+
+    def move(self, source: str, target: str) -> bool:
+        """Move one file to another location of this store (its parent made as needed);
+        False when ``source`` does not exist (moved already, when a cut-off move is done
+        again). An existing target is replaced."""
+        check_write(source, target)
+        return self._move(source, target)
+
+    def copy_within(self, pairs: Sequence[tuple[str, str]]) -> list[str]:
+        """Copy files to other locations of this store without their bytes passing through
+        this process; return the SHA-256 the store computed of each copy (base64). Only
+        where ``capabilities.server_side_copy`` says so."""
+        check_write(*(target for _, target in pairs))
+        return self._copy_within(pairs)
+
+    def delete(self, location: str) -> None:
+        """Remove one file; nothing when it does not exist."""
+        check_write(location)
+        self._delete(location)
+
+    def delete_tree(self, location: str) -> None:
+        check_write(location)
+        self._delete_tree(location)
+
+    def remove_empty_dir(self, location: str) -> None:
+        """Remove a directory only when it is empty (nothing where directories are only
+        key prefixes, as on S3): a file written into it meanwhile stays, with it."""
+        check_write(location)
+        self._remove_empty_dir(location)
+
+    def put_files(self, pairs: Sequence[tuple[Path, str]], show_progress: bool = False,
+                  description: str = "upload") -> None:
+        """Upload local files to locations of this store, several at once (each upload
+        fenced: a lease lost midway stops the rest)."""
+        if not pairs:
+            return
+        fence = fence_for([location for _, location in pairs])
+        fence()
+        self._put_files(pairs, show_progress, description, fence)
+
+    # --- the store's own implementations ----------------------------------------------------
+
+    def _write_bytes(self, location: str, data: bytes) -> None:
+        self.fs.pipe_file(self.path(location), data)
+
+    def _create_exclusive(self, location: str, data: bytes) -> bool:
         if self.exists(location):
             return False
-        self.write_bytes(location, data)
+        self._write_bytes(location, data)
         return True
+
+    def _move(self, source: str, target: str) -> bool:
+        if not self.is_file(source):
+            return False
+        self.makedirs(target.rstrip("/").rsplit("/", 1)[0])
+        self.fs.mv(self.path(source), self.path(target))
+        return True
+
+    def _copy_within(self, pairs: Sequence[tuple[str, str]]) -> list[str]:
+        if not pairs:
+            return []
+        raise NotImplementedError(f"{type(self).__name__} copies no file inside its store")
+
+    def _delete(self, location: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(self.path(location))
+
+    def _delete_tree(self, location: str) -> None:
+        if self.exists(location):
+            self.fs.rm(self.path(location), recursive=True)
+
+    def _remove_empty_dir(self, location: str) -> None:
+        pass  # a key prefix: gone with its last file
+
+    def _put_files(self, pairs: Sequence[tuple[Path, str]], show_progress: bool,
+                   description: str, fence: Callable[[], None]) -> None:
+        callback = progress_callback(show_progress, len(pairs), description)
+        # In rounds, the fence asked before each: an upload of thousands of files stops
+        # soon after a lease is lost, not at its end.
+        step = TRANSFER_CONCURRENCY * 8
+        for start in range(0, len(pairs), step):
+            if start:
+                fence()
+            chunk = pairs[start:start + step]
+            self.fs.put([str(local) for local, _ in chunk], [self.path(loc) for _, loc in chunk],
+                        callback=callback, batch_size=TRANSFER_CONCURRENCY)
+
+    # --- reading ---------------------------------------------------------------------------
 
     def exists(self, location: str) -> bool:
         return bool(self.fs.exists(self.path(location)))
@@ -172,45 +265,22 @@ class FileIO:
                                           str(etag).strip('"') if etag else None)
         return objects
 
-    def move(self, source: str, target: str) -> bool:
-        """Move one file to another location of this store (its parent made as needed);
-        False when ``source`` does not exist (moved already, when a cut-off move is done
-        again). An existing target is replaced."""
-        if not self.is_file(source):
-            return False
-        self.makedirs(target.rstrip("/").rsplit("/", 1)[0])
-        self.fs.mv(self.path(source), self.path(target))
-        return True
+    def stamped_listing(self, location: str) -> StampedListing:
+        """The files directly under a directory, each with the store's own modification
+        time, and the store's clock at the listing: ages on one clock (the store's), never
+        comparing two machines' clocks. Empty when the directory does not exist."""
+        files = {rel: found for rel, found in self.walk_objects(location).items()
+                 if "/" not in rel}
+        return StampedListing(files, self.clock_of(location) if files else None)
 
-    def copy_within(self, pairs: Sequence[tuple[str, str]]) -> list[str]:
-        """Copy files to other locations of this store without their bytes passing through
-        this process; return the SHA-256 the store computed of each copy (base64). Only
-        where ``capabilities.server_side_copy`` says so."""
-        if not pairs:
-            return []
-        raise NotImplementedError(f"{type(self).__name__} copies no file inside its store")
+    def clock_of(self, location: str) -> float:
+        """The clock of the store holding ``location``, now (seconds since the epoch). A
+        local store's clock is this machine's."""
+        return time.time()
 
     def stored_sha256(self, location: str) -> str | None:
         """The SHA-256 the store keeps of a file (base64), None when it keeps none."""
         return None
-
-    def delete(self, location: str) -> None:
-        """Remove one file; nothing when it does not exist."""
-        with contextlib.suppress(FileNotFoundError):
-            self.fs.rm_file(self.path(location))
-
-    def delete_tree(self, location: str) -> None:
-        if self.exists(location):
-            self.fs.rm(self.path(location), recursive=True)
-
-    def put_files(self, pairs: Sequence[tuple[Path, str]], show_progress: bool = False,
-                  description: str = "upload") -> None:
-        """Upload local files to locations of this store, several at once."""
-        if not pairs:
-            return
-        callback = progress_callback(show_progress, len(pairs), description)
-        self.fs.put([str(local) for local, _ in pairs], [self.path(loc) for _, loc in pairs],
-                    callback=callback, batch_size=TRANSFER_CONCURRENCY)
 
     def get_files(self, pairs: Sequence[tuple[str, Path]], show_progress: bool = False,
                   description: str = "download") -> None:
@@ -222,6 +292,23 @@ class FileIO:
         callback = progress_callback(show_progress, len(pairs), description)
         self.fs.get([self.path(loc) for loc, _ in pairs], [str(local) for _, local in pairs],
                     callback=callback, batch_size=TRANSFER_CONCURRENCY)
+
+
+@dataclass(frozen=True)
+class StampedListing:
+    """A directory's files as one listing gave them, and the store's clock at that moment
+    (None when the directory holds no file: no age is asked of it)."""
+
+    files: dict[str, StoredFile]
+    now: float | None
+
+    def age(self, name: str) -> float | None:
+        """Seconds since the file was written, on the store's clock (truncated to what the
+        store records: S3 and its Date header to the second)."""
+        found = self.files.get(name)
+        if found is None or found.modified is None or self.now is None:
+            return None
+        return self.now - found.modified
 
 
 @dataclass(frozen=True)
@@ -247,6 +334,17 @@ def _modified(info: dict[str, Any]) -> float | None:
         return int(info["modificationTime"]) / 1000
     mtime = info.get("mtime")
     return float(mtime) if isinstance(mtime, int | float) else None
+
+
+def _date_header(answer: dict[str, Any]) -> float | None:
+    """The HTTP Date of an S3 answer (the server's clock, to the second), if it sent one."""
+    text = answer.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+    if not text:
+        return None
+    try:
+        return email.utils.parsedate_to_datetime(str(text)).timestamp()
+    except (TypeError, ValueError):
+        return None
 
 
 def _stored_time(value: Any) -> dt.datetime:
@@ -277,17 +375,21 @@ class LocalFileIO(FileIO):
     def path(self, location: str) -> str:
         return _local_path(location)
 
-    def write_bytes(self, location: str, data: bytes) -> None:
+    def _write_bytes(self, location: str, data: bytes) -> None:
         write_atomic(Path(self.path(location)), data)
 
-    def create_exclusive(self, location: str, data: bytes) -> bool:
+    def _remove_empty_dir(self, location: str) -> None:
+        with contextlib.suppress(OSError):  # absent, or not empty
+            os.rmdir(self.path(location))
+
+    def _create_exclusive(self, location: str, data: bytes) -> bool:
         return write_new(Path(self.path(location)), data)
 
-    def put_files(self, pairs: Sequence[tuple[Path, str]], show_progress: bool = False,
-                  description: str = "upload") -> None:
+    def _put_files(self, pairs: Sequence[tuple[Path, str]], show_progress: bool,
+                   description: str, fence: Callable[[], None]) -> None:
         for _, location in pairs:
             Path(self.path(location)).parent.mkdir(parents=True, exist_ok=True)
-        super().put_files(pairs, show_progress, description)
+        super()._put_files(pairs, show_progress, description, fence)
 
 
 class S3FileIO(FileIO):
@@ -355,7 +457,7 @@ class S3FileIO(FileIO):
 
         return bytes(sync(self.fs.loop, get))
 
-    def copy_within(self, pairs: Sequence[tuple[str, str]]) -> list[str]:
+    def _copy_within(self, pairs: Sequence[tuple[str, str]]) -> list[str]:
         # CopyObject, TRANSFER_CONCURRENCY at once on s3fs's event loop. S3 computes the
         # copy's SHA-256 from the bytes it copies and returns it (x-amz-checksum-algorithm).
         # One CopyObject takes objects up to 5 GiB, far above any state file Spark writes.
@@ -379,15 +481,74 @@ class S3FileIO(FileIO):
 
         return sync(self.fs.loop, copy_all) if pairs else []
 
-    def move(self, source: str, target: str) -> bool:
+    def _move(self, source: str, target: str) -> bool:
         # S3 has no rename: a copy inside the store, then the source deleted. Cut off
         # between the two, both exist with the same bytes, and moving again completes it.
         try:
-            self.copy_within([(source, target)])
+            self._copy_within([(source, target)])
         except FileNotFoundError:
             return False
-        self.delete(source)
+        self._delete(source)
         return True
+
+    def stamped_listing(self, location: str) -> StampedListing:
+        # One LIST per thousand keys: each entry's LastModified and the answer's Date header
+        # are both S3's clock.
+        bucket, key, _ = self.fs.split_path(self.path(location))
+        prefix = f"{key.rstrip('/')}/" if key else ""
+
+        async def listing() -> StampedListing:
+            files: dict[str, StoredFile] = {}
+            now: float | None = None
+            token: str | None = None
+            while True:
+                ask: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/"}
+                if token:
+                    ask["ContinuationToken"] = token
+                answer = await self.fs._call_s3("list_objects_v2", **ask)
+                now = now if now is not None else _date_header(answer)
+                for item in answer.get("Contents", []):
+                    name = str(item["Key"])[len(prefix):]
+                    if name and "/" not in name:
+                        etag = item.get("ETag")
+                        files[name] = StoredFile(join(location, name), int(item["Size"]),
+                                                 _modified(item),
+                                                 str(etag).strip('"') if etag else None)
+                if not answer.get("IsTruncated"):
+                    break
+                token = answer.get("NextContinuationToken")
+            if files and now is None:
+                now = await self._probe_now(bucket, prefix)
+            return StampedListing(files, now if files else None)
+
+        from fsspec.asyn import sync
+
+        result: StampedListing = sync(self.fs.loop, listing)
+        return result
+
+    def clock_of(self, location: str) -> float:
+        """The store's clock now, from the Date of one request about ``location``'s bucket."""
+        bucket, key, _ = self.fs.split_path(self.path(location))
+
+        async def ask() -> float:
+            answer = await self.fs._call_s3("head_bucket", Bucket=bucket)
+            now = _date_header(answer)
+            return now if now is not None else await self._probe_now(bucket, key)
+
+        from fsspec.asyn import sync
+
+        result: float = sync(self.fs.loop, ask)
+        return result
+
+    async def _probe_now(self, bucket: str, prefix: str) -> float:
+        """The store's clock from an object written now, for a server that sends no Date."""
+        probe = f"{prefix}.clock-{uuid.uuid4().hex}"
+        await self.fs._call_s3("put_object", Bucket=bucket, Key=probe, Body=b"")
+        try:
+            head = await self.fs._call_s3("head_object", Bucket=bucket, Key=probe)
+            return _stored_time(head["LastModified"]).timestamp()
+        finally:
+            await self.fs._call_s3("delete_object", Bucket=bucket, Key=probe)
 
     def stored_sha256(self, location: str) -> str | None:
         bucket, key, _ = self.fs.split_path(self.path(location))
@@ -396,7 +557,7 @@ class S3FileIO(FileIO):
         return str(value) if value and head.get("ChecksumType", "FULL_OBJECT") == "FULL_OBJECT" \
             else None
 
-    def create_exclusive(self, location: str, data: bytes) -> bool:
+    def _create_exclusive(self, location: str, data: bytes) -> bool:
         # S3's conditional put (If-None-Match: *): the second of two creators gets 412.
         try:
             self.fs.pipe_file(self.path(location), data, mode="create")

@@ -14,6 +14,7 @@ from sparkpoint.storage.file_cache import scratch_base
 from sparkpoint.storage.fileio import file_io, is_local, join, spark_url
 from sparkpoint.storage.local import to_path
 from sparkpoint.storage.location import Location, StorePath
+from sparkpoint.storage.paths import check_location
 
 DEFAULT_HOME = ".sparkpoint"
 HOME_ENV = "SPARKPOINT_HOME"
@@ -83,8 +84,10 @@ class Home:
 
     @classmethod
     def resolve(cls, home: str | None, snapshots: str | None = None) -> Home:
-        chosen = home or os.environ.get(HOME_ENV) or DEFAULT_HOME
+        chosen = check_location(home or os.environ.get(HOME_ENV) or DEFAULT_HOME, "home")
         snapshots = snapshots or os.environ.get(SNAPSHOTS_ENV) or None
+        if snapshots is not None:
+            check_location(snapshots, "snapshot store")
         if is_local(chosen):
             return cls(to_path(chosen), snapshots)
         file_io(chosen)  # an unknown scheme fails here, naming the schemes that work

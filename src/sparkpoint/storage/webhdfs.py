@@ -11,6 +11,7 @@ finds it: ``$SPARKPOINT_WEBHDFS_URL`` when set, else ``dfs.namenode.http-address
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import getpass
 import os
 import time
@@ -33,6 +34,9 @@ from sparkpoint.storage.fileio import (
     TRANSFER_CONCURRENCY,
     Capabilities,
     FileIO,
+    StampedListing,
+    StoredFile,
+    join,
     progress_callback,
 )
 
@@ -272,11 +276,11 @@ class WebHdfsFileIO(FileIO):
     def read_bytes(self, location: str) -> bytes:
         return self._request("GET", "OPEN", self.path(location)).content
 
-    def write_bytes(self, location: str, data: bytes) -> None:
+    def _write_bytes(self, location: str, data: bytes) -> None:
         self._publish(location, lambda tmp: self._upload(tmp, data, overwrite=False),
                       overwrite=True)
 
-    def create_exclusive(self, location: str, data: bytes) -> bool:
+    def _create_exclusive(self, location: str, data: bytes) -> bool:
         try:
             self._publish(location, lambda tmp: self._upload(tmp, data, overwrite=False),
                           overwrite=False)
@@ -284,13 +288,51 @@ class WebHdfsFileIO(FileIO):
             return False
         return True
 
-    def move(self, source: str, target: str) -> bool:
+    def _remove_empty_dir(self, location: str) -> None:
+        # A non-recursive DELETE: HDFS refuses it for a directory that is not empty.
+        with contextlib.suppress(FileNotFoundError, OSError):
+            self._request("DELETE", "DELETE", self.path(location), recursive="false")
+
+    def _move(self, source: str, target: str) -> bool:
         # HDFS rename2 is atomic; its target's parent must exist.
         if not self.exists(source):
             return False
         self.makedirs(target.rstrip("/").rsplit("/", 1)[0])
         self._rename(self.path(source), self.path(target), overwrite=True)
         return True
+
+    def stamped_listing(self, location: str) -> StampedListing:
+        # One LISTSTATUS: the NameNode's modification times (milliseconds) and the answer's
+        # Date (its clock, to the second).
+        try:
+            answer = self._request("GET", "LISTSTATUS", self.path(location))
+        except FileNotFoundError:
+            return StampedListing({}, None)
+        files = {}
+        for status in answer.json().get("FileStatuses", {}).get("FileStatus", []):
+            name = str(status.get("pathSuffix", ""))
+            if name and status.get("type") == "FILE":
+                files[name] = StoredFile(join(location, name), int(status.get("length", 0)),
+                                         int(status["modificationTime"]) / 1000, None)
+        now = _date(answer) if files else None
+        if files and now is None:
+            now = self.clock_of(location)
+        return StampedListing(files, now)
+
+    def clock_of(self, location: str) -> float:
+        # The NameNode's clock: the Date of an answer, else the time it gives a file made now.
+        answer = self._request("GET", "GETFILESTATUS", "/")
+        now = _date(answer)
+        if now is not None:
+            return now
+        parent = self.path(location).rstrip("/") or "/"
+        probe = f"{parent}/.clock-{uuid.uuid4().hex}"
+        self._upload(probe, b"", overwrite=False)
+        try:
+            status = self._request("GET", "GETFILESTATUS", probe).json()["FileStatus"]
+            return int(status["modificationTime"]) / 1000
+        finally:
+            self._request("DELETE", "DELETE", probe, recursive="false")
 
     def exists(self, location: str) -> bool:
         # Not fsspec's exists, which answers False for any error, an unreachable NameNode too.
@@ -300,13 +342,14 @@ class WebHdfsFileIO(FileIO):
             return False
         return True
 
-    def put_files(self, pairs: Sequence[tuple[Path, str]], show_progress: bool = False,
-                  description: str = "upload") -> None:
+    def _put_files(self, pairs: Sequence[tuple[Path, str]], show_progress: bool,
+                   description: str, fence: Callable[[], None]) -> None:
         """Each file is uploaded beside its target and renamed onto it, so a file under its
         final name is always complete (a content-addressed store may trust its presence)."""
 
         def upload(pair: tuple[Path, str]) -> None:
             local, location = pair
+            fence()
             with open(local, "rb") as handle:
                 # An empty file object would be sent chunked; an empty body is plainer.
                 body: bytes | IO[bytes] = handle if local.stat().st_size else b""
@@ -336,6 +379,16 @@ class WebHdfsFileIO(FileIO):
             for _ in pool.map(task, items):
                 callback.relative_update(1)
         callback.close()
+
+
+def _date(response: requests.Response) -> float | None:
+    text = response.headers.get("Date")
+    if not text:
+        return None
+    try:
+        return email.utils.parsedate_to_datetime(text).timestamp()
+    except (TypeError, ValueError):
+        return None
 
 
 def _raise_for_remote_error(response: requests.Response, op: str, path: str) -> None:

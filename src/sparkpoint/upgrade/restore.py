@@ -55,7 +55,7 @@ from sparkpoint.spark.sink import file_sink_path, sink_format
 from sparkpoint.spark.version import installed_pyspark_version
 from sparkpoint.storage.fileio import join
 from sparkpoint.storage.local import copy_file, fsync_dir, walk_files
-from sparkpoint.storage.location import Location, StorePath
+from sparkpoint.storage.location import Location, StorePath, remove_tree
 from sparkpoint.upgrade.assemble import (
     AssembleResult,
     NewOperatorLayout,
@@ -66,7 +66,7 @@ from sparkpoint.upgrade.assemble import (
 )
 from sparkpoint.upgrade.batches import BatchChoice, SinkInfo, number_batches
 from sparkpoint.upgrade.hdfs_repartition import repartition_hdfs_state
-from sparkpoint.upgrade.interrupted import record_intent, staging_prefix
+from sparkpoint.upgrade.interrupted import clear_intent, record_intent, staging_prefix
 from sparkpoint.upgrade.resume_point import ReadResumePoint, ResumePoint
 from sparkpoint.upgrade.rocksdb_repartition import repartition_rocksdb_state
 from sparkpoint.upgrade.validate import (
@@ -322,8 +322,10 @@ def upload_checkpoint(staging: Path, target: StorePath,
     crash_point("restore.files_uploaded")
     copies = sorted((url, join(target.url, rel)) for rel, url in (in_store or {}).items())
     for (url, copy), found in zip(copies, target.io.copy_within(copies), strict=True):
+        # Every file left in the store has its SHA-256 in the manifest (object_store._left):
+        # a copy is never taken unchecked.
         expected = (expected_sha256 or {}).get(url)
-        if expected is not None and found != expected:
+        if expected is None or found != expected:
             raise SnapshotDamagedError(
                 f"{url}: expected content with SHA-256 {expected}, the store's copy at {copy} "
                 f"has {found}; the snapshot's file was modified or corrupted: delete the "
@@ -425,10 +427,16 @@ def build_new_checkpoint(
                 fsync_dir(target.parent)
             else:
                 record_intent(target, staging)
-                upload_checkpoint(staging, target, result.in_store, {
-                    url: entry.sha256 for snap in resolution.snapshots.values()
-                    for entry in snap.manifest.files
-                    if entry.sha256 is not None and (url := snap.in_store.get(entry.path))})
+                try:
+                    upload_checkpoint(staging, target, result.in_store, {
+                        url: entry.sha256 for snap in resolution.snapshots.values()
+                        for entry in snap.manifest.files
+                        if entry.sha256 is not None and (url := snap.in_store.get(entry.path))})
+                except SnapshotDamagedError:
+                    # Refused: nothing of this start stays in the home.
+                    remove_tree(target)
+                    clear_intent(target)
+                    raise
             crash_point("restore.published")
         return result
     finally:

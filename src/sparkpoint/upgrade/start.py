@@ -28,7 +28,7 @@ from sparkpoint.errors import (
     SnapshotDamagedError,
     ValidationError,
 )
-from sparkpoint.runtime.lock import job_lock, lock_holder
+from sparkpoint.runtime.lock import holder_of, job_lock
 from sparkpoint.runtime.registry import (
     JobRegistry,
     Lineage,
@@ -93,7 +93,10 @@ def start_from_snapshots(home: Home, options: RunOptions, from_snapshot: str | N
     target = registry.checkpoint(job).root
     # A checkpoint that an interrupted start built and no record owns is rolled back
     # below, under the job's lock; any other makes the name taken.
-    if registry.exists(job) or (target.exists() and not is_own_orphan(target)):
+    # A deleted job's leftovers (a cut-off delete) do not take the name: the run removes
+    # them first (runner.run_job).
+    if registry.exists(job) or (target.exists() and not is_own_orphan(target)
+                                and not registry.tombstoned(job)):
         raise NameTakenError(
             f"job '{job}' already exists; a job started from snapshots must be new: choose "
             "another --job name (or drop --from-snapshot/--resume-point to continue it)"
@@ -187,10 +190,11 @@ def _lock_writers(stack: contextlib.ExitStack[Any], home: Home, output: str,
     registry = JobRegistry(home)
     writers = set(writers_of(registry, output)) | (snapshot_jobs & set(registry.names()))
     for writer in sorted(writers):
-        holder = lock_holder(home, writer)
+        holder = holder_of(home, writer)
         if holder is not None:
             raise JobRunningError(
-                f"job '{writer}' writes the output {output} and is running (pid {holder}); "
+                f"job '{writer}' writes the output {output} and is running "
+                f"({holder.describe()}); "
                 f"its files cannot be moved aside under it: stop it first ('sparkpoint jobs "
                 f"stop {writer} --wait'), then start again with --rewind-output; nothing was "
                 "changed")
