@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sparkpoint import api
-from sparkpoint.checkpoint.layout import Checkpoint
+from sparkpoint.checkpoint.layout import CHECKPOINT_FORMAT_CONF, Checkpoint
 from sparkpoint.snapshot.store import open_snapshot_store
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import expected_hourly_counts, output_rows, write_clicks
@@ -82,24 +82,35 @@ def test_a_format_v2_job_is_snapshotted_and_continued_from_the_snapshot(
         assert shown.code == 0 and "Traceback" not in shown.err, (args, shown.err)
 
 
-def test_a_format_v2_snapshot_starts_a_job_with_other_partitions(
+def test_a_format_v2_snapshot_starts_a_job_with_other_partitions_in_format_v2(
     spark: object, home: Home, tmp_path: Path
 ) -> None:
     """Spark's own offline repartition moves the v2 state (with new ids) before the start.
-    Without changelog checkpointing: every version is a zip."""
-    conf = {**FORMAT_V2, CHANGELOG: "false"}
+    The new run gives no stateStore.checkpointFormatVersion (its session has the default,
+    1): the snapshot's format is kept, by the repartition (run in the format of the
+    snapshot's commit) and by the job (Spark continues a query in the format of its latest
+    commit). On main the repartition ran in the session's format and Spark refused it
+    (STATE_CHECKPOINT_FORMAT_VERSION_MISMATCH), failing the start. Without changelog
+    checkpointing: every version is a zip."""
     first = write_clicks(tmp_path / "in", range(0, 3))
     params = {"input": str(tmp_path / "in"), "output": str(tmp_path / "out1")}
-    api.run(home, JOB, "v1", params=params, conf=conf, until_caught_up=True,
-            spark=spark)  # type: ignore[arg-type]
-    api.snapshot_create(home, "v1", "s1")
-    later = write_clicks(tmp_path / "in", range(3, 6))
-    api.run(home, JOB, "v2", params={**params, "output": str(tmp_path / "out2")},
-            conf={**conf, "spark.sql.shuffle.partitions": "3"}, from_snapshot="s1",
+    api.run(home, JOB, "v1", params=params, conf={**FORMAT_V2, CHANGELOG: "false"},
             until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+    taken = api.snapshot_create(home, "v1", "s1").batch_id
+    later = write_clicks(tmp_path / "in", range(3, 6))
+    assert spark.conf.get(CHECKPOINT_FORMAT_CONF) == "1"  # type: ignore[attr-defined]
+    api.run(home, JOB, "v2", params={**params, "output": str(tmp_path / "out2")},
+            conf={CHANGELOG: "false", "spark.sql.shuffle.partitions": "3"},
+            from_snapshot="s1", until_caught_up=True, spark=spark)  # type: ignore[arg-type]
     continued = Checkpoint(home.checkpoint_dir("v2"))
-    ids = continued.commit(continued.require_latest_committed_batch()).state_unique_ids
-    assert ids and all(len(partitions) == 3 for partitions in ids.values())
+    # Spark's repartition batch, then the job's own batches over the new input.
+    after = [batch for batch in continued.commit_ids() if batch > taken]
+    assert len(after) > 1
+    for batch in after:
+        commit = continued.commit(batch)
+        assert commit.version == 2, batch
+        assert commit.state_unique_ids and all(
+            len(partitions) == 3 for partitions in commit.state_unique_ids.values()), batch
     combined = output_rows(spark, tmp_path / "out1") + output_rows(
         spark, tmp_path / "out2")  # type: ignore[arg-type]
     assert combined == expected_hourly_counts(first + later)

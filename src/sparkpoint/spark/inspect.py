@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkpoint.checkpoint.layout import Checkpoint, OperatorDir
+from sparkpoint.checkpoint.layout import CHECKPOINT_FORMAT_CONF, Checkpoint, OperatorDir
 from sparkpoint.checkpoint.operators import OperatorMetadata
 from sparkpoint.checkpoint.schema_paths import relocate_schema_paths
 from sparkpoint.errors import CheckpointFormatError
@@ -144,6 +144,20 @@ def _preserved_sql_conf(spark: SparkSession) -> Iterator[None]:
                 spark.conf.set(key, saved[key])
 
 
+@contextlib.contextmanager
+def _checkpoint_format_of(spark: SparkSession, checkpoint: Checkpoint) -> Iterator[None]:
+    """The session in the state format of the checkpoint's latest commit while the block runs.
+
+    Spark's offline repartition takes the format from the session's SQL conf, which the
+    offsets log does not record (the commit's version says it): a format v2 checkpoint
+    repartitioned in a session left at the default 1 fails with
+    STATE_CHECKPOINT_FORMAT_VERSION_MISMATCH."""
+    version = str(checkpoint.commit(checkpoint.require_latest_committed_batch()).version)
+    with _preserved_sql_conf(spark):
+        spark.conf.set(CHECKPOINT_FORMAT_CONF, version)
+        yield
+
+
 @dataclass(frozen=True)
 class PlannedOperatorState:
     """What a first run writes for one stateful operator, learned on a scratch directory."""
@@ -218,7 +232,7 @@ def restart_problem(
         # operator metadata only for batches the offsets log has.
         copy_file(scratch / "offsets" / str(batch), scratch / "offsets" / str(batch + 1))
         offsets = source.offsets(batch)
-        with _preserved_sql_conf(spark):
+        with _checkpoint_format_of(spark, source):
             execution = _incremental_execution(spark, frame, mode, scratch / "state", batch + 1,
                                                offsets.metadata_text)
             try:
@@ -272,7 +286,7 @@ def repartition(spark: SparkSession, checkpoint: Path, partitions: int) -> None:
 
     try:
         # The rewritten partitions go into the scratch through java.nio (spark/local_fs.py).
-        with local_fs.in_session(spark):
+        with _checkpoint_format_of(spark, Checkpoint(checkpoint)), local_fs.in_session(spark):
             spark._jsparkSession.streamingCheckpointManager().repartition(
                 str(checkpoint), partitions, True)
     except Py4JJavaError as exc:
