@@ -289,7 +289,8 @@ def snapshot_create(
     """Snapshot the latest committed batch; with ``cancel`` stop a running job first.
 
     ``batch`` snapshots that earlier committed batch instead, ``at`` (ISO 8601 text, naive
-    meaning local time, or a datetime) the newest batch committed at or before it; either
+    meaning local time, or a datetime) the newest batch whose time (Spark's
+    ``batchTimestampMs``, as 'jobs show' lists it) is at or before it; either
     must still be held by the checkpoint (BatchNotHeldError names the batches it holds)."""
     validate_name(snapshot, "snapshot")
     if batch is not None and at is not None:
@@ -325,7 +326,7 @@ def snapshot_create(
             pass
     if moment is not None:
         batch = past_batch(job, checkpoint, batch, moment)
-        echo(f"batch {batch} is the newest committed at or before {iso_utc(moment)}")
+        echo(f"batch {batch} is the newest with a time at or before {iso_utc(moment)}")
     elif batch is not None:
         past_batch(job, checkpoint, batch, moment)
     return snapshot_job(home, job, snapshot, echo, batch)

@@ -159,7 +159,7 @@ def snapshot_create(job: str, name: str, home: str | Path | None = None,
              snapshots: str | None = None, cancel: bool = False, batch: int | None = None,
              at: str | dt.datetime | None = None) -> Manifest:
     """Snapshot the job's latest committed batch (it may keep running), or the earlier
-    committed ``batch``, or the newest batch committed at or before ``at``."""
+    committed ``batch``, or the newest batch whose time is at or before ``at``."""
     return api.snapshot_create(_home(home, snapshots), job, name, cancel=cancel, batch=batch,
                                at=at)
 

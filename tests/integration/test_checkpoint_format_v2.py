@@ -16,6 +16,8 @@ import pytest
 
 from sparkpoint import api
 from sparkpoint.checkpoint.layout import CHECKPOINT_FORMAT_CONF, Checkpoint
+from sparkpoint.checkpoint.retained import batch_time
+from sparkpoint.snapshot.past import batch_at
 from sparkpoint.snapshot.store import open_snapshot_store
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import expected_hourly_counts, output_rows, write_clicks
@@ -114,6 +116,12 @@ def test_a_format_v2_snapshot_starts_a_job_with_other_partitions_in_format_v2(
     combined = output_rows(spark, tmp_path / "out1") + output_rows(
         spark, tmp_path / "out2")  # type: ignore[arg-type]
     assert combined == expected_hourly_counts(first + later)
+    # Spark's repartition batch carries the time of the batch it repartitions: '--at' that
+    # time takes the repartitioned batch (the newest with that time).
+    repartitioned = after[0]
+    moment = batch_time(continued.offsets(taken))
+    assert batch_time(continued.offsets(repartitioned)) == moment
+    assert batch_at("v2", continued, moment) == repartitioned
 
 
 def test_a_snapshot_moves_a_job_to_format_v2_and_back_when_asked(

@@ -77,9 +77,9 @@ def test_snapshot_of_an_earlier_batch_continues_from_that_batch(
     assert created.json()["batch_id"] == batch
     assert sparkpoint(home, "snapshot", "verify", "past").code == 0
     # A time as 'jobs show' printed it, without a zone (local time; the tests run in UTC).
-    committed_at = next(e["committed_at"] for e in held if e["batch"] == batch)
+    batch_time = next(e["batch_time"] for e in held if e["batch"] == batch)
     at = sparkpoint(home, "snapshot", "create", "v1", "past_at", "--at",
-                    committed_at.removesuffix("Z"), "--json")
+                    batch_time.removesuffix("Z"), "--json")
     assert at.code == 0, at.err
     assert at.json()["batch_id"] == batch
 
@@ -114,13 +114,13 @@ def test_batches_not_held_are_refused_and_nothing_is_created(
     for args, found in (
         (["--batch", "0"], "batch 0 is no longer held"),
         (["--batch", str(last + 1)], f"batch {last + 1} is not committed"),
-        (["--at", "2001-01-01T00:00:00Z"], "no batch it holds was committed at or before"),
+        (["--at", "2001-01-01T00:00:00Z"], "no batch it records has a time at or before"),
     ):
         refused = sparkpoint(home, "snapshot", "create", "v1", "old", *args)
         assert refused.code == 4, refused.err
         assert "[BATCH_NOT_HELD]" in refused.err and found in refused.err
-        assert f"holds batches {held[0]} (committed " in refused.err
-        assert f"to {last} (committed " in refused.err
+        assert f"holds batches {held[0]} (time " in refused.err
+        assert f"to {last} (time " in refused.err
         as_json = sparkpoint(home, "snapshot", "create", "v1", "old", *args, "--json")
         assert as_json.code == 4
         error = as_json.json()["error"]

@@ -163,7 +163,7 @@ def test_a_past_batch_of_a_connector_job_is_snapshotted_continued_and_rehearsed(
     assert first.last_batch is not None and first.last_batch >= 3  # maxOffsetsPerTrigger=4
     shown = sparkpoint(home, "jobs", "show", "k", "--json")
     assert shown.code == 0, shown.err
-    held = {entry["batch"]: entry["committed_at"]
+    held = {entry["batch"]: entry["batch_time"]
             for entry in shown.json()["snapshottable_batches"]}
     assert 1 in held, held
     created = sparkpoint(home, "snapshot", "create", "k", "past", "--batch", "1", "--json")

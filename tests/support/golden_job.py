@@ -34,9 +34,15 @@ def home_with_snapshots_in(store: str, request: pytest.FixtureRequest, tmp_path:
 
 def install_clicks_job(home: Home, checkpoint: Path, job: str, job_file: Path,
                        sources: Sequence[SourceRecord] = ()) -> None:
-    """Job ``job`` in ``home``, stopped, with a copy of ``checkpoint`` (one of Spark's own of
-    the clicks job) and the record of its two operators as the clicks job names them."""
-    shutil.copytree(checkpoint, home.checkpoint_dir(job))
+    """Job ``job`` in ``home`` (local or in a store), stopped, with a copy of ``checkpoint``
+    (one of Spark's own of the clicks job) and the record of its two operators as the clicks
+    job names them."""
+    target = home.checkpoint_dir(job)
+    if isinstance(target, Path):
+        shutil.copytree(checkpoint, target)
+    else:
+        target.io.put_files([(path, join(target.url, path.relative_to(checkpoint).as_posix()))
+                             for path in sorted(checkpoint.rglob("*")) if path.is_file()])
     JobRegistry(home).save(JobRecord(
         name=job, job_file=str(job_file), status="stopped",
         operators=[OperatorRecord(name="hourly_counts", operator_id=0,

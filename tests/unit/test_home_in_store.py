@@ -1,6 +1,7 @@
 """A home on S3 (moto on loopback) has no local copy of its jobs: records, logs and progress
 are read and written at their URL, the only local files are this machine's cache of
-immutable state files, and deleting it changes no result. Commit times are the store's own.
+immutable state files, and deleting it changes no result. Batches are told apart by Spark's
+own batch times, not the store's modification times.
 
 On main before this change a job's files went through a local working copy: a deleted copy
 made the next upload delete the job's files in the home, a stale one was uploaded over newer
@@ -14,15 +15,20 @@ from pathlib import Path
 
 import pytest
 
-from sparkpoint.checkpoint.retained import commit_times
+from sparkpoint import api
+from sparkpoint.checkpoint.logs import OffsetLogEntry, compact_json
+from sparkpoint.checkpoint.retained import iso_utc
 from sparkpoint.checkpoint.state_files import readable_partition
 from sparkpoint.runtime.registry import JobRecord, JobRegistry
 from sparkpoint.spark.s3a import S3A_PACKAGES, s3a_conf
 from sparkpoint.storage.file_cache import cache_root
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.local import walk_files
-from sparkpoint.storage.location import StorePath
+from sparkpoint.storage.location import StorePath, write_atomic
+from tests.support.golden_job import install_clicks_job
 from tests.support.s3 import S3Server
+
+GOLDEN_HDFS = Path(__file__).resolve().parents[1] / "data" / "golden-hdfs"
 
 
 def _home(s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -60,23 +66,45 @@ def test_a_jobs_files_are_written_in_the_store_and_nowhere_else(
         assert seen.get("j").job_file == "job.py"
 
 
-def test_commit_times_are_the_stores_own_modification_times(
+def test_at_goes_by_sparks_batch_times_where_the_store_keeps_seconds(
     s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """S3 keeps a file's modification time to the second, so batches committed within one
+    second share it. '--at' goes by the time Spark recorded for each batch (its offsets
+    entry's batchTimestampMs, to the millisecond): a time between two batches of one second
+    takes the earlier, and each time 'jobs show' lists takes its batch. On main batches were
+    ordered by their commit files' times: '--at' took the newest batch of that second, later
+    than asked, and 'jobs show' listed one time for all of them."""
     home = _home(s3_server, tmp_path, monkeypatch)
-    for batch in range(3):
-        _put(s3_server, home, f"checkpoint/commits/{batch}", b'v1\n{"nextBatchWatermarkMs":0}')
+    install_clicks_job(home, GOLDEN_HDFS, "j", tmp_path / "job.py")  # batches 0..3
     assert home.url is not None
     bucket, _, prefix = home.url[len("s3://"):].partition("/")
     client = s3_server.client()
-    stored = {
-        batch: client.head_object(Bucket=bucket, Key=f"{prefix}/jobs/j/checkpoint/commits/"
-                                  f"{batch}")["LastModified"].astimezone(dt.UTC)
-        for batch in range(3)}
-    got = commit_times(JobRegistry(home).checkpoint("j"))
-    assert set(got) == {0, 1, 2}
-    for batch, when in got.items():
-        assert abs((when - stored[batch]).total_seconds()) < 0.001
+    stamped = {batch: client.head_object(Bucket=bucket, Key=f"{prefix}/jobs/j/checkpoint/"
+                                         f"commits/{batch}")["LastModified"].astimezone(dt.UTC)
+               for batch in range(4)}
+    assert all(when.microsecond == 0 for when in stamped.values())  # seconds only
+    # Spark planned each batch within the second S3 stamped its commit with, 200 ms apart
+    # (the four puts take well under a second: mostly they share one).
+    checkpoint = JobRegistry(home).checkpoint("j")
+    planned = {batch: stamped[batch] + dt.timedelta(milliseconds=200 * (batch + 1))
+               for batch in range(4)}
+    for batch, when in planned.items():
+        entry = checkpoint.offsets(batch)
+        metadata = {**entry.metadata, "batchTimestampMs": int(when.timestamp() * 1000)}
+        write_atomic(checkpoint.root / "offsets" / str(batch), OffsetLogEntry(
+            entry.version, compact_json(metadata), entry.sources).to_bytes())
+
+    # Between batch 1 and batch 2, when S3 already shows batches 2 and 3 committed.
+    at = planned[2] - dt.timedelta(milliseconds=100)
+    assert planned[1] < at and stamped[2] <= at and stamped[3] <= at
+    assert api.snapshot_create(home, "j", "between", at=at).batch_id == 1
+    listed = api.job_view(home, "j").to_dict()["snapshottable_batches"]
+    assert listed == [{"batch": batch, "batch_time": iso_utc(when)}
+                      for batch, when in planned.items()]
+    for entry in listed:
+        taken = api.snapshot_create(home, "j", f"at-{entry['batch']}", at=entry["batch_time"])
+        assert taken.batch_id == entry["batch"]
 
 
 def test_state_files_are_cached_by_size_and_store_time_and_the_cache_may_go(

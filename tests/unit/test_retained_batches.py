@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sparkpoint.checkpoint.layout import Checkpoint
-from sparkpoint.checkpoint.retained import loadable_versions, snapshottable_batches
+from sparkpoint.checkpoint.retained import iso_utc, loadable_versions, snapshottable_batches
 from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
 from sparkpoint.errors import BatchNotHeldError
 from sparkpoint.snapshot.past import batch_at, parse_time, require_held
@@ -21,18 +21,20 @@ T0 = dt.datetime(2026, 11, 23, 14, 0, tzinfo=dt.UTC)
 
 
 def _checkpoint(root: Path, batches: range, provider: str, partitions: int = 2) -> Checkpoint:
-    """Logs for ``batches``, commit files one minute apart from T0, one operator."""
+    """Logs for ``batches``, Spark's batch times one minute apart from T0, one operator.
+    Every commit file has one modification time, T0: batches are never told apart by it."""
     (root / "offsets").mkdir(parents=True)
     (root / "commits").mkdir()
     (root / "metadata").write_text('{"id":"q"}')
-    meta = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 0,
-                       "conf": {"spark.sql.streaming.stateStore.providerClass": provider}})
     for batch in batches:
+        when = T0 + dt.timedelta(minutes=batch)
+        meta = json.dumps({"batchWatermarkMs": 0,
+                           "batchTimestampMs": int(when.timestamp() * 1000),
+                           "conf": {"spark.sql.streaming.stateStore.providerClass": provider}})
         (root / "offsets" / str(batch)).write_text(f"v1\n{meta}\n{{}}")
         commit = root / "commits" / str(batch)
         commit.write_text('v1\n{"nextBatchWatermarkMs":0}')
-        when = (T0 + dt.timedelta(minutes=batch)).timestamp()
-        os.utime(commit, (when, when))
+        os.utime(commit, (T0.timestamp(), T0.timestamp()))
     op = root / "state" / "0" / "_metadata"
     op.mkdir(parents=True)
     (op / "metadata").write_text("v1\n" + json.dumps({
@@ -72,22 +74,34 @@ def test_offsets_of_the_previous_batch_are_needed(tmp_path: Path) -> None:
     assert _held(ckpt) == [0, 3, 4]
 
 
-def test_at_picks_the_newest_batch_committed_by_then_and_never_an_older_one(
+def test_at_picks_the_newest_batch_with_a_time_by_then_and_never_an_older_one(
     tmp_path: Path,
 ) -> None:
     ckpt = _checkpoint(tmp_path, range(2, 8), HDFS_PROVIDER, partitions=1)
     _files(ckpt, 0, "2.snapshot", *(f"{v}.delta" for v in range(3, 9)))
-    (ckpt.root / "offsets" / "2").unlink()  # batch 3 is listed but not held
-    assert _held(ckpt) == [4, 5, 6, 7]
+    (ckpt.root / "offsets" / "2").unlink()  # batch 3 is listed but not held, 2 has no time
+    held = snapshottable_batches(ckpt)
+    assert [entry.batch for entry in held] == [4, 5, 6, 7]
+    # The times listed are Spark's batch times (the commit files all have T0's).
+    assert [entry.batch_time for entry in held] == [
+        T0 + dt.timedelta(minutes=m) for m in (4, 5, 6, 7)]
     at = T0 + dt.timedelta(minutes=5, seconds=30)
     assert batch_at("j", ckpt, at) == 5
-    assert batch_at("j", ckpt, T0 + dt.timedelta(minutes=5)) == 5  # at, not only before
+    for entry in held:  # at, not only before: a listed time takes its batch
+        assert batch_at("j", ckpt, parse_time(iso_utc(entry.batch_time))) == entry.batch
     assert batch_at("j", ckpt, T0 + dt.timedelta(days=1)) == 7
-    with pytest.raises(BatchNotHeldError, match=r"newest batch committed at or before .* is "
+    with pytest.raises(BatchNotHeldError, match=r"newest batch with a time at or before .* is "
                                                 r"batch 3, which it no longer holds"):
         batch_at("j", ckpt, T0 + dt.timedelta(minutes=3, seconds=1))
-    with pytest.raises(BatchNotHeldError, match=r"holds batches 4 \(committed "
-                                                r"2026-11-23T14:04:00.000Z\) to 7"):
+    # Batch 2's offsets entry (its time) was cleaned up: refused with the range held.
+    for before in (T0 + dt.timedelta(minutes=2, seconds=30), T0):
+        with pytest.raises(BatchNotHeldError, match=r"no batch it records has a time at or "
+                                                    r"before .*; its checkpoint holds batches "
+                                                    r"4 \(time 2026-11-23T14:04:00.000Z\) to 7"):
+            batch_at("j", ckpt, before)
+    with pytest.raises(BatchNotHeldError, match=r"holds batches 4 \(time "
+                                                r"2026-11-23T14:04:00.000Z\) to 7 \(time "
+                                                r"2026-11-23T14:07:00.000Z\)"):
         require_held("j", ckpt, 2)
 
 

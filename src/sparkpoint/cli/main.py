@@ -406,7 +406,8 @@ def snapshot() -> None:
               help="Snapshot the earlier committed batch K, if the checkpoint still holds it "
                    "('jobs show JOB' lists those batches).")
 @click.option("--at", "at", default=None, metavar="TIME",
-              help="Snapshot the newest batch committed at or before TIME, ISO 8601 "
+              help="Snapshot the newest batch whose time (Spark's batch timestamp, as "
+                   "'jobs show JOB' lists it) is at or before TIME, ISO 8601 "
                    "(2026-11-23T14:05, 2026-11-23T14:05:00Z, ...+01:00); a time without a "
                    "zone is this machine's local time.")
 @json_option

@@ -256,7 +256,8 @@ def inspect_text(report: InspectReport, all_partitions: bool = False) -> str:
 
 
 def snapshottable_lines(view: JobView) -> list[str]:
-    """The batches 'snapshot create --batch K' can still take, with when they committed."""
+    """The batches 'snapshot create --batch K' can still take, with their time (the one
+    '--at' goes by)."""
     held = view.snapshottable
     if held is None:
         return []
@@ -267,7 +268,7 @@ def snapshottable_lines(view: JobView) -> list[str]:
     shown = held if len(held) <= 6 else [*held[:3], None, *held[-2:]]
     for entry in shown:
         out.append("            ..." if entry is None else
-                   f"            batch {entry.batch}  committed {iso_utc(entry.committed_at)}")
+                   f"            batch {entry.batch}  time {iso_utc(entry.batch_time)}")
     return out
 
 

@@ -6,7 +6,8 @@ import datetime as dt
 
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.retained import (
-    commit_times,
+    RetainedBatch,
+    batch_times,
     describe_range,
     iso_utc,
     snapshottable_batches,
@@ -29,8 +30,10 @@ def parse_time(text: str) -> dt.datetime:
     return moment.astimezone(dt.UTC)
 
 
-def _refuse(job: str, checkpoint: Checkpoint, what: str) -> BatchNotHeldError:
-    held = snapshottable_batches(checkpoint)
+def _refuse(job: str, checkpoint: Checkpoint, what: str,
+            held: list[RetainedBatch] | None = None) -> BatchNotHeldError:
+    if held is None:
+        held = snapshottable_batches(checkpoint)
     return BatchNotHeldError(
         f"job '{job}': {what}; its checkpoint holds {describe_range(held)} (Spark keeps the "
         f"last {RETAIN_CONF} batches); nothing was created: pick a batch in that range "
@@ -51,20 +54,30 @@ def require_held(job: str, checkpoint: Checkpoint, batch: int) -> int:
 
 
 def batch_at(job: str, checkpoint: Checkpoint, moment: dt.datetime) -> int:
-    """The newest batch committed at or before ``moment``, when the checkpoint still holds it.
+    """The newest batch whose time is at or before ``moment``, when the checkpoint still
+    holds it.
 
-    An older batch is never taken in its place: the state as of ``moment`` is that of the
-    newest batch committed by then, and any other would silently be a different moment.
+    A batch's time is Spark's own (``batchTimestampMs``, see checkpoint/retained.py): the
+    batch read what had arrived by then, so its state is the state of everything the job
+    had taken in by ``moment``. An older batch is never taken in its place: any other would
+    silently be a different moment.
     """
     checkpoint.require_latest_committed_batch()
-    times = commit_times(checkpoint)
-    before = [batch for batch, when in times.items() if when <= moment]
-    if not before:
-        raise _refuse(job, checkpoint, f"no batch it holds was committed at or before "
-                                       f"{iso_utc(moment)}")
-    newest = max(before)
-    if newest not in {entry.batch for entry in snapshottable_batches(checkpoint)}:
-        raise _refuse(job, checkpoint, f"the newest batch committed at or before "
+    held = snapshottable_batches(checkpoint)
+    times = {entry.batch: entry.batch_time for entry in held}
+    # Committed batches not held completely still have a time when their offsets entry is
+    # there (the oldest one, whose previous entry Spark cleaned up, mostly): one of them
+    # may be the batch asked for, which is then refused rather than passed over.
+    offsets = set(checkpoint.offset_ids())
+    times.update(batch_times(checkpoint, [b for b in checkpoint.commit_ids()
+                                          if b not in times and b in offsets]))
+    by_then = [batch for batch, when in times.items() if when <= moment]
+    if not by_then:
+        raise _refuse(job, checkpoint, f"no batch it records has a time at or before "
+                                       f"{iso_utc(moment)}", held)
+    newest = max(by_then)
+    if newest not in {entry.batch for entry in held}:
+        raise _refuse(job, checkpoint, f"the newest batch with a time at or before "
                                        f"{iso_utc(moment)} is batch {newest}, which it no "
-                                       "longer holds completely")
+                                       "longer holds completely", held)
     return newest

@@ -6,7 +6,6 @@ or HDFS (storage/remote_home.py); remote stores themselves go through storage/fi
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import shutil
 import uuid
@@ -142,11 +141,6 @@ def link_or_copy(src: Path, dst: Path) -> None:
         os.link(src, dst)
     except OSError:
         copy_file(src, dst)
-
-
-def modified_at(path: Path) -> dt.datetime:
-    """When a file was last written, in UTC."""
-    return dt.datetime.fromtimestamp(path.stat().st_mtime, dt.UTC)
 
 
 def walk_files(root: Path) -> Iterator[Path]:

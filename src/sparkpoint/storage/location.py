@@ -16,7 +16,6 @@ and ``mkdir`` has nothing to do.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -194,22 +193,6 @@ def copy_file(src: Location, dst: Location) -> None:
         dst.io.put_files([(src, dst.url)])
     else:
         dst.write_bytes(src.read_bytes())
-
-
-def modified_times(directory: Location) -> dict[str, dt.datetime]:
-    """When each file directly in ``directory`` was last written, in UTC: one listing in a
-    store (the store's own times, never a download's)."""
-    if isinstance(directory, StorePath):
-        return {rel: dt.datetime.fromtimestamp(modified or 0.0, dt.UTC)
-                for rel, (_, modified) in directory.io.walk_stats(directory.url).items()
-                if "/" not in rel}
-    times = {}
-    for entry in directory.iterdir() if directory.is_dir() else []:
-        try:
-            times[entry.name] = local.modified_at(entry)
-        except FileNotFoundError:
-            continue  # removed since the listing
-    return times
 
 
 def tree_bytes(root: Location) -> int:
