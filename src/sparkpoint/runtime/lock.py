@@ -238,6 +238,8 @@ def _leave(home: Home, path: Path, job: str) -> None:
                 hold.lease.check()  # a holder that lost its lease ends with LEASE_LOST
             finally:
                 hold.lease.release()
+                if hold.lease.ended:
+                    _forget_if_unrecorded(home, job)
     finally:
         del _held[path]
         _kernel_unlock(path, hold.fd)
@@ -245,6 +247,20 @@ def _leave(home: Home, path: Path, job: str) -> None:
         with contextlib.suppress(OSError):
             path.parent.rmdir()
         _released.notify_all()
+
+
+def _forget_if_unrecorded(home: Home, job: str) -> None:
+    """A job of a store holding nothing but the lease just let go (a first run refused
+    before anything was recorded): its lease's files go too, the newest last, so that it
+    leaves no trace, as on a local home. Another process finds the lease let go, or none:
+    free either way."""
+    job_url = home.job_url(job)
+    io = file_io(job_url)
+    if io.list_names(job_url) != [LEASE_DIR]:
+        return
+    lease_dir = join(job_url, LEASE_DIR)
+    for name in io.list_names(lease_dir):  # zero-padded generations: the newest last
+        io.delete(join(lease_dir, name))
 
 
 @contextlib.contextmanager

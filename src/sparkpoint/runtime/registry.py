@@ -378,9 +378,11 @@ class JobRegistry:
         ``keep_lease``, the lease this thread holds is ended and its files removed, its own
         newest generation last."""
         lease_dir = f"{LEASE_DIR}/"
-        for rel in job_dir.io.walk_sizes(job_dir.url):
-            if rel != TOMBSTONE and not rel.startswith(lease_dir):
-                job_dir.io.delete(join(job_dir.url, rel))
+        # Whole subtrees: Spark's s3a also leaves directory markers ("state/0/"), which a
+        # listing of files does not show and Spark's next batch 0 would find in its way.
+        for name in job_dir.io.list_names(job_dir.url):
+            if name not in (TOMBSTONE, LEASE_DIR):
+                job_dir.io.delete_tree(join(job_dir.url, name))
         crash_point("jobs.delete_files_removed")
         job_dir.io.delete(join(job_dir.url, TOMBSTONE))
         if keep_lease:
