@@ -95,6 +95,21 @@ def test_from_snapshot_into_an_existing_job_is_refused(stopped_job: Home) -> Non
     assert _tree(stopped_job.root) == before
 
 
+def test_an_output_spark_and_sparkpoint_would_read_apart_is_refused(
+    stopped_job: Home, tmp_path: Path
+) -> None:
+    """Hadoop's Path keeps '#' in the name ('out#v2'), a URL parser cuts it ('out'): on main
+    the sink-ahead check read the log of another directory than Spark's."""
+    before = _tree(stopped_job.root)
+    out = tmp_path / "out#v2"
+    result = sparkpoint(stopped_job, "run", str(JOB), "--job", "hashed", "--param",
+                        f"input={stopped_job.root.parent / 'in'}", "--param", f"output={out}",
+                        "--until-caught-up", *CONF)
+    _one_clear_line(result, 2, "[INVALID_LOCATION]", f"output {out}", "'#' in its path")
+    assert _tree(stopped_job.root) == before
+    assert not out.exists()
+
+
 def _copy_of(home: Home, tmp_path: Path) -> Home:
     """A private copy of the shared home, for tests that damage or delete things."""
     import shutil

@@ -28,7 +28,7 @@ import pytest
 
 from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE
 from sparkpoint.errors import JobRunningError, LeaseLostError
-from sparkpoint.runtime.lock import held_lease, job_lock, lease_store, lock_holder
+from sparkpoint.runtime.lock import held_lease, job_lock, lease_store, lock_holder, lock_path
 from sparkpoint.storage.fileio import file_io, join
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.lease import (
@@ -357,3 +357,19 @@ def test_the_lease_log_has_each_holding_from_taken_to_let_go(
     assert all(line["job"] == "j" and line["pid"] == os.getpid() for line in lines)
     assert lines[0]["wall"] <= lines[1]["held_until"] <= lines[2]["wall"] \
         <= lines[3]["held_until"] <= time.time()
+
+
+def test_a_refusal_is_not_preceded_by_a_takeover_notice(remote_home: Home) -> None:
+    """This machine's kernel lock file was left by a run that died, while another machine
+    holds the job's lease: the one line said is the refusal, naming that machine. On main
+    "took over the lock left by an interrupted run" was printed first."""
+    path = lock_path(remote_home, "j")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_gone_here().to_record()))
+    _write_lease(remote_home, 4, _elsewhere("machine-b", 77), length=3600)
+    said: list[str] = []
+    with pytest.raises(JobRunningError, match="pid 77 on machine-b") as refused, \
+            job_lock(remote_home, "j", echo=said.append):
+        pytest.fail("a live lease was taken")
+    assert said == [], said
+    assert "took over" not in refused.value.message
