@@ -58,7 +58,7 @@ from sparkpoint.sources.kafka_groups import GroupCommitter, groups_problem
 from sparkpoint.spark.errors import failure_details, failure_summary, kafka_data_loss
 from sparkpoint.spark.inspect import PlannedSource, job_sources
 from sparkpoint.spark.job_session import require_writer_of, session_for_job
-from sparkpoint.spark.lease_fence import fence_spark_writes, fenced_conf
+from sparkpoint.spark.lease_fence import can_fence, fence_spark_writes, fenced_conf
 from sparkpoint.spark.plan import PlannedOperator, stateful_operators
 from sparkpoint.spark.progress_reports import NewProgress
 from sparkpoint.spark.s3a import s3a_conf
@@ -385,7 +385,8 @@ def run_job(
         # A checkpoint on S3 needs Spark's s3a settings and connector (the user's win); under
         # a lease, Spark's own checkpoint writes are fenced by it (spark/lease_fence.py).
         session_conf = {**s3a_conf(home.location, options.conf), **options.conf,
-                        **(fenced_conf(options.conf) if lease is not None else {})}
+                        **(fenced_conf(options.conf) if lease is not None
+                           and can_fence(spark) else {})}
         planned = plan_job(job, options.job_file, options.params, session_conf,
                            options.master, spark, ui=options.ui, echo=echo,
                            log_dir=home.logs_dir, build=options.build)

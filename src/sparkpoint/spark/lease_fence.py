@@ -42,6 +42,13 @@ def fenced_conf(conf: Mapping[str, str]) -> dict[str, str]:
     return settings
 
 
+def can_fence(spark: SparkSession | None) -> bool:
+    """Whether a job's session can carry the fence: one sparkpoint starts (its jar is in
+    it), or a caller's whose JVM loads sparkpoint's classes (spark-submit without the jar:
+    not; Spark would refuse the unknown manager and fail the query)."""
+    return spark is None or own_jar.loadable(spark, FENCED_MANAGER)
+
+
 def fence_spark_writes(spark: SparkSession, lease: Lease,
                        locations: Sequence[str]) -> Callable[[], None]:
     """Tell the session's JVM the lease's deadline for ``locations`` now and after every

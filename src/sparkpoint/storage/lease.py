@@ -253,9 +253,12 @@ class LeaseStore:
                                holder=ProcessIdentity.current(), length=length)
             if not self.io.create_exclusive(self._url(mine.generation), mine.to_bytes()):
                 continue  # another process took this generation: look again
-            _log("acquired", self.job, mine, length=length)
-            crash_point("lease.taken")
             lease = Lease(self, mine, sent)
+            # The holder's own deadline on the wall clock: the audit compares it, on one
+            # machine, with the moment another process took the lease.
+            _log("acquired", self.job, mine, length=length,
+                 expires_at=time.time() + lease.deadline - time.monotonic())
+            crash_point("lease.taken")
             if view.record is not None and not view.record.released:
                 why = "whose process is gone" if view.record.holder.gone() else \
                     f"that was not renewed for {view.age or 0:.0f} s"
