@@ -266,6 +266,41 @@ def test_kafka_source_and_per_partition_startpoints(
     assert sparkpoint(home, "startpoint", "list", "k", "--json").json() == []
 
 
+def test_a_partition_takes_a_plain_offset_and_a_mismatch_says_what_it_is(
+    spark: object, home: Home, tmp_path: Path, kafka_broker: KafkaBroker
+) -> None:
+    """``--partition TOPIC:P --offset N`` sets that partition to N (no JSON repeating the
+    partition); offset JSON naming another partition than --partition is refused as the
+    contradiction it is (exit 2, nothing stored), not as a partition that does not exist."""
+    topic = kafka_broker.new_topic("plain", 2)
+    records = _produce(kafka_broker, topic, 0, 8, partitions=2)
+    _kafka_run(spark, home, tmp_path, kafka_broker, topic, "sparkpoint-kafka")
+    assert _out(spark, tmp_path) == _kafka_rows(records)
+
+    mismatch = sparkpoint(home, "startpoint", "set", "k", "events", "--partition",
+                          f"{topic}:0", "--offset", f'{{"{topic}":{{"1":1}}}}')
+    assert mismatch.code == 2, mismatch.err
+    line = mismatch.err.strip()
+    assert "\n" not in line and "does not exist" not in line, line
+    assert f"--offset names {topic}-1, which --partition {topic}:0 does not select" in line
+    alone = sparkpoint(home, "startpoint", "set", "k", "events", "--offset", "1")
+    assert alone.code == 2 and "--partition TOPIC:P" in alone.err, alone.err
+    assert sparkpoint(home, "startpoint", "list", "k", "--json").json() == []
+
+    plain = sparkpoint(home, "startpoint", "set", "k", "events", "--partition", f"{topic}:0",
+                       "--offset", "2", "--json")
+    assert plain.code == 0, plain.err
+    assert plain.json()["resolves_to"]["offset_after"] == {topic: {"0": 2, "1": 4}}
+    # Partition 1 alone, named by its number: the source reads one topic.
+    by_number = sparkpoint(home, "startpoint", "set", "k", "events", "--partition", "1",
+                           "--offset", "3", "--json")
+    assert by_number.code == 0, by_number.err
+    assert by_number.json()["resolves_to"]["offset_after"] == {topic: {"0": 2, "1": 3}}
+    _kafka_run(spark, home, tmp_path, kafka_broker, topic, "sparkpoint-kafka")
+    again = [r for r in records if (r[1], r[2]) in {(0, 2), (0, 3), (1, 3)}]
+    assert _out(spark, tmp_path) == _kafka_rows(records + again)
+
+
 def test_kafka_partitions_added_between_runs_are_read_from_their_beginning(
     spark: object, home: Home, tmp_path: Path, kafka_broker: KafkaBroker,
     kafka_format: str

@@ -580,8 +580,9 @@ def startpoint() -> None:
 @startpoint.command("set")
 @click.argument("job")
 @click.argument("source")
-@click.option("--offset", "offset", default=None, metavar="JSON",
-              help='Offset in the source\'s format: {"topic":{"0":42}}, {"logOffset":3}.')
+@click.option("--offset", "offset", default=None, metavar="JSON|N",
+              help='Offset in the source\'s format: {"topic":{"0":42}}, {"logOffset":3}; '
+                   "with --partition, that partition's offset as a number N.")
 @click.option("--timestamp", default=None, metavar="ISO8601",
               help="First record (Kafka) or file modified at or after this time.")
 @click.option("--earliest", is_flag=True, help="The beginning: read everything again.")

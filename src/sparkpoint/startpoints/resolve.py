@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,7 @@ from sparkpoint.sources.kafka import (
     KAFKA_KINDS,
     KafkaMetadata,
     KafkaSourceError,
+    Offsets,
     Subscription,
     parse_offsets,
 )
@@ -206,7 +208,7 @@ def _resolve_kafka(source: SourceDescription, startpoints: list[Startpoint],
         lines: list[str] = []
         for startpoint in startpoints:
             matched = False
-            explicit = (parse_offsets(startpoint.value or "", _where(startpoint))
+            explicit = (_explicit_offsets(startpoint, partitions)
                         if startpoint.kind == "offset" else None)
             if explicit is not None:
                 for topic, parts in explicit.items():
@@ -258,6 +260,51 @@ def _resolve_kafka(source: SourceDescription, startpoints: list[Startpoint],
         meta.close()
     text = json.dumps(after, separators=(",", ":"))
     return Resolved(source.name, current, text, lines=lines)
+
+
+def _explicit_offsets(startpoint: Startpoint, partitions: dict[str, list[int]]) -> Offsets:
+    """The offsets an ``offset`` startpoint names, per topic and partition. With a partition
+    (``--partition TOPIC:P`` or ``P``) the offset may be a plain number, that partition's
+    offset; offset JSON must then name that partition only: a JSON naming others contradicts
+    the partition given, and is refused as such rather than ignored."""
+    text = (startpoint.value or "").strip()
+    whole = startpoint.partition == WHOLE_SOURCE
+    if _PLAIN_OFFSET.fullmatch(text):
+        if whole:
+            raise UsageError(
+                f"{_where(startpoint)}: a plain number is one partition's offset; name the "
+                "partition with --partition TOPIC:P, or give offset JSON such as "
+                f'{{"topic":{{"0":{text}}}}} for the partitions it names')
+        selected = [(topic, str(number)) for topic, numbers in partitions.items()
+                    for number in numbers if _partition_filter(startpoint, topic, str(number))]
+        if len(selected) > 1:
+            topics = ", ".join(topic for topic, _ in selected)
+            raise UsageError(
+                f"{_where(startpoint)}: partition {startpoint.partition} is in several topics "
+                f"({topics}); name one with --partition TOPIC:{startpoint.partition}")
+        if not selected:
+            raise ValidationError(
+                f"{_where(startpoint)}: partition {startpoint.partition} does not exist "
+                f"(the source reads {_listing(partitions)})")
+        topic, part = selected[0]
+        return {topic: {part: int(text)}}
+    explicit = parse_offsets(text, _where(startpoint))
+    if not whole:
+        named = [(topic, part) for topic, parts in explicit.items() for part in parts]
+        others = [f"{topic}-{part}" for topic, part in named
+                  if not _partition_filter(startpoint, topic, part)]
+        if others or not named:
+            raise UsageError(
+                f"{_where(startpoint)}: --offset names {', '.join(others) or 'no partition'}, "
+                f"which --partition {startpoint.partition} does not select; give that "
+                "partition's offset as a number (--partition "
+                f"{startpoint.partition} --offset N), or drop --partition to set the "
+                "partitions the JSON names")
+    return explicit
+
+
+# A partition's offset given alone: ``--partition TOPIC:P --offset 42``.
+_PLAIN_OFFSET = re.compile(r"\d+")
 
 
 def _listing(partitions: dict[str, list[int]]) -> str:
