@@ -151,6 +151,44 @@ def test_spark_connector_fails_on_deleted_offsets_and_a_startpoint_goes_on(
     assert output_rows(spark, tmp_path / "out") == Counter(read + fresh)  # type: ignore[arg-type]
 
 
+def test_deleted_offsets_are_named_per_partition_as_the_broker_holds_them(
+    spark: object, home: Home, tmp_path: Path, kafka_broker: KafkaBroker
+) -> None:
+    """Records deleted below the job's position (Kafka's DeleteRecords: the log start moves,
+    as retention moves it a segment at a time). Spark's connector names one partition, and
+    for a fetch the broker refuses the range of the failing task's share of the batch
+    (here [2, 10) where [2, 7) is gone); KAFKA_OFFSETS_DELETED names, per partition, exactly
+    what is gone: from the job's position to the earliest offset the broker holds. The
+    startpoints it names take only those partitions to their earliest record held."""
+    from sparkpoint.errors import KafkaOffsetsDeletedError
+
+    topic = kafka_broker.new_topic("trimmed", 3)
+    first = _produce(kafka_broker, topic, [f"a{i}" for i in range(6)], 3)  # offsets 0, 1
+    _passthrough(spark, home, tmp_path, kafka_broker, topic, max_offsets="100")
+    later = _produce(kafka_broker, topic, [f"b{i}" for i in range(24)], 3)  # offsets 2..9
+    kafka_broker.delete_records(topic, {0: 7, 1: 3})
+    with pytest.raises(KafkaOffsetsDeletedError) as refused:
+        _passthrough(spark, home, tmp_path, kafka_broker, topic, max_offsets="100")
+    line = refused.value.message
+    assert refused.value.exit_code == 4 and "\n" not in line, line
+    assert (f"source 'events' offsets [2, 7) of {topic}-0 (the broker's earliest offset there "
+            f"is 7), [2, 3) of {topic}-1 (the broker's earliest offset there is 3), which "
+            "the broker no longer holds") in line, line
+    assert "[2, 10)" not in line and f"{topic}-2" not in line, line
+    assert (f"sparkpoint startpoint set k events --earliest --partition {topic}:0 and "
+            f"sparkpoint startpoint set k events --earliest --partition {topic}:1, then run "
+            "again") in line, line
+    assert output_rows(spark, tmp_path / "out") == Counter(first)  # type: ignore[arg-type]
+
+    for partition in (0, 1):
+        done = sparkpoint(home, "startpoint", "set", "k", "events", "--earliest",
+                          "--partition", f"{topic}:{partition}")
+        assert done.code == 0, done.err
+    _passthrough(spark, home, tmp_path, kafka_broker, topic, max_offsets="100")
+    held = [r for r in later if r[2] >= {0: 7, 1: 3, 2: 0}[r[1]]]
+    assert output_rows(spark, tmp_path / "out") == Counter(first + held)  # type: ignore[arg-type]
+
+
 def test_a_past_batch_of_a_connector_job_is_snapshotted_continued_and_rehearsed(
     spark: object, home: Home, tmp_path: Path, kafka_broker: KafkaBroker
 ) -> None:

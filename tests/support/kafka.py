@@ -71,6 +71,17 @@ class KafkaBroker:
         for future in admin.incremental_alter_configs([resource]).values():
             future.result(TIMEOUT_S)
 
+    def delete_records(self, topic: str, before: Mapping[int, int]) -> None:
+        """Delete each partition's records below an offset (Kafka's DeleteRecords, what
+        retention does a segment at a time): the log start offset moves there at once."""
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        wanted = [TopicPartition(topic, partition, offset) for partition, offset in before.items()]
+        for future in admin.delete_records(wanted, operation_timeout=TIMEOUT_S).values():
+            future.result(TIMEOUT_S)
+
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         """(log start offset, next offset) of a partition, as the broker reports them now."""
         from confluent_kafka import Consumer, TopicPartition

@@ -33,3 +33,25 @@ def test_a_jvm_failure_is_cut_before_the_stack_trace() -> None:
             "\tat org.apache.spark.sql.Foo(Foo.scala:1)\nCaused by: x\n")
     assert spark_error_summary(RuntimeError(text)) == (
         "[UNRESOLVED_COLUMN] A column `nope` cannot be resolved.")
+
+
+def test_spark_kafka_data_loss_range_is_exact_only_when_no_fetch_was_refused() -> None:
+    """Spark's connector (KafkaDataConsumer.get) reports a fetch the broker refused as the
+    task's range [position, end of its share of the batch): the end is not where the
+    broker's records start. A record found past the position gives the exact range."""
+    from sparkpoint.spark.errors import kafka_data_loss
+
+    reason = ("[KAFKA_DATA_LOSS.COULD_NOT_READ_OFFSET_RANGE] Some data may have been lost "
+              "because they are not available in Kafka any more; ... Reason: Could not read "
+              "records in offset [100, 200) for topic partition words-0 with consumer group "
+              "spark-kafka-source-1.")
+    refused = RuntimeError(reason + "\nCaused by: org.apache.kafka.clients.consumer."
+                           "OffsetOutOfRangeException: Fetch position FetchPosition{offset=100}")
+    loss = kafka_data_loss(refused)
+    assert loss is not None and not loss.end_exact
+    assert loss.describe() == ("offsets from 100 of words-0 (the batch was to read "
+                               "[100, 200); where the broker's records now start was not "
+                               "learnt)")
+    skipped = kafka_data_loss(RuntimeError(reason))
+    assert skipped is not None and skipped.describe() == "offsets [100, 200) of words-0"
+    assert kafka_data_loss(RuntimeError("[UNRESOLVED_COLUMN] nope")) is None

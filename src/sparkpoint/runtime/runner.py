@@ -19,6 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.errors import (
     JobFileError,
     JobRunningError,
@@ -55,7 +56,13 @@ from sparkpoint.runtime.registry import (
 from sparkpoint.sinks.rewind import finish_pending as finish_rewinds
 from sparkpoint.sources.kafka import KAFKA_KINDS
 from sparkpoint.sources.kafka_groups import GroupCommitter, groups_problem
-from sparkpoint.spark.errors import failure_details, failure_summary, kafka_data_loss
+from sparkpoint.sources.kafka_loss import deleted_offsets, startpoint_commands
+from sparkpoint.spark.errors import (
+    KafkaDataLoss,
+    failure_details,
+    failure_summary,
+    kafka_data_loss,
+)
 from sparkpoint.spark.inspect import PlannedSource, job_sources
 from sparkpoint.spark.job_session import require_writer_of, session_for_job
 from sparkpoint.spark.lease_fence import can_fence, fence_spark_writes, fenced_conf
@@ -207,25 +214,45 @@ class RunResult:
 
 
 def _query_failed(job: str, exc: BaseException, log_file: Path | None,
-                  sources: Sequence[PlannedSource] = ()) -> SparkpointError:
+                  sources: Sequence[PlannedSource] = (),
+                  checkpoint: Checkpoint | None = None) -> SparkpointError:
     """The one line a failed query gets; its stack traces go to the log file it names."""
     summary = failure_summary(exc)
     logged = log_failure(log_file, f"job '{job}' failed: {summary}", exc)
-    lost = kafka_data_loss(exc)
-    if lost is not None:
-        kafka = [s.name for s in sources if s.kind in KAFKA_KINDS]
-        source = kafka[0] if len(kafka) == 1 else "SOURCE"
-        return KafkaOffsetsDeletedError(
-            f"job '{job}': Spark's Kafka connector must read {lost}, which the broker no "
-            "longer holds (deleted, e.g. by the topic's retention), and failOnDataLoss is "
-            "on; nothing was committed. To go on from the earliest record held: sparkpoint "
-            f"startpoint set {job} {source} --earliest (add --partition TOPIC:P for one "
-            f"partition), then run again{'' if logged is None else f'; log: {logged}'}",
-            log_file=None if logged is None else str(logged))
+    loss = kafka_data_loss(exc)
+    if loss is not None:
+        return _kafka_offsets_deleted(job, loss, sources, checkpoint, logged)
     if logged is None:
         return SparkQueryError(f"job '{job}' failed: {summary}")
     return SparkQueryError(f"job '{job}' failed: {summary}; Spark's log and stack traces: "
                            f"{logged}", log_file=str(logged))
+
+
+def _kafka_offsets_deleted(job: str, loss: KafkaDataLoss, sources: Sequence[PlannedSource],
+                           checkpoint: Checkpoint | None,
+                           logged: Path | None) -> KafkaOffsetsDeletedError:
+    """Spark's connector found offsets deleted: the range per partition is the broker's
+    (from the job's position to the earliest offset held), Spark's own words only when the
+    broker cannot say."""
+    losses = deleted_offsets(sources, checkpoint) if checkpoint is not None else None
+    if losses is not None:
+        gone = "; ".join(f"source '{loss.source}' offsets "
+                         + ", ".join(d.describe() for d in loss.deleted) for loss in losses)
+        commands = startpoint_commands(job, losses)
+        remedy = " and ".join(commands)
+    else:
+        kafka = [s.name for s in sources if s.kind in KAFKA_KINDS]
+        source = kafka[0] if len(kafka) == 1 else "SOURCE"
+        gone = loss.describe()
+        partition = "TOPIC:P" if loss.partition is None else \
+            ":".join(loss.partition.rsplit("-", 1))
+        remedy = f"sparkpoint startpoint set {job} {source} --earliest --partition {partition}"
+    return KafkaOffsetsDeletedError(
+        f"job '{job}': Spark's Kafka connector must read {gone}, which the broker no longer "
+        "holds (deleted, e.g. by the topic's retention), and failOnDataLoss is on; nothing "
+        f"was committed. To go on from the earliest record held: {remedy}, then run again"
+        f"{'' if logged is None else f'; log: {logged}'}",
+        log_file=None if logged is None else str(logged))
 
 
 class _StopSignal:
@@ -485,11 +512,12 @@ def run_job(
                     keeper.keep(query)
                     failure = query.exception()
                     if failure is not None:
-                        error = _query_failed(job, failure, log_file, planned.sources)
+                        error = _query_failed(job, failure, log_file, planned.sources,
+                                              checkpoint)
             except SparkpointError as exc:
                 error = exc
             except Exception as exc:
-                error = _query_failed(job, exc, log_file, planned.sources)
+                error = _query_failed(job, exc, log_file, planned.sources, checkpoint)
             finally:
                 forget_lease_hook()
                 remove_counter()

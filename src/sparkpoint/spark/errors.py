@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import traceback
+from dataclasses import dataclass
 
 SUMMARY_LIMIT = 300
 
@@ -90,23 +91,49 @@ def failure_summary(exc: BaseException, limit: int = SUMMARY_LIMIT) -> str:
 
 
 # Spark's Kafka connector (KafkaExceptions) when failOnDataLoss is on and offsets it must
-# read are gone from the broker; its "Reason" names the range and partition when reading.
+# read are gone from the broker; its "Reason" names a range and partition when reading.
 KAFKA_DATA_LOSS = "Some data may have been lost because they are not available in Kafka"
 _KAFKA_LOST_RANGE = re.compile(
     r"offset \[(?P<start>\d+), (?P<end>\d+)\) for topic partition (?P<partition>\S+)")
+# The consumer's exception when its fetch position is below the partition's log start.
+_OFFSET_OUT_OF_RANGE = "OffsetOutOfRangeException"
 
 
-def kafka_data_loss(exc: BaseException) -> str | None:
-    """The part of a failure that says Spark's Kafka connector found offsets deleted:
-    ``offsets [1, 3) of topic-1`` where its reason names them, ``offsets`` where not;
-    None for any other failure."""
+@dataclass(frozen=True)
+class KafkaDataLoss:
+    """What Spark's connector says of offsets it could not read. In Spark 4.x
+    (KafkaDataConsumer.get) a fetch the broker answers with OFFSET_OUT_OF_RANGE is reported
+    as ``[position, end of the batch's range)`` for the partition the failing task read:
+    the end is not where the broker's records start, only where that task would have
+    stopped (``end_exact`` False). A record found past the position is reported as
+    ``[position, that record's offset)``, exact."""
+
+    partition: str | None = None  # "topic-0"
+    start: int | None = None
+    end: int | None = None
+    end_exact: bool = False
+
+    def describe(self) -> str:
+        if self.partition is None or self.start is None or self.end is None:
+            return "offsets"
+        if self.end_exact:
+            return f"offsets [{self.start}, {self.end}) of {self.partition}"
+        return (f"offsets from {self.start} of {self.partition} (the batch was to read "
+                f"[{self.start}, {self.end}); where the broker's records now start was not "
+                "learnt)")
+
+
+def kafka_data_loss(exc: BaseException) -> KafkaDataLoss | None:
+    """Whether a failure is Spark's Kafka connector finding offsets deleted, and what it
+    says of them; None for any other failure."""
     text = failure_details(exc)
     if KAFKA_DATA_LOSS not in text:
         return None
     lost = _KAFKA_LOST_RANGE.search(text)
     if lost is None:
-        return "offsets"
-    return f"offsets [{lost['start']}, {lost['end']}) of {lost['partition']}"
+        return KafkaDataLoss()
+    return KafkaDataLoss(lost["partition"], int(lost["start"]), int(lost["end"]),
+                         end_exact=_OFFSET_OUT_OF_RANGE not in text)
 
 
 def failure_details(exc: BaseException) -> str:

@@ -3,7 +3,8 @@ records a run read.
 
 --param source=file   clicks (JSON files in --param input): event_id, user, ts
 --param source=kafka  records of --param topic on --param bootstrap: topic, partition,
-                      offset, value, timestamp (at most 4 offsets per batch), read by
+                      offset, value, timestamp (at most 4 offsets per batch, or
+                      --param max_offsets=N), read by
                       sparkpoint's Kafka source, or by Spark's connector with
                       --param kafka_format=kafka; --param group=G commits each
                       batch's end offsets to consumer group G
@@ -27,7 +28,7 @@ def build(spark: SparkSession, ctx: sp.JobContext):  # type: ignore[no-untyped-d
                 .option("kafka.bootstrap.servers", ctx.require_param("bootstrap"))
                 .option("subscribe", ctx.require_param("topic"))
                 .option("startingOffsets", "earliest")
-                .option("maxOffsetsPerTrigger", "4").load()
+                .option("maxOffsetsPerTrigger", ctx.param("max_offsets", "4")).load()
                 .select("topic", "partition", "offset",
                         F.col("value").cast("string").alias("value"), "timestamp"))
         group = ctx.param("group")
