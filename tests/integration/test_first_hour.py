@@ -178,7 +178,7 @@ def test_watch_stop_and_crash_safe_delete_of_a_running_job(home: Home, tmp_path:
         progress = shown["progress"]
         # The last batch that ran may be one without input that only moved the watermark.
         assert 0 <= progress["batch"] <= shown["batch"] + 1 and progress["input_rows"] >= 0
-        assert shown["files_behind"] == {"clicks": 0}
+        assert shown["lag"] == {"clicks": {"unit": "files", "behind": 0}}
         assert progress["watermark"] is not None
         # The dedupe and the hourly windows hold state: no hour has closed yet.
         assert len(progress["operators"]) == 2 and sum(
@@ -198,7 +198,7 @@ def test_watch_stop_and_crash_safe_delete_of_a_running_job(home: Home, tmp_path:
 
     write_clicks(inp, range(3, 5))
     text = sparkpoint(home, "jobs", "show", "live").out
-    assert "lag       2 files" in text, text
+    assert "lag       clicks: 2 files" in text, text
 
     crashed = sparkpoint(home, "jobs", "delete", "live", env={CRASH_ENV: "jobs.delete_renamed"})
     assert crashed.code == CRASH_EXIT_CODE, crashed.err

@@ -107,11 +107,23 @@ def test_killed_job_shows_failed_and_runs_again(home: Home, tmp_path: Path) -> N
         proc.wait(timeout=60)
     shown = sparkpoint(home, "jobs", "show", "killed", "--json").json()
     assert shown["status"] == "failed"
+    # The run's history says so too, with the batch the killed run got to.
+    [killed] = shown["runs"]
+    assert (killed["status"], killed["last_batch"]) == ("failed", shown["batch"]), killed
+    assert "killed" in killed["error"]
     events += write_clicks(inp, range(2, 4))
     again = sparkpoint(home, "run", str(JOB), "--job", "killed", *params, *CONF,
                        "--until-caught-up")
     assert again.code == 0, again.err[-2000:]
-    assert sparkpoint(home, "jobs", "show", "killed", "--json").json()["status"] == "stopped"
+    shown = sparkpoint(home, "jobs", "show", "killed", "--json").json()
+    assert shown["status"] == "stopped"
+    # Recorded by the next run: the killed one failed at the batch the next one started after.
+    killed, rerun = shown["runs"]
+    assert (killed["status"], rerun["status"]) == ("failed", "stopped"), shown["runs"]
+    assert killed["last_batch"] == rerun["first_batch"] is not None, shown["runs"]
+    from sparkpoint.runtime.registry import JobRegistry
+
+    assert JobRegistry(home).get("killed").runs[0].status == "failed"
     from sparkpoint.checkpoint.sink_log import committed_files
 
     assert committed_files(out)  # the output is readable and was continued

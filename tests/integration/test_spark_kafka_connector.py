@@ -13,6 +13,7 @@ import subprocess
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -103,7 +104,8 @@ def test_a_consumer_group_shows_the_committed_offsets_and_is_never_read_back(
     later = _produce(kafka_broker, topic, [f"w{i}" for i in range(6)], 3)
     shown = sparkpoint(home, "jobs", "show", "k", "--json")
     assert shown.code == 0, shown.err
-    assert shown.json()["records_behind"] == {"events": {f"{topic}-{p}": 2 for p in range(3)}}
+    assert shown.json()["lag"] == {"events": {
+        "unit": "records", "behind": 6, "partitions": {f"{topic}-{p}": 2 for p in range(3)}}}
     listed = sparkpoint(home, "jobs", "list")
     assert "6 records" in listed.out, listed.out
     text = sparkpoint(home, "jobs", "show", "k").out
@@ -228,6 +230,100 @@ def test_a_past_batch_of_a_connector_job_is_snapshotted_continued_and_rehearsed(
     doc = rehearsed.json()
     assert doc["equal"] is True and doc["batches"] == [2, first.last_batch], doc
     assert doc["old_rows"] == doc["new_rows"] == sum(after.values())
+
+
+WORDCOUNT = JOBS / "spark_example_kafka_wordcount.py"
+WORDS = ("spark", "kafka", "state", "lag", "offset")
+Line = tuple[int, str]  # Kafka timestamp (ms), text
+
+
+def _lines(seed: int, count: int, start_ms: int) -> list[Line]:
+    """``count`` lines of three words, one a second from ``start_ms``."""
+    import random
+
+    rng = random.Random(seed)
+    return [(start_ms + i * 1000, " ".join(rng.choice(WORDS) for _ in range(3)))
+            for i in range(count)]
+
+
+def _produce_lines(broker: KafkaBroker, topic: str, lines: list[Line]) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i, (ms, text) in enumerate(lines):
+        producer.produce(topic, value=text.encode(), partition=i % 2, timestamp=ms)
+    assert producer.flush(30) == 0
+
+
+def _write_lines(directory: Path, name: str, lines: list[Line]) -> None:
+    from tests.support.spark_examples import write_json_file
+
+    write_json_file(directory, name, [
+        {"value": text, "timestamp": dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat()}
+        for ms, text in lines])
+
+
+def _window_counts(lines: list[Line]) -> Counter[tuple[Any, ...]]:
+    """(window start, end, word, count) of every 10-second window: what the word count
+    has written once drained (every window emitted)."""
+    counts: Counter[tuple[int, str]] = Counter(
+        (ms // 10_000 * 10_000, word) for ms, text in lines for word in text.split(" "))
+    moment = lambda ms: dt.datetime.fromtimestamp(ms / 1000, dt.UTC).replace(  # noqa: E731
+        tzinfo=None)
+    return Counter((moment(start), moment(start + 10_000), word, n)
+                   for (start, word), n in counts.items())
+
+
+def test_the_lag_is_one_figure_per_source_measured_now_and_none_once_superseded_or_drained(
+    spark: object, home: Home, tmp_path: Path, kafka_broker: KafkaBroker
+) -> None:
+    """Spark's structured_kafka_wordcount.py with a second source (lines as files): after
+    its run caught up, 700 records arrive. The job is stopped: its last batch's progress
+    still says nothing was behind; its lag, measured when asked, is 700 records and one
+    file, each named by its source. Upgraded (a job started from its snapshot into the same
+    output) it is superseded, and the upgraded job once drained: neither has a lag."""
+    topic = kafka_broker.new_topic("wordcount", 2)
+    base_ms = (int(time.time()) - 3600) // 10 * 10_000
+    first, later = _lines(0, 20, base_ms), _lines(1, 700, base_ms + 20_000)
+    early_file, late_file = _lines(2, 4, base_ms + 2500), _lines(3, 3, base_ms + 30_500)
+    _produce_lines(kafka_broker, topic, first)
+    _write_lines(tmp_path / "lines", "a.json", early_file)
+    params = {"bootstrap": kafka_broker.bootstrap, "topic": topic,
+              "output": str(tmp_path / "out"), "lines": str(tmp_path / "lines")}
+    api.run(home, WORDCOUNT, "wc", params=params, until_caught_up=True,
+            spark=spark)  # type: ignore[arg-type]
+    _produce_lines(kafka_broker, topic, later)
+    _write_lines(tmp_path / "lines", "b.json", late_file)
+
+    shown = sparkpoint(home, "jobs", "show", "wc", "--json")
+    assert shown.code == 0, shown.err
+    doc = shown.json()
+    assert doc["lag"] == {
+        "words": {"unit": "records", "behind": 700,
+                  "partitions": {f"{topic}-0": 350, f"{topic}-1": 350}},
+        "lines": {"unit": "files", "behind": 1}}, doc["lag"]
+    reported = doc["progress"]["sources"]
+    assert [source["name"] for source in reported] == ["words", "lines"], reported
+    assert all("records_behind" not in source for source in reported), reported
+    listed = sparkpoint(home, "jobs", "list")
+    assert "words: 700 records, lines: 1 file" in listed.out, listed.out
+
+    api.snapshot_create(home, "wc", "before-upgrade")
+    api.run(home, WORDCOUNT, "wc2", params=params, from_snapshot="before-upgrade",
+            until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+    old = sparkpoint(home, "jobs", "show", "wc", "--json").json()
+    assert (old["status"], old["superseded_by"], old["lag"]) == ("stopped", "wc2", None)
+    text = sparkpoint(home, "jobs", "show", "wc").out
+    assert "lag       - (superseded by job 'wc2')" in text, text
+    assert "superseded by job 'wc2'" in text.splitlines()[1], text
+    api.drain(home, "wc2", spark=spark)  # type: ignore[arg-type]
+    drained = sparkpoint(home, "jobs", "show", "wc2", "--json").json()
+    assert (drained["status"], drained["lag"]) == ("drained", None)
+    rows = [line.split() for line in sparkpoint(home, "jobs", "list").out.splitlines()[1:]]
+    assert [(row[0], row[1], row[5]) for row in rows] == [("wc", "stopped", "-"),
+                                                         ("wc2", "drained", "-")], rows
+    expected = _window_counts(first + early_file + later + late_file)
+    assert output_rows(spark, tmp_path / "out") == expected  # type: ignore[arg-type]
 
 
 def _connector_jars() -> str:

@@ -18,7 +18,7 @@ import pytest
 from sparkpoint import api
 from sparkpoint.errors import JobRunningError
 from sparkpoint.runtime.lock import job_lock
-from sparkpoint.runtime.registry import JobRecord, JobRegistry
+from sparkpoint.runtime.registry import JobRecord, JobRegistry, RunRecord
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.processes import ProcessIdentity, this_host
 
@@ -98,3 +98,70 @@ def test_a_live_run_of_this_process_is_running(home_kind: Home) -> None:
             api.jobs_delete(home_kind, "j")
     # Let go (its process lives on, but no longer holds the job): a failed run.
     assert registry.get("j").effective_status() == "failed"
+
+
+def _save(home: object, record: JobRecord) -> None:
+    from sparkpoint.runtime.registry import JobRegistry
+
+    JobRegistry(home).save(record)  # type: ignore[arg-type]
+
+
+def _run(run_id: str, status: str, started: str, first: int | None = None,
+         last: int | None = None, ended: str | None = None) -> RunRecord:
+    return RunRecord(run_id=run_id, started_at=started, ended_at=ended,
+                     status=status, first_batch=first, last_batch=last)  # type: ignore[arg-type]
+
+
+def test_runs_whose_process_died_are_failed_in_the_history(home: object) -> None:
+    """kill -9 of a run leaves 'running' in its record: the job's status says failed, and
+    so does its run in the history, with the batch it got to (the next run's first)."""
+    from sparkpoint.api import job_view
+
+    dead = _dead_pid()
+    _save(home, JobRecord(name="j", job_file="job.py", status="running", pid=dead,
+                          host=socket.gethostname(), run_id="r3", runs=[
+                              _run("r1", "running", "2026-01-01T00:00:00+00:00", None),
+                              _run("r2", "stopped", "2026-01-01T01:00:00+00:00", 4, 6,
+                                   "2026-01-01T01:05:00+00:00"),
+                              _run("r3", "running", "2026-01-01T02:00:00+00:00", 6)]))
+    view = job_view(home, "j")  # type: ignore[arg-type]
+    shown = view.to_dict()
+    assert shown["status"] == "failed" and "killed" in shown["error"]
+    assert [(r["run_id"], r["status"], r["last_batch"]) for r in shown["runs"]] == [
+        ("r1", "failed", 4), ("r2", "stopped", 6), ("r3", "failed", None)]
+    assert all("killed" in r["error"] for r in shown["runs"] if r["status"] == "failed")
+
+
+def test_a_job_taken_over_by_a_newer_one_is_superseded_and_has_no_lag(
+    home: object, tmp_path: object
+) -> None:
+    """A stopped job still has a lag (its input waits for it); once a newer job started
+    from its snapshot or writing its output after its last run, it reads nothing more: no
+    lag, and the newer job is named. A job run again after that is not superseded."""
+    from sparkpoint.api import job_view, jobs_list
+    from sparkpoint.runtime.registry import Lineage, SourceRecord
+
+    out = f"{tmp_path}/out"
+    sources = [SourceRecord(name="clicks", kind="file", path=f"{tmp_path}/in")]
+    old = JobRecord(name="v1", job_file="job.py", status="stopped", output=out,
+                    sources=sources, created_at="2026-01-01T00:00:00+00:00",
+                    runs=[_run("r1", "stopped", "2026-01-01T00:00:01+00:00", None, 3,
+                               "2026-01-01T00:10:00+00:00")])
+    _save(home, old)
+    assert job_view(home, "v1").superseded_by is None  # type: ignore[arg-type]
+    assert job_view(home, "v1").lag is not None  # type: ignore[arg-type]
+    _save(home, JobRecord(name="v2", job_file="job2.py", status="stopped", output=out,
+                          created_at="2026-01-01T00:20:00+00:00",
+                          lineage=Lineage(from_snapshot="s1", snapshot_job="v1")))
+    _save(home, JobRecord(name="v3", job_file="job2.py", status="stopped", output=out,
+                          created_at="2026-01-01T00:30:00+00:00",
+                          lineage=Lineage(from_snapshot="s1", snapshot_job="v1")))
+    view = job_view(home, "v1")  # type: ignore[arg-type]
+    assert view.superseded_by == "v3" and view.lag is None
+    assert view.to_dict()["lag"] is None and view.to_dict()["superseded_by"] == "v3"
+    # The rollback v3 wrote v2's output after v2 was created: v2 is superseded too.
+    assert {v.record.name: v.superseded_by
+            for v in jobs_list(home)} == {"v1": "v3", "v2": "v3", "v3": None}  # type: ignore[arg-type]
+    _save(home, old.model_copy(update={"runs": [*old.runs, _run(
+        "r2", "stopped", "2026-01-01T00:40:00+00:00", 3, 5, "2026-01-01T00:45:00+00:00")]}))
+    assert job_view(home, "v1").superseded_by is None  # type: ignore[arg-type]

@@ -136,33 +136,22 @@ def rate_text(view: JobView) -> str:
 
 
 def lag_text(view: JobView, per_partition: bool = False) -> str:
-    """How far behind its sources the job is: files not read yet for local file sources and
-    records the broker holds past the committed batch for Kafka sources (both counted now),
-    records for other sources whose progress reports their latest offset, '?' where none is
-    known. ``per_partition``: each Kafka partition's count too."""
+    """How far behind its sources the job is, measured now (``runtime/views.py``): files not
+    read yet of local file sources, records the broker holds past the committed batch of
+    Kafka sources, '?' where it is not known. Sources are named when the job has several (or
+    with ``per_partition``, which adds each Kafka partition's count); '-' when the job has no
+    lag (drained, superseded), with the reason when ``per_partition``."""
+    lags = view.lag
+    if lags is None:
+        return f"- ({view.lag_absent})" if per_partition else "-"
     parts = []
-    for source in view.record.sources:
-        files = view.files_behind.get(source.name)
-        if files is not None:
-            parts.append(f"{files} file{'s' if files != 1 else ''}")
-            continue
-        if source.name in view.records_behind:
-            partitions = view.records_behind[source.name]
-            if partitions is None:
-                parts.append("?")
-                continue
-            text = f"{sum(partitions.values())} records"
-            if per_partition and partitions:
-                text += " (" + ", ".join(f"{p}: {n}" for p, n in sorted(partitions.items())) \
-                    + ")"
-            parts.append(f"{source.name}: {text}" if per_partition else text)
-            continue
-        reported = [s.records_behind for s in view.progress.sources] if view.progress else []
-        if source.kind != "file" and len(view.record.sources) == 1 and len(reported) == 1 \
-                and reported[0] is not None:
-            parts.append(f"{reported[0]} records")
-        else:
-            parts.append("?")
+    for name, lag in lags.items():
+        text = "?" if lag.behind is None or lag.unit is None else \
+            f"{lag.behind} {lag.unit if lag.behind != 1 else lag.unit.removesuffix('s')}"
+        if per_partition and lag.partitions:
+            text += " (" + ", ".join(f"{p}: {n}" for p, n in sorted(lag.partitions.items())) \
+                + ")"
+        parts.append(f"{name}: {text}" if per_partition or len(lags) > 1 else text)
     return ", ".join(parts) or "-"
 
 
@@ -178,10 +167,9 @@ def job_list_text(views: list[JobView]) -> str:
 def progress_lines(view: JobView) -> list[str]:
     progress = view.progress
     if progress is None:
-        lines = ["progress  - (no batch has run in the latest run)"]
-        if view.records_behind:  # counted on the broker, with or without a batch run
-            lines.append(f"lag       {lag_text(view, per_partition=True)}")
-        return lines
+        # Counted now, with or without a batch run.
+        return ["progress  - (no batch has run in the latest run)",
+                f"lag       {lag_text(view, per_partition=True)}"]
     out = [
         f"progress  batch {progress.batch} at {progress.timestamp}: {progress.input_rows} input "
         f"rows, {progress.rows_per_second:.1f} rows/s, {progress.duration_ms} ms",
@@ -277,7 +265,9 @@ def job_show_text(view: JobView) -> str:
     out = [
         f"job       {record.name}",
         f"state     {view.status}" + (f" ({record.describe_process()})"
-                                      if view.status == "running" else ""),
+                                      if view.status == "running" else "")
+        + (f" (superseded by job '{view.superseded_by}', created after its last run)"
+           if view.superseded_by is not None else ""),
         f"batch     {'-' if view.batch is None else view.batch}",
         f"run id    {record.run_id or '-'}",
         f"job file  {record.job_file}",

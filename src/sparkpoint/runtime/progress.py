@@ -3,7 +3,7 @@
 The process running a job writes ``jobs/<job>/progress.json`` (atomically) after every batch
 that ran; other processes only read it. Spark's progress events are kept as Spark reports
 them; ``ProgressSummary`` picks what a user watches: rows, rate, duration, watermark, state
-per operator, and how far behind its sources the job is where that can be known.
+per operator, and what each source read.
 """
 
 from __future__ import annotations
@@ -91,38 +91,19 @@ def read_progress(job_dir: Location) -> dict[str, Any] | None:
     return data
 
 
-def _offset_lag(end: Any, latest: Any) -> int | None:
-    """Records between two offsets of the shape {topic: {partition: n}}, else unknown."""
-    def parse(value: Any) -> Any:
-        if isinstance(value, str):
-            try:
-                return json.loads(value)
-            except ValueError:
-                return None
-        return value
-
-    end, latest = parse(end), parse(latest)
-    if not isinstance(end, dict) or not isinstance(latest, dict):
-        return None
-    total = 0
-    for topic, partitions in latest.items():
-        if not isinstance(partitions, dict) or not isinstance(end.get(topic), dict):
-            return None
-        for partition, offset in partitions.items():
-            done = end[topic].get(partition)
-            if not isinstance(offset, int) or not isinstance(done, int):
-                return None
-            total += max(0, offset - done)
-    return total
-
-
 @dataclass(frozen=True)
 class SourceProgress:
+    """A source as Spark's progress of the batch reports it. How far behind the job is now
+    is measured when asked (``runtime/views.py``), not taken from here: the latest offset
+    Spark reports is that of this batch's planning."""
+
     description: str
     input_rows: int
     end_offset: Any
-    # Records the source had and the batch did not read; None when the source does not say.
-    records_behind: int | None
+    # The newest offset the source had when the batch was planned, as Spark reports it.
+    latest_offset: Any = None
+    # The job's name for the source (Spark's progress has only its description).
+    name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -150,7 +131,7 @@ class ProgressSummary:
                 description=str(s.get("description", "")),
                 input_rows=int(s.get("numInputRows") or 0),
                 end_offset=s.get("endOffset"),
-                records_behind=_offset_lag(s.get("endOffset"), s.get("latestOffset")),
+                latest_offset=s.get("latestOffset"),
             )
             for s in progress.get("sources") or []
         ]

@@ -53,6 +53,7 @@ from sparkpoint.runtime.registry import (
     SourceRecord,
     now_iso,
 )
+from sparkpoint.runtime.views import ended_dead
 from sparkpoint.sinks.rewind import finish_pending as finish_rewinds
 from sparkpoint.sources.kafka import KAFKA_KINDS
 from sparkpoint.sources.kafka_groups import GroupCommitter, groups_problem
@@ -440,6 +441,10 @@ def run_job(
             first_batch = checkpoint.latest_committed_batch()
             run = RunRecord(run_id=str(uuid.uuid4()), started_at=now_iso(), status="running",
                             first_batch=first_batch)
+            # A run still 'running' in the record is one whose process died (this one holds
+            # the job now): it failed, at the batch this run starts after.
+            record.runs = [ended_dead(old, first_batch) if old.status == "running" else old
+                           for old in record.runs]
             record.mark_running_here()
             record.error = None
             record.run_id = run.run_id

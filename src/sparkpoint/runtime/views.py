@@ -1,12 +1,20 @@
 """What ``jobs list`` and ``jobs show`` report of a job: its record, status, last batch,
-progress, files its sources have not read, and (shown alone) the batches a snapshot can
+progress, how far behind its sources it is, and (shown alone) the batches a snapshot can
 still take and the state checks. Read-only; no JVM. In a home on S3 or HDFS each job costs a
-few requests: ``jobs_list`` looks at several jobs at once."""
+few requests: ``jobs_list`` looks at several jobs at once.
+
+Lag is one figure per source, named by the source and measured when asked: the input files a
+local file source has not read, the records a Kafka broker holds past the last committed
+batch; unknown for other sources (the latest offset Spark's progress reports is that of the
+last batch, stale as soon as the job stops). A stopped or failed job still has a lag (the
+input waiting for it); a drained job, and one superseded by a newer job (started after its
+last run from its snapshot, or writing its output), reads nothing more: no lag.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -25,7 +33,10 @@ from sparkpoint.runtime.registry import (
     JOBS_LOOKED_AT_ONCE,
     JobRecord,
     JobRegistry,
+    RunRecord,
+    Status,
 )
+from sparkpoint.sinks.ownership import same_output
 from sparkpoint.snapshot.inspect import operator_checks
 from sparkpoint.sources.file_input import input_files, local_directory
 from sparkpoint.sources.kafka import KAFKA_KINDS
@@ -34,6 +45,28 @@ from sparkpoint.storage.home import Home
 from sparkpoint.storage.location import Location
 
 Echo = Callable[[str], None]
+
+# What a run left 'running' by a process that died is shown with.
+DIED = ("its process ended without recording the run's end (killed, crashed, or its "
+        "machine lost)")
+
+
+@dataclass(frozen=True)
+class SourceLag:
+    """How far behind one source the job is, measured now: ``unit`` records (Kafka) or files
+    (a local file source), None for a source whose lag cannot be measured; ``behind`` None
+    when it could not be told this time (a broker that did not answer)."""
+
+    unit: str | None
+    behind: int | None
+    # Kafka: per partition ("topic-partition"); None for other sources, or when unknown.
+    partitions: dict[str, int] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"unit": self.unit, "behind": self.behind}
+        if self.unit == "records":
+            data["partitions"] = self.partitions
+        return data
 
 
 @dataclass(frozen=True)
@@ -53,14 +86,44 @@ class JobView:
     snapshottable: list[RetainedBatch] | None = None
     # Per stateful operator: can its state grow without bound (see checkpoint/boundedness).
     state_checks: list[dict[str, Any]] | None = None
+    # The newer job that took over from this one (see _superseded_by).
+    superseded_by: str | None = None
+
+    @property
+    def lag_absent(self) -> str | None:
+        """Why the job has no lag (it reads nothing more), else None."""
+        if self.status == "drained":
+            return "drained"
+        if self.superseded_by is not None:
+            return f"superseded by job '{self.superseded_by}'"
+        return None
+
+    @property
+    def lag(self) -> dict[str, SourceLag] | None:
+        """Per source, in the job's plan order; None when the job has no lag."""
+        if self.lag_absent is not None:
+            return None
+        lags = {}
+        for source in self.record.sources:
+            if source.name in self.files_behind:
+                lags[source.name] = SourceLag("files", self.files_behind[source.name])
+            elif source.name in self.records_behind:
+                partitions = self.records_behind[source.name]
+                total = None if partitions is None else sum(partitions.values())
+                lags[source.name] = SourceLag("records", total, partitions)
+            else:
+                lags[source.name] = SourceLag(None, None)
+        return lags
 
     def to_dict(self) -> dict[str, Any]:
         data = self.record.model_dump(mode="json")
         data["status"] = self.status
         data["batch"] = self.batch
         data["progress"] = None if self.progress is None else asdict(self.progress)
-        data["files_behind"] = dict(self.files_behind)
-        data["records_behind"] = dict(self.records_behind)
+        lag = self.lag
+        data["lag"] = None if lag is None else {name: value.to_dict()
+                                                for name, value in lag.items()}
+        data["superseded_by"] = self.superseded_by
         if self.snapshottable is not None:
             data["snapshottable_batches"] = [entry.to_dict() for entry in self.snapshottable]
         if self.state_checks is not None:
@@ -115,17 +178,106 @@ def job_view(home: Home, job: str, details: bool = True,
     ``listed``: the names in the job's directory in a store, when the caller listed it."""
     registry = JobRegistry(home)
     record = registry.get(job)
+    status = record.effective_status()
+    superseded_by = None
+    if status != "running":
+        superseded_by = _superseded_by(record, _other_records(registry, job))
+    return _view(home, record, status, superseded_by, details, listed)
+
+
+def _view(home: Home, record: JobRecord, status: Status, superseded_by: str | None,
+          details: bool, listed: frozenset[str] | None) -> JobView:
+    job = record.name
     checkpoint = Checkpoint(home.checkpoint_dir(job))
     batch = checkpoint.latest_committed_batch()
     progress = read_progress(home.job_dir(job)) \
         if listed is None or PROGRESS_FILE in listed else None
-    summary = None if progress is None else ProgressSummary.of(progress)
-    if summary is not None and record.effective_status() == "drained":
+    summary = None if progress is None else _named_sources(ProgressSummary.of(progress), record)
+    if summary is not None and status == "drained":
         summary = _watermark_now(summary, checkpoint, batch)
-    return JobView(record, record.effective_status(), batch, summary,
-                   _files_behind(home, record), _kafka_behind(home, record),
-                   _snapshottable(checkpoint) if details else None,
-                   _state_checks(checkpoint, record) if details else None)
+    view = JobView(_runs_ended(record, status, batch), status, batch, summary,
+                   snapshottable=_snapshottable(checkpoint) if details else None,
+                   state_checks=_state_checks(checkpoint, record) if details else None,
+                   superseded_by=superseded_by)
+    if view.lag_absent is not None:
+        return view  # nothing is read any more: no broker asked, no directory listed
+    return replace(view, files_behind=_files_behind(home, record),
+                   records_behind=_kafka_behind(home, record))
+
+
+def _named_sources(summary: ProgressSummary, record: JobRecord) -> ProgressSummary:
+    """Spark's progress lists a query's sources in plan order, as the record does."""
+    if len(summary.sources) != len(record.sources):
+        return summary
+    return replace(summary, sources=[replace(reported, name=source.name) for reported, source
+                                     in zip(summary.sources, record.sources, strict=True)])
+
+
+def _runs_ended(record: JobRecord, status: Status, batch: int | None) -> JobRecord:
+    """The record as it is: a run whose process died without recording its end still says
+    'running' in the file; it is shown failed, with the batch it got to (a later run's
+    first batch, or the checkpoint's latest for the last run)."""
+    dead_last = record.status == "running" and status != "running"
+    if not dead_last and all(run.status != "running" for run in record.runs[:-1]):
+        return record
+    runs = list(record.runs)
+    for index, run in enumerate(runs):
+        last = index == len(runs) - 1
+        if run.status != "running" or (last and not dead_last):
+            continue
+        got_to = batch if last else runs[index + 1].first_batch
+        runs[index] = ended_dead(run, got_to)
+    update: dict[str, Any] = {"runs": runs}
+    if dead_last:
+        update.update(status=status, error=record.error or DIED)
+    return record.model_copy(update=update)
+
+
+def ended_dead(run: RunRecord, last_batch: int | None) -> RunRecord:
+    """A run whose process died: failed, at the batch it got to."""
+    return run.model_copy(update={
+        "status": "failed", "error": run.error or DIED,
+        "last_batch": run.last_batch if run.last_batch is not None else last_batch})
+
+
+def _other_records(registry: JobRegistry, job: str) -> list[JobRecord]:
+    """The home's other jobs' records (several at once: in a store each is a request)."""
+    def read(name: str) -> JobRecord | None:
+        try:
+            return registry.get(name)
+        except SparkpointError:
+            return None  # a damaged record or a job deleted meanwhile supersedes nothing
+
+    names = [name for name in registry.names() if name != job]
+    with ThreadPoolExecutor(max_workers=JOBS_LOOKED_AT_ONCE) as pool:
+        return [r for r in pool.map(read, names) if r is not None]
+
+
+def _superseded_by(record: JobRecord, others: Sequence[JobRecord]) -> str | None:
+    """The newest job created after ``record``'s last run that took over from it: started
+    from its snapshot, or writing its file sink's output (an upgrade, a rollback into the
+    same table). A job run again after that is not superseded: its last run is newer."""
+    last_run = record.runs[-1] if record.runs else None
+    since = record.created_at if last_run is None else (last_run.ended_at or
+                                                        last_run.started_at)
+    newer = [other for other in others
+             if other.name != record.name and _after(other.created_at, since) and (
+                 other.lineage.snapshot_job == record.name or (
+                     record.output is not None and other.output is not None
+                     and same_output(record.output, other.output)))]
+    return max(newer, key=lambda other: _moment(other.created_at)).name if newer else None
+
+
+def _moment(stamp: str) -> dt.datetime:
+    moment = dt.datetime.fromisoformat(stamp)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
+
+
+def _after(stamp: str, since: str) -> bool:
+    try:
+        return _moment(stamp) > _moment(since)
+    except ValueError:
+        return False
 
 
 def _watermark_now(summary: ProgressSummary, checkpoint: Checkpoint,
@@ -164,15 +316,31 @@ def _snapshottable(checkpoint: Checkpoint) -> list[RetainedBatch]:
 def jobs_list(home: Home) -> list[JobView]:
     registry = JobRegistry(home)
     registry.remove_deleted_leftovers()
-    # Each job is a few reads, each a round trip in a store: several jobs at once.
-    # Each job is looked at whole in one task: its directory's listing (present, not
-    # deleted), then its reads, several jobs at once.
-    def view(entry: Location) -> JobView | None:
+    # Each job is a few reads, each a round trip in a store: several jobs at once. Each
+    # record is read once, with its directory's listing (present, not deleted); which jobs
+    # superseded which is then told from the records alone.
+    def read(entry: Location) -> tuple[JobRecord, frozenset[str] | None] | None:
         present, listed = registry.listing(entry)
-        return job_view(home, entry.name, False, listed) if present else None
+        if not present:
+            return None
+        try:
+            return registry.get(entry.name), listed
+        except SparkpointError:
+            # Listed, then deleted meanwhile: gone. A damaged record is reported by name.
+            if registry.exists(entry.name):
+                raise
+            return None
 
     with ThreadPoolExecutor(max_workers=JOBS_LOOKED_AT_ONCE) as pool:
-        views = list(pool.map(view, registry.candidates()))
-    return sorted((v for v in views if v is not None), key=lambda v: v.record.name)
+        found = [item for item in pool.map(read, registry.candidates()) if item is not None]
+    records = [record for record, _ in found]
 
+    def view(item: tuple[JobRecord, frozenset[str] | None]) -> JobView:
+        record, listed = item
+        status = record.effective_status()
+        superseded_by = _superseded_by(record, records) if status != "running" else None
+        return _view(home, record, status, superseded_by, False, listed)
 
+    with ThreadPoolExecutor(max_workers=JOBS_LOOKED_AT_ONCE) as pool:
+        views = list(pool.map(view, found))
+    return sorted(views, key=lambda v: v.record.name)
