@@ -68,7 +68,7 @@ from sparkpoint.startpoints.resolve import resolve as resolve_startpoints
 from sparkpoint.startpoints.store import WHOLE_SOURCE, PositionKind, Startpoint, StartpointStore
 from sparkpoint.storage.home import Home, validate_name
 from sparkpoint.storage.location import tree_bytes
-from sparkpoint.upgrade.adopt import adopt
+from sparkpoint.upgrade.adopt import adopt, import_warning, sink_ahead
 from sparkpoint.upgrade.assemble import used_snapshots
 from sparkpoint.upgrade.batches import BatchChoice, check_first_batch
 from sparkpoint.upgrade.interrupted import (
@@ -374,6 +374,9 @@ def snapshot_import(
             problems=adoption.problems)
     for note in adoption.notes:
         echo(f"warning: {note}")
+    ahead = sink_ahead(checkpoint, planned.file_sink)
+    if ahead is not None:
+        echo(f"warning: {import_warning(ahead, checkpoint, snapshot)}")
     info = JobInfo(job=f"import:{checkpoint.root}", operator_names=adoption.operator_names,
                    operator_windows=adoption.operator_windows, job_file=str(job_file.absolute()),
                    params=dict(params or {}), spark_version=installed_pyspark_version(),

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +25,7 @@ from tests.support.cli import sparkpoint
 from tests.support.spark_example_runs import tree_digest
 
 JOB = EXAMPLES / "clicks_job.py"
+REPO_JOBS = Path(__file__).resolve().parents[1] / "data" / "jobs"
 pytestmark = pytest.mark.spark
 PLAIN_PARTITIONS = "8"
 FILES_PER_BATCH = 2
@@ -144,3 +146,70 @@ def test_import_of_another_query_lists_every_mismatch_and_creates_nothing(
     missing = sparkpoint(home, "snapshot", "import", str(tmp_path / "nope"), "x",
                          "--job-file", str(JOB))
     assert missing.code == 2 and "expected a Spark streaming checkpoint" in missing.err
+
+
+def _plain_examples() -> Any:
+    """Spark's example queries as plain PySpark writes them (tests/data/spark_examples)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "data" / "spark_examples" / "plain.py"
+    spec = importlib.util.spec_from_file_location("spark_examples_plain", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_import_of_a_checkpoint_behind_its_sink_says_what_a_start_from_it_needs(
+    spark: object, home: Home, tmp_path: Path
+) -> None:
+    """Spark's structured_network_wordcount_windowed.py run as plain PySpark, stopped after
+    its file sink wrote its last batch and before the commit log did (Spark commits the sink
+    first; a kill in between leaves the checkpoint's last commit out, as removing it here
+    does). The import says, in one warning line, which batch, which output and what a start
+    from the snapshot needs; plan says it too, in its terms; the start refused without it
+    says the same; with --rewind-output every line is counted once."""
+    from sparkpoint.errors import SinkAheadError
+    from tests.support import spark_examples as ex
+
+    inp, out, ckpt = tmp_path / "input", tmp_path / "out", tmp_path / "plain-ckpt"
+    lines = ex.write_lines(inp, range(0, 4))
+    query = (_plain_examples().wordcount_windowed(spark, [str(inp)]).writeStream
+             .format("parquet").option("path", str(out)).option("checkpointLocation", str(ckpt))
+             .outputMode("append").trigger(availableNow=True).start())
+    query.awaitTermination()
+    assert query.exception() is None
+    last = max(int(p.name) for p in (ckpt / "commits").iterdir() if p.name.isdigit())
+    assert (out / "_spark_metadata" / str(last)).is_file()
+    (ckpt / "commits" / str(last)).unlink()
+    (ckpt / "commits" / f".{last}.crc").unlink(missing_ok=True)
+
+    job = REPO_JOBS / "spark_example_wordcount.py"
+    params = {"input": str(inp), "output": str(out)}
+    said: list[str] = []
+    api.snapshot_import(home, ckpt, "adopted", job, params=params, spark=spark,  # type: ignore[arg-type]
+                        echo=said.append)
+    warnings = [line for line in said if line.startswith("warning:")]
+    assert len(warnings) == 1 and "\n" not in warnings[0], said
+    assert (f"the output {out} holds batch {last} in its sink log, which {ckpt} planned and "
+            f"did not commit") in warnings[0], warnings
+    assert (f"snapshot 'adopted' holds batch {last - 1}, so a job started from it into {out} "
+            "needs --rewind-output") in warnings[0], warnings
+
+    plan = api.plan(home, job, params=params, from_snapshot="adopted",
+                    spark=spark)  # type: ignore[arg-type]
+    [problem] = plan.problems
+    assert (f"the output {out} already holds batch {last} in its sink log (_spark_metadata), "
+            f"which the checkpoint imported as snapshot 'adopted' ({ckpt}) planned and did "
+            "not commit") in problem, problem
+    assert "Pass --rewind-output" in problem and "--renumber-batches" not in problem, problem
+    with pytest.raises(SinkAheadError) as refused:
+        api.run(home, job, "adopted-job", params=params, from_snapshot="adopted",
+                until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+    assert problem in refused.value.message
+
+    lines += ex.write_lines(inp, range(4, 6))
+    api.run(home, job, "adopted-job", params=params, from_snapshot="adopted",
+            rewind_output=True, until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+    api.drain(home, "adopted-job", spark=spark)  # type: ignore[arg-type]
+    assert output_rows(spark, out) == ex.expected_windowed_word_counts(lines)  # type: ignore[arg-type]

@@ -13,23 +13,28 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sparkpoint.checkpoint.layout import Checkpoint, OperatorDir
 from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER
+from sparkpoint.checkpoint.sink_log import Location, latest_batch
 from sparkpoint.checkpoint.state_windows import (
     session_gap_mismatch,
     stored_windows,
     time_window_mismatch,
 )
 from sparkpoint.errors import CheckpointFormatError
-from sparkpoint.snapshot.manifest import OperatorEntry, StoreEntry, operator_kind
+from sparkpoint.snapshot.manifest import Manifest, OperatorEntry, StoreEntry, operator_kind
 from sparkpoint.sources.kafka import KAFKA_KINDS
+from sparkpoint.upgrade.batches import RENUMBER_OPTION, REWIND_OPTION
 from sparkpoint.upgrade.validate import JobShape, NewOperator, NewSource, incompatibilities
 from sparkpoint.windows import WindowSpec
 
 # Source kinds whose offsets have a shape of their own (the job's kind names, Kafka's two
 # formats as one).
 KNOWN_SOURCE_KINDS = ("file", "kafka", "rate", "rate-micro-batch")
+# The job a snapshot made by 'snapshot import' names: this prefix and the checkpoint's path.
+IMPORTED_JOB_PREFIX = "import:"
 
 
 @dataclass
@@ -180,3 +185,70 @@ def adopt(checkpoint: Checkpoint, shape: JobShape) -> Adoption:
         if not reasons:
             adoption.operator_names[new.operator_id] = new.name
     return adoption
+
+
+@dataclass(frozen=True)
+class SinkAhead:
+    """An output whose file sink log holds batches its checkpoint did not commit."""
+
+    output: str
+    committed: int  # the checkpoint's latest committed batch
+    latest: int  # the newest batch of the sink log
+    # The checkpoint planned ``latest`` (offsets entry, no commit): the query stopped after
+    # its sink wrote the batch and before its commit log did (Spark commits the sink first).
+    unfinished: bool
+
+
+def sink_ahead(checkpoint: Checkpoint, output: Location | None) -> SinkAhead | None:
+    """Whether ``output``'s sink log holds batches after the checkpoint's last commit."""
+    committed = checkpoint.latest_committed_batch()
+    latest = latest_batch(output) if output is not None else None
+    if output is None or committed is None or latest is None or latest <= committed:
+        return None
+    unfinished = latest == committed + 1 and checkpoint.uncommitted_batch() == latest
+    return SinkAhead(str(output), committed, latest, unfinished)
+
+
+def import_warning(ahead: SinkAhead, checkpoint: Checkpoint, snapshot: str) -> str:
+    """What ``snapshot import`` says of an output ahead of the checkpoint it imports: the
+    snapshot holds the committed batch, and a start from it into that output is refused
+    (SINK_AHEAD) until the output is taken back."""
+    if ahead.unfinished:
+        return (f"the output {ahead.output} holds batch {ahead.latest} in its sink log, which "
+                f"{checkpoint.root} planned and did not commit (the query stopped after its "
+                "sink wrote the batch and before its commit): snapshot "
+                f"'{snapshot}' holds batch {ahead.committed}, so a job started from it into "
+                f"{ahead.output} needs {REWIND_OPTION} (batch {ahead.latest}'s files move "
+                "aside under the output and the new job reads its input again), or a new "
+                "output directory; without either the start is refused (SINK_AHEAD)")
+    return (f"the output {ahead.output} holds batches up to {ahead.latest} in its sink log, "
+            f"after {checkpoint.root}'s last committed batch {ahead.committed}: snapshot "
+            f"'{snapshot}' holds batch {ahead.committed}, so a job started from it into "
+            f"{ahead.output} needs {REWIND_OPTION} (batches {ahead.committed + 1}.."
+            f"{ahead.latest} move aside under the output) or {RENUMBER_OPTION} (they stay "
+            "in the table), or a new output directory; without one the start is refused "
+            "(SINK_AHEAD)")
+
+
+def unfinished_import_problem(name: str, manifest: Manifest,
+                              output: Location) -> str | None:
+    """The start's refusal in the terms of the import, when the output's sink log is one
+    batch ahead of an imported snapshot because the checkpoint it was imported from planned
+    that batch and did not commit it (read there, if the checkpoint is still there)."""
+    if not manifest.job.startswith(IMPORTED_JOB_PREFIX):
+        return None
+    root = Path(manifest.job.removeprefix(IMPORTED_JOB_PREFIX))
+    try:
+        ahead = sink_ahead(Checkpoint(root), output) if (root / "commits").is_dir() else None
+    except (CheckpointFormatError, OSError):
+        return None  # the checkpoint changed or went: the general refusal stands
+    if ahead is None or not ahead.unfinished or ahead.committed != manifest.batch_id:
+        return None
+    return (f"the output {output} already holds batch {ahead.latest} in its sink log "
+            f"(_spark_metadata), which the checkpoint imported as snapshot '{name}' ({root}) "
+            "planned and did not commit (the query stopped after its sink wrote the batch and "
+            f"before its commit): Spark's file sink would skip the new job's batch "
+            f"{ahead.latest} and its rows would be lost. Pass {REWIND_OPTION} to take the "
+            f"output back to batch {ahead.committed} (batch {ahead.latest}'s files move aside "
+            "under the output and the new job reads its input again), or write to a new "
+            "output directory")

@@ -56,6 +56,7 @@ from sparkpoint.spark.version import installed_pyspark_version
 from sparkpoint.storage.fileio import join
 from sparkpoint.storage.local import copy_file, fsync_dir, walk_files
 from sparkpoint.storage.location import Location, StorePath, remove_tree
+from sparkpoint.upgrade.adopt import unfinished_import_problem
 from sparkpoint.upgrade.assemble import (
     AssembleResult,
     NewOperatorLayout,
@@ -215,8 +216,15 @@ def _number_batches(resolution: Resolution, planned: PlannedJob, choice: BatchCh
     check = number_batches(snapshot_batch, sink, choice)
     resolution.plan.batches = check.numbering
     if check.problem is not None:
-        resolution.plan.problems.append(check.problem)
-        resolution.sink_problem = check.problem
+        assert sink.file_path is not None  # only a file sink's log can be ahead
+        # An imported snapshot's output one batch ahead: the batch its query did not commit.
+        problem = next((found for name, used in resolution.snapshots.items()
+                        if used.manifest.batch_id == snapshot_batch and (
+                            found := unfinished_import_problem(name, used.manifest,
+                                                               sink.file_path)) is not None),
+                       check.problem)
+        resolution.plan.problems.append(problem)
+        resolution.sink_problem = problem
     if check.warning is not None:
         resolution.plan.warnings.append(check.warning)
 
