@@ -124,6 +124,48 @@ def test_identical_version_rehearses_equal_and_changes_nothing(
     assert _digests(*watched) == digests
 
 
+def test_refusals_the_files_decide_come_before_spark_starts(
+    spark: Any, home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every refusal rehearse can make from the home's files comes before any Spark session
+    (the factory fails here if asked), each one typed line with its exit code: an unknown
+    job or snapshot, no batch after the snapshot's, and a batch to replay whose file-source
+    log entry Spark removed (as it does after a later compaction), which was found only
+    once Spark had started and the snapshot was restored."""
+    from sparkpoint.checkpoint.layout import Checkpoint
+    from sparkpoint.checkpoint.source_log import file_source_log_offset
+    from sparkpoint.errors import (
+        NothingToRehearseError,
+        PreconditionError,
+        UnknownJobError,
+        UnknownSnapshotError,
+    )
+    from tests.support.jvm import forbid_spark_sessions
+
+    _before, _after, _n, latest = _old_job(spark, home, tmp_path)
+    api.snapshot_create(home, "v1", "latest")
+    old = Checkpoint(home.checkpoint_dir("v1"))
+    offset = file_source_log_offset(old.offsets(latest).source_offsets()["clicks"])
+    assert offset is not None
+    removed = home.checkpoint_dir("v1") / "sources" / "clicks" / str(offset)
+    removed.unlink()
+    forbid_spark_sessions(monkeypatch)
+    for args, error in (
+        ({"from_snapshot": "old", "against": "nope"}, UnknownJobError),
+        ({"from_snapshot": "nope", "against": "v1"}, UnknownSnapshotError),
+        ({"from_snapshot": "latest", "against": "v1"}, NothingToRehearseError),
+        ({"from_snapshot": "old", "against": "v1"}, PreconditionError),
+    ):
+        with pytest.raises(error) as refused:
+            api.rehearse(home, JOB, **args)  # type: ignore[arg-type]
+        assert refused.value.exit_code == 4 and "\n" not in refused.value.message
+    assert refused.value.message == (
+        f"{removed.parent}: expected file-source log entry {offset} (read by a batch to "
+        "replay), found nothing; Spark removed it after a later compaction: rehearse from a "
+        "newer snapshot")
+    assert not home.scratch_dir.exists() or not any(home.scratch_dir.iterdir())
+
+
 def test_changed_filter_reports_exactly_the_differing_rows(
     spark: Any, home: Home, tmp_path: Path
 ) -> None:

@@ -192,6 +192,44 @@ def test_rewind_refused_while_the_writing_job_runs(
     assert stopped.code == 0, stopped.err
 
 
+def test_a_rewind_the_output_refuses_is_refused_before_spark_starts(
+    spark: Any, home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The output's sink log names a file outside the output (a log not written by Spark's
+    file sink alone): its files cannot be moved aside. The output is the one v1 wrote, and a
+    --param of the new job names it: the files alone decide, so the refusal comes before
+    any Spark session (the factory fails here if asked), with the one line the rewind
+    itself gives and its exit code. Nothing is changed."""
+    from sparkpoint.errors import SinkRewindError
+    from sparkpoint.sinks.rewind import plan_rewind
+    from tests.support.jvm import forbid_spark_sessions
+
+    written = _v1_then_snapshot(spark, home, tmp_path)
+    entry = written.out / "_spark_metadata" / "3"
+    foreign = (tmp_path / "elsewhere" / "part-00000.parquet").as_uri()
+    entry.write_text(entry.read_text().rstrip("\n") + "\n" + json.dumps(
+        {"path": foreign, "size": 10, "isDir": False, "modificationTime": 1,
+         "blockReplication": 1, "blockSize": 33554432, "action": "add"},
+        separators=(",", ":")))
+    with pytest.raises(SinkRewindError) as by_the_rewind:
+        plan_rewind(written.out, SNAPSHOT_BATCH, "what the rewind itself says")
+    before = sorted(p.name for p in written.out.rglob("*"))
+
+    forbid_spark_sessions(monkeypatch)
+    with pytest.raises(SinkRewindError) as refused:
+        api.run(home, JOB, "v2", params={"input": str(written.inp), "output": str(written.out),
+                                         "users": ",".join(NEW_USERS)},
+                from_snapshot="old", rewind_output=True, until_caught_up=True)
+    assert refused.value.message == by_the_rewind.value.message
+    assert f"names {foreign}, outside the output {written.out}" in refused.value.message
+    assert refused.value.exit_code == by_the_rewind.value.exit_code == 4
+    cli = sparkpoint(home, *written.args("v2", "--rewind-output"))
+    assert cli.code == 4 and cli.err.strip() == \
+        f"error: [{refused.value.code}] {refused.value.message}", cli.err
+    assert sorted(p.name for p in written.out.rglob("*")) == before
+    assert not home.job_dir("v2").exists()
+
+
 @pytest.mark.parametrize("point", REWIND_POINTS)
 def test_crashed_rewind_is_finished_by_the_next_run(
     spark: Any, home: Home, tmp_path: Path, point: str, monkeypatch: pytest.MonkeyPatch

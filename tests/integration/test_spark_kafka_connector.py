@@ -192,11 +192,13 @@ def test_deleted_offsets_are_named_per_partition_as_the_broker_holds_them(
 
 
 def test_a_past_batch_of_a_connector_job_is_snapshotted_continued_and_rehearsed(
-    spark: object, home: Home, tmp_path: Path, kafka_broker: KafkaBroker
+    spark: object, home: Home, tmp_path: Path, kafka_broker: KafkaBroker,
+    monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``snapshot create --batch`` and ``--at`` of a batch the job committed earlier, with
     Spark's connector: the job started from it reads exactly the records after that batch,
-    and ``rehearse`` replays the old job's later batches from it with equal output."""
+    and ``rehearse`` replays the old job's later batches from it with equal output; from a
+    snapshot of another job it is refused before Spark starts."""
     topic = kafka_broker.new_topic("past", 2)
     records = _produce(kafka_broker, topic, [f"p{i}" for i in range(16)], 2)
     first = _passthrough(spark, home, tmp_path, kafka_broker, topic)
@@ -230,6 +232,28 @@ def test_a_past_batch_of_a_connector_job_is_snapshotted_continued_and_rehearsed(
     doc = rehearsed.json()
     assert doc["equal"] is True and doc["batches"] == [2, first.last_batch], doc
     assert doc["old_rows"] == doc["new_rows"] == sum(after.values())
+
+    # A snapshot of another job (another topic) is not in k's history: refused from the
+    # files, before any Spark session (found once Spark had started and restored it before).
+    from sparkpoint.errors import PreconditionError
+    from tests.support.jvm import forbid_spark_sessions
+
+    elsewhere = kafka_broker.new_topic("elsewhere", 2)
+    _produce(kafka_broker, elsewhere, ["e0", "e1"], 2)
+    api.run(home, PASSTHROUGH, "other", params={
+        "source": "kafka", "kafka_format": "kafka", "bootstrap": kafka_broker.bootstrap,
+        "topic": elsewhere, "output": str(tmp_path / "other")}, until_caught_up=True,
+        spark=spark)  # type: ignore[arg-type]
+    api.snapshot_create(home, "other", "other-past", batch=0)
+    forbid_spark_sessions(monkeypatch)
+    with pytest.raises(PreconditionError) as refused:
+        api.rehearse(home, PASSTHROUGH, "k", from_snapshot="other-past")
+    theirs = json.dumps({elsewhere: {"0": 1, "1": 1}}, separators=(",", ":"))
+    ours = Checkpoint(home.checkpoint_dir("k")).offsets(0).source_offsets()["events"]
+    assert refused.value.message == (
+        f"snapshot 'other-past' (batch 0) is not in the history of the job to compare with: "
+        f"its offset of source 'events' is {theirs}, the job's at batch 0 is {ours}; rehearse "
+        "against the job the snapshot was taken of")
 
 
 WORDCOUNT = JOBS / "spark_example_kafka_wordcount.py"

@@ -19,6 +19,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import MutableMapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pytest
 
 FAST_START_FLAGS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
                     "-Djdk.lang.Process.launchMechanism=VFORK")
@@ -32,3 +36,24 @@ def use_fast_start_jvms(environ: MutableMapping[str, str] = os.environ) -> None:
         present = environ.get(variable, "").split()
         missing = [flag for flag in FAST_START_FLAGS if flag not in present]
         environ[variable] = " ".join([*present, *missing])
+
+
+class SparkSessionStarted(AssertionError):
+    """A command made a Spark session where it should have refused before any."""
+
+
+def forbid_spark_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every way sparkpoint creates a Spark session fail (its factory wherever it is
+    imported, and PySpark's builder), so that a test sees a refusal come before a JVM
+    would have started."""
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    def started(*_args: object, **_kwargs: object) -> None:
+        raise SparkSessionStarted("a Spark session was asked for")
+
+    monkeypatch.setattr(SparkSession.Builder, "getOrCreate", started)
+    for name, module in list(sys.modules.items()):
+        if name.startswith("sparkpoint") and hasattr(module, "create_session"):
+            monkeypatch.setattr(module, "create_session", started)

@@ -17,7 +17,7 @@ from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.logs import OffsetLogEntry, SourceOffset, compact_json
 from sparkpoint.checkpoint.source_log import file_source_log_offset
 from sparkpoint.errors import PreconditionError
-from sparkpoint.storage.location import copy_file, numbered_files, write_atomic
+from sparkpoint.storage.location import Location, copy_file, numbered_files, write_atomic
 
 
 def _source_log_ids(log_dir_entries: list[str]) -> list[int]:
@@ -25,21 +25,40 @@ def _source_log_ids(log_dir_entries: list[str]) -> list[int]:
                    if name.split(".")[0].isdigit() and not name.startswith(".")})
 
 
-def _copy_source_log(old: Checkpoint, old_name: str, new: Checkpoint, new_name: str,
-                     up_to: int) -> None:
-    """Copy the old file source's log entries the new log lacks, up to ``up_to``."""
+def _source_log_entries(old: Checkpoint, old_name: str, have: list[int],
+                        up_to: int) -> list[Location]:
+    """The old file source's log entries after ``have`` (the ids a log holds already) up to
+    ``up_to``; refused when Spark removed one (as it does after a later compaction)."""
     old_dir = old.root / "sources" / old_name
-    new_dir = new.root / "sources" / new_name
-    have = _source_log_ids([p.name for p in new_dir.iterdir()]) if new_dir.is_dir() else []
+    found: list[Location] = []
     for log_id in range((have[-1] + 1) if have else 0, up_to + 1):
-        found = next((old_dir / name for name in (str(log_id), f"{log_id}.compact")
+        entry = next((old_dir / name for name in (str(log_id), f"{log_id}.compact")
                       if (old_dir / name).is_file()), None)
-        if found is None:
+        if entry is None:
             raise PreconditionError(
                 f"{old_dir}: expected file-source log entry {log_id} (read by a batch to "
                 "replay), found nothing; Spark removed it after a later compaction: rehearse "
                 "from a newer snapshot")
-        copy_file(found, new_dir / found.name)  # a copy: the old file stays untouched
+        found.append(entry)
+    return found
+
+
+def require_source_log(old: Checkpoint, old_name: str, log_dir: Location,
+                       up_to: int) -> None:
+    """Refuse, from the files alone, a replay up to log entry ``up_to`` of the old file
+    source whose entries after those in ``log_dir`` (the log the replay starts from) Spark
+    no longer keeps."""
+    have = _source_log_ids([p.name for p in log_dir.iterdir()]) if log_dir.is_dir() else []
+    _source_log_entries(old, old_name, have, up_to)
+
+
+def _copy_source_log(old: Checkpoint, old_name: str, new: Checkpoint, new_name: str,
+                     up_to: int) -> None:
+    """Copy the old file source's log entries the new log lacks, up to ``up_to``."""
+    new_dir = new.root / "sources" / new_name
+    have = _source_log_ids([p.name for p in new_dir.iterdir()]) if new_dir.is_dir() else []
+    for entry in _source_log_entries(old, old_name, have, up_to):
+        copy_file(entry, new_dir / entry.name)  # a copy: the old file stays untouched
 
 
 def replay_batch(old: Checkpoint, batch: int, new: Checkpoint, as_batch: int,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint.layout import Checkpoint
-from sparkpoint.checkpoint.replay import replay_batch, replayable_batches
+from sparkpoint.checkpoint.replay import replay_batch, replayable_batches, require_source_log
 from sparkpoint.checkpoint.sink_log import (
     COMPACT_INTERVAL_CONF,
     DEFAULT_COMPACT_INTERVAL,
@@ -28,6 +28,7 @@ from sparkpoint.checkpoint.sink_log import (
     latest_batch,
     seed_empty_history,
 )
+from sparkpoint.checkpoint.source_log import file_source_log_offset
 from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import (
     JobFileError,
@@ -76,7 +77,7 @@ from sparkpoint.spark.version import require_supported_pyspark
 from sparkpoint.storage.home import Home, validate_name
 from sparkpoint.upgrade.interrupted import clear_intent
 from sparkpoint.upgrade.restore import build_new_checkpoint, resolve
-from sparkpoint.upgrade.resume_point import load_resume_point
+from sparkpoint.upgrade.resume_point import ResumePoint, ResumeSource, load_resume_point
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -169,6 +170,11 @@ def rehearse(
     snapshot_batch = max(store.get(name).batch_id for name in names)
     _check_intact(store, names)
     batches = _batches_to_replay(old, against, snapshot_batch, names)
+    # What the files alone decide is refused before Spark starts (a JVM is most of a
+    # refusal's time otherwise): each resumed source's history, the source logs to replay.
+    resumed = _resumed_sources(store, point, from_snapshot)
+    _check_same_history(store, old, resumed)
+    _check_source_logs(store, old, batches, resumed)
     params = {**record.params, **(params or {})}
     conf = {**record.conf, **(conf or {})}
     check_required_params(check_job_file(job_file), SCRATCH_JOB, params)
@@ -304,7 +310,9 @@ def _replay(session: SparkSession, home: Home, scratch: Path, job_file: Path, us
                 f"the old job's in a resume point")
         new.sources = {row.name: row.origin["source"] for row in resolution.plan.sources
                        if row.origin is not None}
-        _check_same_history(store, old, resolution.plan.sources)
+        _check_same_history(store, old, [(row.origin["snapshot"], row.origin["source"])
+                                         for row in resolution.plan.sources
+                                         if row.origin is not None])
         new.operator_keys = [
             [str(f["name"]) for f in (op.stores[0].key_schema or {}).get("fields", [])]
             for op in resolution.shape.operators if op.stores]
@@ -336,13 +344,23 @@ def _replay(session: SparkSession, home: Home, scratch: Path, job_file: Path, us
         crash_point("rehearse.batch_replayed")
 
 
-def _check_same_history(store: SnapshotStore, old: Checkpoint, rows: list[Any]) -> None:
+def _resumed_sources(store: SnapshotStore, point: ResumePoint | None,
+                     from_snapshot: str | None) -> list[tuple[str, str]]:
+    """(snapshot, source) of each source the rehearsal resumes, as far as the files tell:
+    a resume point's resumed entries; with --from-snapshot every source of the snapshot
+    (its default resume point resumes each under its own name)."""
+    if point is None:
+        assert from_snapshot is not None
+        return [(from_snapshot, source.name) for source in store.get(from_snapshot).sources]
+    return [(entry.snapshot, entry.source or name) for name, entry in point.sources.items()
+            if isinstance(entry, ResumeSource)]
+
+
+def _check_same_history(store: SnapshotStore, old: Checkpoint,
+                        resumed: list[tuple[str, str]]) -> None:
     """Each snapshot's offsets must be the old job's at that batch: else the old job's later
     batches do not continue the snapshot, and replaying them would mix two histories."""
-    for row in rows:
-        if row.origin is None:
-            continue
-        name, source = row.origin["snapshot"], row.origin["source"]
+    for name, source in resumed:
         batch = store.get(name).batch_id
         if not (old.root / "offsets" / str(batch)).is_file():
             continue  # Spark no longer holds it; nothing to compare with
@@ -354,6 +372,18 @@ def _check_same_history(store: SnapshotStore, old: Checkpoint, rows: list[Any]) 
                 f"compare with: its offset of source '{source}' is {theirs.get(source)}, the "
                 f"job's at batch {batch} is {ours.get(source)}; rehearse against the job the "
                 "snapshot was taken of")
+
+
+def _check_source_logs(store: SnapshotStore, old: Checkpoint, batches: list[int],
+                       resumed: list[tuple[str, str]]) -> None:
+    """The old job's file-source log entries that the replayed batches read, after those the
+    snapshot holds, must still be there (Spark removes entries after a later compaction)."""
+    for name, source in resumed:
+        read = [file_source_log_offset(old.offsets(batch).source_offsets().get(source))
+                for batch in batches]
+        up_to = max((offset for offset in read if offset is not None), default=None)
+        if up_to is not None:
+            require_source_log(old, source, store.logs_path(name) / "sources" / source, up_to)
 
 
 def _summarize(session: SparkSession, job: str, names: list[str], batches: tuple[int, int],

@@ -12,13 +12,14 @@ once the record owns the checkpoint. Nothing is created when validation refuses 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint.sink_log import (
     COMPACT_INTERVAL_CONF,
     DEFAULT_COMPACT_INTERVAL,
+    latest_batch,
 )
 from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import (
@@ -26,6 +27,7 @@ from sparkpoint.errors import (
     NameTakenError,
     SinkAheadError,
     SnapshotDamagedError,
+    SparkpointError,
     ValidationError,
 )
 from sparkpoint.runtime.lock import holder_of, job_lock
@@ -41,7 +43,9 @@ from sparkpoint.runtime.runner import (
 )
 from sparkpoint.sinks.gaps import fill_gap, find_gap
 from sparkpoint.sinks.ownership import (
+    lineage_of,
     refuse_start_outside_lineage,
+    same_output,
     writers_of,
 )
 from sparkpoint.sinks.rewind import plan_rewind
@@ -58,7 +62,12 @@ from sparkpoint.upgrade.interrupted import (
     roll_back,
 )
 from sparkpoint.upgrade.restore import build_new_checkpoint, resolve
-from sparkpoint.upgrade.resume_point import load_resume_point
+from sparkpoint.upgrade.resume_point import (
+    ResumePoint,
+    ResumeSource,
+    ResumeState,
+    load_resume_point,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -102,9 +111,21 @@ def start_from_snapshots(home: Home, options: RunOptions, from_snapshot: str | N
             "another --job name (or drop --from-snapshot/--resume-point to continue it)"
         )
     check_snapshots_intact(store, point.snapshots() if point else [from_snapshot or ""])
+    rewind_batch = _rewind_batch(store, point, from_snapshot) if choice.rewind else None
+    if rewind_batch is not None:
+        # What the files decide is refused before Spark starts: the output the snapshots'
+        # lineage wrote, when a --param names it (the job's sink is known only once built).
+        for output in _lineage_outputs_named(registry, store, point, from_snapshot,
+                                             options.params):
+            _refuse_unrewindable(home, output, rewind_batch, _snapshot_jobs(store, point,
+                                                                            from_snapshot))
 
     def prepare(planned: PlannedJob) -> Lineage:
         crash_point("restore.job_locked")
+        if rewind_batch is not None and planned.file_sink is not None:
+            # Before the resume point is checked with Spark: the output alone decides.
+            _refuse_unrewindable(home, planned.file_sink, rewind_batch,
+                                 _snapshot_jobs(store, point, from_snapshot))
         # A checkpoint left by a cut-off start goes whole.
         roll_back(target, registry.exists(job), lambda line: echo(f"job '{job}': {line}"))
         resolution = resolve(store, planned, point, from_snapshot, choice, target=target)
@@ -182,22 +203,88 @@ def _close_sink_gap(planned: PlannedJob, target: Location, batch: int,
     crash_point("restore.sink_seeded")
 
 
+def _writers(home: Home, output: str, snapshot_jobs: set[str]) -> list[str]:
+    """The jobs of the home that may write ``output``: the snapshots' jobs and every job
+    whose latest run wrote it."""
+    registry = JobRegistry(home)
+    return sorted(set(writers_of(registry, output)) | (snapshot_jobs & set(registry.names())))
+
+
+def _refuse_running_writer(home: Home, writer: str, output: str) -> None:
+    holder = holder_of(home, writer)
+    if holder is not None:
+        raise JobRunningError(
+            f"job '{writer}' writes the output {output} and is running "
+            f"({holder.describe()}); "
+            f"its files cannot be moved aside under it: stop it first ('sparkpoint jobs "
+            f"stop {writer} --wait'), then start again with --rewind-output; nothing was "
+            "changed")
+
+
 def _lock_writers(stack: contextlib.ExitStack[Any], home: Home, output: str,
                   snapshot_jobs: set[str], echo: Echo) -> None:
-    """Hold, on ``stack``, the lock of every job of the home that may write ``output``: the
-    snapshots' jobs and every job whose latest run wrote it. A running one refuses the rewind
-    (its query would go on writing files and log entries beside the moved ones)."""
-    registry = JobRegistry(home)
-    writers = set(writers_of(registry, output)) | (snapshot_jobs & set(registry.names()))
-    for writer in sorted(writers):
-        holder = holder_of(home, writer)
-        if holder is not None:
-            raise JobRunningError(
-                f"job '{writer}' writes the output {output} and is running "
-                f"({holder.describe()}); "
-                f"its files cannot be moved aside under it: stop it first ('sparkpoint jobs "
-                f"stop {writer} --wait'), then start again with --rewind-output; nothing was "
-                "changed")
+    """Hold, on ``stack``, the lock of every job of the home that may write ``output``. A
+    running one refuses the rewind (its query would go on writing files and log entries
+    beside the moved ones)."""
+    for writer in _writers(home, output, snapshot_jobs):
+        _refuse_running_writer(home, writer, output)
         stack.enter_context(job_lock(home, writer, echo))
+
+
+def _refuse_unrewindable(home: Home, output: str, to_batch: int,
+                         snapshot_jobs: set[str]) -> None:
+    """Refuse, from the files alone, a --rewind-output of ``output`` to ``to_batch`` that
+    the rewind itself would refuse: a writer of the output running, a sink log that names
+    files outside the output or lost the entries the batch needs. Reads only."""
+    latest = latest_batch(output)
+    if latest is None or latest <= to_batch:
+        return  # nothing to take back
+    for writer in _writers(home, output, snapshot_jobs):
+        _refuse_running_writer(home, writer, output)
+    plan_rewind(output, to_batch, "checked before the start")
+
+
+def _resumed_snapshots(point: ResumePoint | None, from_snapshot: str | None) -> list[str]:
+    if point is None:
+        return [from_snapshot] if from_snapshot is not None else []
+    return sorted({entry.snapshot for entry in [*point.sources.values(), *point.state.values()]
+                   if isinstance(entry, ResumeSource | ResumeState)})
+
+
+def _rewind_batch(store: SnapshotStore, point: ResumePoint | None,
+                  from_snapshot: str | None) -> int | None:
+    """The batch --rewind-output takes the output back to: the newest resumed snapshot's."""
+    batches = [store.get(name).batch_id for name in _resumed_snapshots(point, from_snapshot)
+               if store.exists(name)]
+    return max(batches, default=None)
+
+
+def _snapshot_jobs(store: SnapshotStore, point: ResumePoint | None,
+                   from_snapshot: str | None) -> set[str]:
+    return {store.get(name).job for name in _resumed_snapshots(point, from_snapshot)
+            if store.exists(name)}
+
+
+def _lineage_outputs_named(registry: JobRegistry, store: SnapshotStore,
+                           point: ResumePoint | None, from_snapshot: str | None,
+                           params: Mapping[str, str]) -> list[str]:
+    """The file sink outputs the snapshots' lineage wrote (as its job records say) that a
+    --param of the new job names: the table a rollback takes back. Only a job built in
+    Spark tells its sink for certain; an output of the lineage handed to the new job is
+    that table, unless the job reads its own predecessor's table."""
+    known = set(registry.names())
+    family: set[str] = set()
+    for job in _snapshot_jobs(store, point, from_snapshot) & known:
+        family |= lineage_of(registry, store, job)
+    outputs: list[str] = []
+    for job in sorted(family & known):
+        try:
+            output = registry.get(job).output
+        except SparkpointError:
+            continue  # a damaged record names no output here; the start reports it
+        if output is not None and output not in outputs and any(
+                value and same_output(value, output) for value in params.values()):
+            outputs.append(output)
+    return outputs
 
 
