@@ -289,11 +289,11 @@ def test_a_takeover_cut_off_after_taking_the_lease_holds_it_until_it_expires(
 def test_a_lease_renewed_by_its_holder_outlives_its_length(
     remote_home: Home, tmp_path: Path
 ) -> None:
-    holder = _contender(remote_home, tmp_path, "machine-a", lease_seconds=1.5)
+    holder = _contender(remote_home, tmp_path, "machine-a", lease_seconds=2.0)
     assert _say(holder, "go")["held"]
     try:
         # The scenario is time itself: hold for three lease lengths.
-        time.sleep(4.5)
+        time.sleep(6.0)
         assert lock_holder(remote_home, "j") == -1
         with pytest.raises(JobRunningError, match="machine-a"), job_lock(remote_home, "j"):
             pytest.fail("a renewed lease was taken")

@@ -25,7 +25,7 @@ when the newest generation's age read exceeds its length plus that resolution.
 
 The holder measures on its own monotonic clock. Its deadline is the moment it *sent* the
 create of its newest generation, plus the length, minus ``holder_margin`` (a sixth of the
-length, at least 0.5 s); a renewal counts only if its create is confirmed before the deadline
+length); a renewal counts only if its create is confirmed before the deadline
 in force, and then the new deadline again starts from when it was sent. Every write made
 under the lease is fenced by that deadline (storage/fencing.py; Spark's own checkpoint writes
 by the same deadline in its JVM: spark/lease_fence.py), so nothing is written after it.
@@ -99,7 +99,7 @@ def lease_seconds() -> float:
 
 def holder_margin(length: float) -> float:
     """How long before a lease's end its holder stops writing (see the module's docs)."""
-    return max(length / 6, 0.5) if length > 1.0 else length / 3
+    return length / 6
 
 
 @dataclass(frozen=True)
