@@ -21,7 +21,10 @@ first rule that matches a request and has uses left acts on it:
 - ``fail(status)``: the proxy answers 500 (InternalError) or 503 (SlowDown) itself, as S3
   does, and closes the connection; the store never sees the request (botocore retries
   such answers, so ``times`` must exceed its attempts for a caller to see the failure);
-- ``drop()``: the connection is cut without an answer;
+- ``drop()``: the connection is cut without an answer; the store never sees the request;
+- ``lose_answer()``: the request reaches the store and is done there, but its answer is
+  thrown away and the connection cut: the caller cannot tell whether it happened (a
+  retried conditional create then finds its own object);
 - ``pause()``: the request is held before it is forwarded until the test calls
   ``rule.release()``; ``rule.reached`` is set when the first one is held, so a test can
   stop a process exactly inside a step (between a check and its write), do something, and
@@ -45,7 +48,7 @@ _CHUNK = 64 * 1024
 _MAX_HEAD = 64 * 1024
 _REASONS = {500: ("Internal Server Error", "InternalError"), 503: ("Slow Down", "SlowDown")}
 
-Action = Literal["delay", "fail", "drop", "pause"]
+Action = Literal["delay", "fail", "drop", "lose_answer", "pause"]
 
 
 @dataclass(eq=False)
@@ -59,6 +62,7 @@ class Rule:
     delay_ms: int = 0
     status: int = 503
     matched: list[str] = field(default_factory=list)  # "METHOD target" of each one acted on
+    lost: list[int] = field(default_factory=list)  # lose_answer: the statuses thrown away
     reached: threading.Event = field(default_factory=threading.Event)
     _released: threading.Event = field(default_factory=threading.Event)
 
@@ -217,6 +221,10 @@ class SlowProxy:
         """Cut the connection of the matching requests, unanswered."""
         return self._add(Rule("drop", method, re.compile(key), times))
 
+    def lose_answer(self, method: str | None, key: str, times: int | None = 1) -> Rule:
+        """Let the matching requests reach the store, then cut the connection unanswered."""
+        return self._add(Rule("lose_answer", method, re.compile(key), times))
+
     def pause(self, method: str | None, key: str, times: int | None = 1) -> Rule:
         """Hold the matching requests until ``rule.release()``."""
         return self._add(Rule("pause", method, re.compile(key), times))
@@ -326,6 +334,10 @@ class SlowProxy:
                             pass  # read, so that the client sees the answer, not a reset
                     client.sendall(_error_response(rule.status, request.method))
                     return
+                if rule is not None and rule.action == "lose_answer":
+                    rule.lost.append(self._answer_of_its_own(request, reader))
+                    reset = True
+                    return
                 self._send(upstream, head)
                 for piece in reader.body(request.headers):
                     self._send(upstream, piece)
@@ -333,6 +345,22 @@ class SlowProxy:
             pass
         finally:
             self._close(client, upstream, reset=reset)
+
+    def _answer_of_its_own(self, request: _Request, reader: _Reader) -> int:
+        """Send the request to the store on a connection of its own, asking it to close after
+        answering; read the whole answer; return its status."""
+        head = re.sub(rb"(?im)^(connection|expect):[^\r]*\r\n", b"", request.head)
+        head = head[:-2] + b"Connection: close\r\n\r\n"
+        if request.headers.get("expect", "").lower() == "100-continue":
+            reader.sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")  # as the store would
+        with socket.create_connection(("127.0.0.1", self.upstream_port)) as side:
+            side.sendall(head)
+            for piece in reader.body(request.headers):
+                side.sendall(piece)
+            answer = b""
+            while chunk := side.recv(_CHUNK):
+                answer += chunk
+        return int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/") else 0
 
     def _before_request(self, request: _Request) -> Rule | None:
         with self._lock:

@@ -178,3 +178,13 @@ def test_a_sparkpoint_command_in_a_fresh_pid_namespace_runs_and_answers(tmp_path
     result = sparkpoint_in_fresh_pid_namespace(home, "jobs", "list", "--json", pid=7)
     assert result.code == 0, result.err
     assert result.json() == []
+
+
+def test_a_request_whose_answer_is_lost_was_done_by_the_store(
+    proxy: SlowProxy, s3_server: S3Server, bucket: str
+) -> None:
+    rule = proxy.lose_answer("PUT", r"/a/lost$")
+    with pytest.raises((ConnectionClosedError, EndpointConnectionError)):
+        _client(proxy.endpoint).put_object(Bucket=bucket, Key="a/lost", Body=b"done")
+    assert rule.lost == [200]
+    assert s3_server.client().get_object(Bucket=bucket, Key="a/lost")["Body"].read() == b"done"
