@@ -63,7 +63,7 @@ from tests.conftest import REPO
 from tests.integration.test_remote_home import _s3a_jars
 from tests.support.cli import _env, wait_for
 from tests.support.s3 import S3Server
-from tests.support.slow_proxy import slow_proxy
+from tests.support.slow_proxy import fault_proxy, slow_proxy
 
 pytestmark = pytest.mark.spark
 
@@ -392,3 +392,49 @@ def test_a_run_on_s3_asked_to_stop_while_it_reads_its_checkpoint_stops_cleanly(
             machine.stop()
     assert stopped["outcome"] == "ok", stopped
     assert api.job_view(home, JOB, details=False).status == "stopped"
+
+
+def test_a_machine_behind_a_faulty_network_to_s3_loses_and_doubles_nothing(
+    spark: object, s3_server: S3Server, tmp_path: Path
+) -> None:
+    """One machine runs, snapshots and drains a job on an S3 home while its network to the
+    store (sparkpoint's own requests and Spark's s3a alike) fails requests with 500 and 503,
+    cuts connections before they reach the store, and is slow to the job's lease: faults
+    that the clients' retries absorb. The invariants are the torture's: every operation
+    succeeds, every listed snapshot verifies, and the drained output is the input's, each
+    window once. About two minutes on two cores."""
+    home_url = f"s3://{s3_server.new_bucket()}/home"
+    home = Home.resolve(home_url)
+    inp, out = tmp_path / "input" / "clicks", tmp_path / "out"
+    checkpoint = rf"/home/jobs/{JOB}/checkpoint/"
+    with fault_proxy(s3_server.endpoint) as proxy:
+        machine = MachineProcess(0, home_url, tmp_path, inp, out, _s3a_jars(),
+                                 env={"AWS_ENDPOINT_URL": proxy.endpoint})
+        try:
+            machine.send(do="setup")
+            machine.result()
+            faults = [proxy.fail("PUT", r"/home/snapshots/", status=503, times=3),
+                      proxy.drop("GET", r"/home/snapshots/", times=2),
+                      proxy.fail("GET", checkpoint + "offsets/", status=500, times=2),
+                      proxy.drop("PUT", checkpoint + "commits/", times=1),
+                      proxy.fail("PUT", checkpoint + "state/", status=503, times=2),
+                      proxy.delay(None, rf"/home/jobs/{JOB}/lease/", ms=200)]
+            # A snapshot, a run of the next input file, a drain (a last batch emitting
+            # every window left), each through the faults.
+            machine.send(do="torture", seed=0, ops=["create", "run", "drain"], deadline_s=600)
+            done = machine.answer()
+        finally:
+            machine.stop()
+    print(f"operations: {json.dumps(done, indent=1)}")
+    assert [(line["op"], line["outcome"]) for line in done] == \
+        [("create", "ok"), ("run", "ok"), ("drain", "ok")], done
+    # Every fault happened, each as often as it was set to.
+    assert [len(rule.matched) for rule in faults[:-1]] == \
+        [rule.times for rule in faults[:-1]], [rule.matched for rule in faults]
+    assert faults[-1].matched
+    assert output_rows(spark, out) == reference(inp)  # type: ignore[arg-type]
+    created = {line["result"]["snapshot"] for line in done if line["result"].get("snapshot")}
+    listed = [m.name for m in api.snapshot_list(home)]
+    assert created and sorted(listed) == sorted(created)
+    for name in listed:
+        assert api.snapshot_verify(home, name) == [], name
