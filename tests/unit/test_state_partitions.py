@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from sparkpoint.checkpoint.layout import Checkpoint
+from sparkpoint.sinks.gaps import is_repartition_batch
 
 
 def _offsets(partitions: int) -> str:
@@ -41,3 +42,20 @@ def test_a_batch_after_sparks_repartition_reads_the_partitions_its_offsets_recor
     # Without a batch, the metadata's count (the snapshot's own, or a checkpoint's first).
     assert [op.partitions for op in checkpoint.operators()] == [4]
     assert checkpoint.state_partitions(4) == 3
+
+
+def test_sparks_repartition_batch_is_the_one_whose_partitions_differ_from_the_batch_before(
+    tmp_path: Path,
+) -> None:
+    """``OfflineStateRepartitionUtils.isRepartitionBatch``; a batch whose neighbour is
+    purged or records no partitions is not taken for one."""
+    offsets = tmp_path / "offsets"
+    offsets.mkdir()
+    for batch, partitions in ((0, 2), (1, 3), (2, 3), (4, 3), (6, 3)):
+        (offsets / str(batch)).write_text(_offsets(partitions))
+    (offsets / "5").write_text(
+        "v1\n" + json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 0, "conf": {}})
+        + '\n{"logOffset":0}')
+    checkpoint = Checkpoint(tmp_path)
+    found = {batch: is_repartition_batch(checkpoint, batch) for batch in range(7)}
+    assert found == {0: False, 1: True, 2: False, 3: False, 4: False, 5: False, 6: False}
