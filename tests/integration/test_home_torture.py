@@ -2,13 +2,16 @@
 MiniDFSCluster): four processes, each a machine of its own (its host name in the lease, its
 own scratch space), change the job at once with a seeded random sequence of snapshot create
 (with and without --cancel), delete and verify, startpoint set, run, jobs stop, drain, and a
-machine dying while it holds the job's lease (tests/support/torture_machine.py).
+machine dying while it holds the job's lease (tests/support/torture_machine.py). Two of the
+machines have their wall clocks set apart (20 s behind, 45 s ahead: the job's lease lasts
+8 s), as machines without synchronised clocks do.
 
 Afterwards, from what the processes reported and what the home holds:
 - no operation ended in an unexpected error or a traceback; refusals are the expected ones
   (JOB_RUNNING for a job another machine holds, and the like: EXPECTED_REFUSALS);
-- no two processes held a job's lease at once, by every process's lease log, and none took
-  the lease of a machine that died holding it before that lease expired;
+- no two processes held a job's lease at once, by every process's lease log (compared on
+  the machine's monotonic clock), and none took the lease of a machine that died holding it
+  before that lease expired;
 - every startpoint set was applied exactly once, or is still pending, and is applied once
   by the next start;
 - exactly the snapshots created and not deleted are listed, each verifies, and jobs started
@@ -62,6 +65,7 @@ from sparkpoint.testing import output_rows
 from tests.conftest import REPO
 from tests.integration.test_remote_home import _s3a_jars
 from tests.support.cli import _env, wait_for
+from tests.support.faults import clock_apart_env
 from tests.support.s3 import S3Server
 from tests.support.slow_proxy import fault_proxy, slow_proxy
 
@@ -91,6 +95,10 @@ EXPECTED_REFUSALS = {
 # holds the others up for seconds, not the default minute.
 LEASE_SECONDS = "8"
 WINDOW = dt.timedelta(minutes=20)
+# Machines whose wall clocks are set apart (libfaketime; their monotonic clocks, which the
+# lease audit compares, are this machine's): one behind by more than two leases, one ahead
+# by five. Neither of them runs Spark (they are dealt no run or drain: see plans).
+CLOCKS_APART_S = {2: -20, 3: 45}
 # How long one command of a machine may take, before the test calls it stuck.
 ANSWER_TIMEOUT_S = 600
 
@@ -217,7 +225,7 @@ def lease_intervals(
 ) -> dict[str, list[tuple[float, float, str, int, float | None]]]:
     """Each holding of each job's lease, from the processes' logs: (taken, let go, host,
     generation, and for a holder that died holding it the expiry it wrote), in the order
-    taken."""
+    taken, on this machine's monotonic clock."""
     taken: dict[str, dict[str, Any]] = {}
     let_go: dict[str, dict[str, Any]] = {}
     for machine in machines:
@@ -229,9 +237,11 @@ def lease_intervals(
     holdings: dict[str, list[tuple[float, float, str, int, float | None]]] = {}
     for token, line in taken.items():
         died = let_go[token].get("outcome") == "died"
+        # Monotonic times: the machines' processes share this machine's monotonic clock,
+        # whatever their wall clocks say (one of them has its wall clock set apart).
         holdings.setdefault(line["job"], []).append(
-            (line["wall"], let_go[token]["held_until"], line["host"], line["generation"],
-             line["expires_at"] if died else None))
+            (line["monotonic"], let_go[token]["held_until_monotonic"], line["host"],
+             line["generation"], line["expires_monotonic"] if died else None))
     return {job: sorted(intervals) for job, intervals in holdings.items()}
 
 
@@ -256,7 +266,10 @@ def test_four_machines_changing_one_job_at_random_leave_it_whole(
     home = Home.resolve(home_url)
     inp, out = tmp_path / "input" / "clicks", tmp_path / "out"
     jars = _s3a_jars() if store == "s3" else None
-    machines = [MachineProcess(i, home_url, tmp_path, inp, out, jars) for i in range(MACHINES)]
+    machines = [MachineProcess(i, home_url, tmp_path, inp, out, jars,
+                               env=clock_apart_env(CLOCKS_APART_S[i]) if CLOCKS_APART_S.get(i)
+                               else None)
+                for i in range(MACHINES)]
     timings: dict[str, float] = {}
     try:
         # Sessions start at once, while machine 0 runs the job's first batches.

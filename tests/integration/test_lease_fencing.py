@@ -10,6 +10,7 @@ running the job beside the second.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -23,13 +24,13 @@ import pytest
 
 from sparkpoint import api
 from sparkpoint.errors import SparkpointError
-from sparkpoint.runtime.lock import job_lock
+from sparkpoint.runtime.lock import job_lock, lock_holder
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import clicks_for_slice, expected_hourly_counts, output_rows, write_clicks
 from tests.integration.test_remote_home import _run_args
 from tests.support.cli import _env, command, sparkpoint, wait_for
 from tests.support.s3 import S3Server
-from tests.support.slow_proxy import slow_proxy
+from tests.support.slow_proxy import fault_proxy, slow_proxy
 
 pytestmark = pytest.mark.spark
 
@@ -148,3 +149,68 @@ def test_once_jobs_stop_wait_says_stopped_the_next_command_can_take_the_job(
                 first.kill()
                 first.wait(timeout=60)
     assert outcome == {"taken": "yes"}
+
+
+def _holdings(*logs: Path) -> list[tuple[float, float, str]]:
+    """Each holding of the job's lease in these lease logs: (taken, let go, host), on this
+    machine's monotonic clock, in the order taken."""
+    lines = [json.loads(text) for log in logs if log.exists()
+             for text in log.read_text().splitlines()]
+    taken = {line["token"]: line for line in lines if line["event"] == "acquired"}
+    let_go = {line["token"]: line for line in lines if line["event"] == "released"}
+    assert set(taken) == set(let_go), lines
+    return sorted((line["monotonic"], let_go[token]["held_until_monotonic"], line["host"])
+                  for token, line in taken.items())
+
+
+def test_a_renewal_held_in_the_network_lets_another_machine_run_the_job_alone(
+    spark: object, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Machine A runs the job on an S3 home; its next renewal of the lease hangs in the
+    network (held at a proxy) while A's process goes on. The lease expires on the store's
+    clock, machine B takes the job and runs it, then A's renewal reaches the store.
+
+    On main A's renewal had checked the store before it was held, then rewrote its own
+    generation and extended its deadline when it landed: A ran on beside B. Here A's
+    renewal loses its conditional create to B's take; A writes nothing after its own
+    deadline (Spark's commits included: fenced in its JVM), exits LEASE_LOST, and the two
+    holdings in the lease logs do not overlap."""
+    bucket, home, inp, out = _s3_home_with_clicks(s3_server, tmp_path, monkeypatch)
+    args = [arg for arg in _run_args("v1", inp, out) if arg != "--until-caught-up"]
+    log, leases_a, leases_b = (tmp_path / "machine-a.log", tmp_path / "a.leases.jsonl",
+                               tmp_path / "b.leases.jsonl")
+    with fault_proxy(s3_server.endpoint) as proxy, open(log, "wb") as handle:
+        machine_a = {**_machine(tmp_path, "machine-a"), "AWS_ENDPOINT_URL": proxy.endpoint,
+                     "SPARKPOINT_LEASE_LOG": str(leases_a)}
+        first = subprocess.Popen(command(home, *args), stdout=handle, stderr=subprocess.STDOUT,
+                                 env=_env(extra=machine_a), start_new_session=True)
+        try:
+            wait_for(lambda: len(_commits(s3_server, bucket)) >= 1, 240, "a batch", log)
+            renewal = proxy.pause("PUT", r"/jobs/v1/lease/\d+\.json")
+            renewal.wait_reached(120)
+            write_clicks(inp, range(2, 3))
+            monkeypatch.setenv("SPARKPOINT_HOST", "machine-b")
+            wait_for(lambda: lock_holder(home, "v1") is None, 60,
+                     "the lease to expire on the store's clock", log)
+            taken = sparkpoint(home, *_run_args("v1", inp, out),
+                               env={**_machine(tmp_path, "machine-b"),
+                                    "SPARKPOINT_LEASE_LOG": str(leases_b)})
+            assert taken.code == 0, taken.err[-3000:]
+            committed = _commits(s3_server, bucket)
+            renewal.release()
+            assert first.wait(timeout=180) == 4, log.read_text()[-3000:]
+            assert "LEASE_LOST" in log.read_text()
+            assert _commits(s3_server, bucket) == committed, "a fenced-out process committed"
+        finally:
+            if first.poll() is None:
+                os.killpg(first.pid, signal.SIGKILL)
+                first.wait(timeout=60)
+    holdings = _holdings(leases_a, leases_b)
+    assert [host for _, _, host in holdings] == ["machine-a", "machine-b"], holdings
+    (_, a_until, _), (b_taken, _, _) = holdings
+    assert a_until <= b_taken, f"two holders at once: {holdings}"
+
+    again = sparkpoint(home, *_run_args("v1", inp, out), env=_machine(tmp_path, "machine-b"))
+    assert again.code == 0, again.err[-3000:]
+    read = [click for index in range(3) for click in clicks_for_slice(index)]
+    assert Counter(output_rows(spark, out)) == expected_hourly_counts(read)  # type: ignore[arg-type]

@@ -179,7 +179,7 @@ class Machine:
              "snapshot", "create", self.job, name, "--json"],
             capture_output=True, text=True, timeout=300,
             env=dict(os.environ, SPARKPOINT_HOST=host, **{CRASH_ENV: "lease.taken"}))
-        seen_dead = time.time()
+        seen_dead, seen_dead_monotonic = time.time(), time.monotonic()
         log(done.stderr)
         if done.returncode == 0:
             return {"snapshot": name}
@@ -192,7 +192,8 @@ class Machine:
         assert len(taken) == 1, taken
         with open(lease_log, "a", encoding="utf-8") as handle:
             handle.write(json.dumps({**taken[0], "event": "released", "outcome": "died",
-                                     "held_until": seen_dead}) + "\n")
+                                     "held_until": seen_dead,
+                                     "held_until_monotonic": seen_dead_monotonic}) + "\n")
         return {"died_holding": taken[0]["generation"], "expires_at": taken[0]["expires_at"]}
 
     def wait_until_free(self) -> None:

@@ -44,7 +44,8 @@ pid is free or reused (``ProcessIdentity.gone``). A holder that cannot be seen f
 
 Audit: with ``SPARKPOINT_LEASE_LOG=<file>`` a process appends one JSON line to the file for each
 lease it takes and lets go (job, generation, token, host, pid, wall and monotonic times), so a
-test can check from every process's log that no two holders' intervals overlapped. Taken is
+test can check from every process's log that no two holders' intervals overlapped (on one
+machine by the monotonic times, which a process with its wall clock set apart shares). Taken is
 stamped after the conditional create won, let go at the holder's own deadline if that came
 before the release: the interval is never shorter than the time the holder believed it held.
 
@@ -257,7 +258,8 @@ class LeaseStore:
             # The holder's own deadline on the wall clock: the audit compares it, on one
             # machine, with the moment another process took the lease.
             _log("acquired", self.job, mine, length=length,
-                 expires_at=time.time() + lease.deadline - time.monotonic())
+                 expires_at=time.time() + lease.deadline - time.monotonic(),
+                 expires_monotonic=lease.deadline)
             crash_point("lease.taken")
             if view.record is not None and not view.record.released:
                 why = "whose process is gone" if view.record.holder.gone() else \
@@ -452,13 +454,17 @@ class Lease:
     def _stop_renewing(self) -> None:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
+            # A renewal stuck in a request that hangs is past its deadline by then: not
+            # waited for longer than a lease (the thread is a daemon, and writes nothing).
+            self._thread.join(timeout=self.length)
 
     def _log_let_go(self, outcome: str) -> None:
         # The holder's own deadline, on the wall clock: past it, it believed it held no more.
+        # The monotonic figures compare processes of one machine whatever their wall clocks.
         deadline = time.time() - max(0.0, time.monotonic() - self.deadline)
         _log("released", self.store.job, self.record, outcome=outcome,
-             held_until=min(time.time(), deadline))
+             held_until=min(time.time(), deadline),
+             held_until_monotonic=min(time.monotonic(), self.deadline))
 
     def release(self) -> None:
         """Stop renewing and let go: the next generation, marked released (nothing is
