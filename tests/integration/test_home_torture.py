@@ -30,6 +30,10 @@ SPARKPOINT_TORTURE_SPARK_MACHINES (up to 4), SPARKPOINT_TORTURE_SECONDS and
 SPARKPOINT_TORTURE_STARTS make a longer run; SPARKPOINT_TORTURE_SEED repeats one (the seed is
 printed, and shown when the test fails).
 
+Beside it, one machine behind a faulty network to its S3 home (tests/support/slow_proxy.py:
+requests failed with 500 and 503, connections cut, a slow lease) runs, snapshots and drains
+the job with the same invariants.
+
 Found with it, each with its own reproduction: a drain of a running job on a home in a store
 was refused JOB_RUNNING by the run it had itself stopped (test_lease_fencing.py); a drain's
 batch was cut short by another process's stop request (jobs stop, or another drain), the
