@@ -58,11 +58,12 @@ TESTS: dict[str, list[str]] = {
     "startpoints/store.py": ["tests/unit/test_startpoint_sets.py",
                              "tests/unit/test_file_startpoints.py"],
     "sinks/gaps.py": ["tests/unit/test_sink_gaps.py", "tests/unit/test_sink_log_stores.py",
-                      "tests/unit/test_sink_history.py"],
+                      "tests/unit/test_sink_history.py", "tests/unit/test_state_partitions.py"],
     "sinks/rewind.py": ["tests/unit/test_sink_rewind.py"],
 }
 # What each mutmut status is counted as in the report.
 COUNTED = {"killed": "killed", "survived": "survived", "timeout": "timeouts",
+           "not checked": "not_checked",
            "no tests": "no_tests", "suspicious": "suspicious", "segfault": "killed_by_signal",
            "caught by type check": "killed", "skipped": "skipped"}
 # Entries of the repository a test may read beside src/ and tests/ (the jars of
@@ -97,12 +98,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="modules relative to src/sparkpoint/ (default: %(default)s)")
     parser.add_argument("--tests", action="append", default=[], metavar="MODULE=PATH",
                         help="add a test file or test id to a module's tests (repeatable)")
+    parser.add_argument("--deselect", action="append", default=[], metavar="TEST_ID",
+                        help="leave a test out (pytest's --deselect; repeatable)")
     parser.add_argument("--hdfs", action="store_true",
                         help="keep the tests' HDFS cases (a MiniDFSCluster JVM per mutant)")
     parser.add_argument("--jobs", type=int, default=2, help="mutants run at once")
     parser.add_argument("--work", type=Path, default=REPO / ".cache" / "mutation")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--list", action="store_true", help="print the modules and tests")
+    parser.add_argument("--report", action="store_true",
+                        help="only report what an earlier run (or one still running) left "
+                             "in --work; mutants not yet run count as not checked")
     return parser.parse_args(argv)
 
 
@@ -250,10 +256,13 @@ def describe(work: Path, module: str, mutant: str, lines: list[str],
 def run_module(module: str, tests: list[str], pytest_args: list[str], args: argparse.Namespace
                ) -> ModuleResult:
     work = args.work / slug(module)
-    prepare(work, module, tests, pytest_args)
     log = work / "mutmut.log"
     began = time.monotonic()
-    code = run_mutmut(work, args.jobs, log)
+    if args.report:
+        code = 0 if (work / "mutants").is_dir() else 1
+    else:
+        prepare(work, module, tests, pytest_args)
+        code = run_mutmut(work, args.jobs, log)
     result = ModuleResult(module, tests, round(time.monotonic() - began, 1))
     if code != 0:
         tail = log.read_text(errors="replace")[-2000:]
@@ -308,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
             pytest_args += ["-k", "not hdfs"]
         if module not in added:
             pytest_args += ["-m", "not spark"]
+        for test in args.deselect:
+            pytest_args += ["--deselect", test]
         result = run_module(module, tests, pytest_args, args)
         print(report(result), flush=True)
         results.append(result)
