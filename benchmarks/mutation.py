@@ -22,6 +22,12 @@ collected its statistics. Many protocol tests run sparkpoint in processes of the
 commands, contenders for a lease, crash points); mutation_hooks/ makes those processes run
 the mutated code and count as reaching what they reached.
 
+mutmut changes expressions; it never removes a statement, so a check or a read left out
+(``self.check()``, a second listing) is not among its mutants. ``--deletions`` adds that
+kind: each call statement and assignment of the module's functions (``--functions`` names
+some) is replaced by ``pass`` in turn, and the module's tests run in a process of their own
+against it (a clean run first, to know their time; three times that is a timeout).
+
 It prints, per module: mutants, killed, survived, timeouts and those no chosen test
 reaches ("no tests"), then each survivor as ``file:line`` with the line before and after
 the mutation, and the functions no chosen test reached. ``--json FILE`` writes the same.
@@ -106,6 +112,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--work", type=Path, default=REPO / ".cache" / "mutation")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--list", action="store_true", help="print the modules and tests")
+    parser.add_argument("--deletions", action="store_true",
+                        help="statement deletions instead of mutmut's mutants")
+    parser.add_argument("--functions", default="",
+                        help="with --deletions: only in these functions (comma-separated, "
+                             "Class.method for a method)")
     parser.add_argument("--report", action="store_true",
                         help="only report what an earlier run (or one still running) left "
                              "in --work; mutants not yet run count as not checked")
@@ -288,6 +299,81 @@ def run_module(module: str, tests: list[str], pytest_args: list[str], args: argp
     return result
 
 
+def deletable(source: str, functions: set[str]) -> list[tuple[str, ast.stmt]]:
+    """Each call statement and assignment in the module's functions (and methods), with the
+    function's name: what a deletion mutant replaces by ``pass``."""
+    found: list[tuple[str, ast.stmt]] = []
+    for name, (first, last) in function_lines(source).items():
+        if functions and name not in functions:
+            continue
+        node = next(n for n in ast.walk(ast.parse(source))
+                    if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+                    and n.lineno == first and (n.end_lineno or n.lineno) == last)
+        for statement in ast.walk(node):
+            if (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)) or \
+                    isinstance(statement, ast.Assign | ast.AugAssign | ast.AnnAssign):
+                found.append((name, statement))
+    return sorted(found, key=lambda item: item[1].lineno)
+
+
+def without(lines: list[str], statement: ast.stmt) -> str:
+    """The module with ``statement`` replaced by ``pass`` (the line numbers kept)."""
+    changed = list(lines)
+    first, last = statement.lineno - 1, (statement.end_lineno or statement.lineno) - 1
+    start, end = statement.col_offset, statement.end_col_offset or len(lines[last])
+    changed[first] = lines[first][:start] + "pass" + lines[last][end:]
+    for index in range(first + 1, last + 1):
+        changed[index] = ""
+    return "\n".join(changed) + "\n"
+
+
+def run_deletions(module: str, tests: list[str], pytest_args: list[str],
+                  args: argparse.Namespace) -> ModuleResult:
+    work = args.work / f"{slug(module)}-deletions"
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(REPO / "src", work / "src",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    target = work / "src" / "sparkpoint" / module
+    source = target.read_text()
+    lines = source.splitlines()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(work / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    command = [sys.executable, "-m", "pytest", "-x", "-q", *pytest_args, *tests]
+
+    def tests_pass(timeout: float | None) -> bool | None:
+        try:
+            done = subprocess.run(command, cwd=REPO, env=env, capture_output=True,
+                                  timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            return None
+        return done.returncode == 0
+
+    began = time.monotonic()
+    result = ModuleResult(module, tests, 0.0)
+    if not tests_pass(None):
+        result.error = "the tests fail without a mutant: " + " ".join(command)
+        return result
+    timeout = 3 * (time.monotonic() - began) + 30
+    functions = {name for name in args.functions.split(",") if name}
+    counts = Counter[str]()
+    for function, statement in deletable(source, functions):
+        target.write_text(without(lines, statement))
+        passed = tests_pass(timeout)
+        counts["timeouts" if passed is None else "survived" if passed else "killed"] += 1
+        if passed:
+            text = " / ".join(line.strip() for line in
+                              lines[statement.lineno - 1:statement.end_lineno])
+            result.survivors.append(Survivor(
+                location=f"src/sparkpoint/{module}:{statement.lineno}", function=function,
+                before=text, after="pass", mutant="deletion"))
+    target.write_text(source)
+    result.mutants = sum(counts.values())
+    result.counts = {key: counts.get(key, 0) for key in ("killed", "survived", "timeouts")}
+    result.seconds = round(time.monotonic() - began, 1)
+    return result
+
+
 def report(result: ModuleResult) -> str:
     out = [f"== {result.module}: tests {' '.join(result.tests)} ({result.seconds:.0f} s)"]
     if result.error:
@@ -312,14 +398,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     results = []
     for module, tests in chosen.items():
-        pytest_args = ["-p", "no:cacheprovider", "-p", "mutation_hits"]
+        pytest_args = ["-p", "no:cacheprovider"] + \
+            ([] if args.deletions else ["-p", "mutation_hits"])
         if not args.hdfs:
             pytest_args += ["-k", "not hdfs"]
         if module not in added:
             pytest_args += ["-m", "not spark"]
         for test in args.deselect:
             pytest_args += ["--deselect", test]
-        result = run_module(module, tests, pytest_args, args)
+        run = run_deletions if args.deletions else run_module
+        result = run(module, tests, pytest_args, args)
         print(report(result), flush=True)
         results.append(result)
     if args.json:
