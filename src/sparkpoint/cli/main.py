@@ -25,6 +25,7 @@ from sparkpoint.errors import (
     UsageError,
 )
 from sparkpoint.startpoints.store import PositionKind
+from sparkpoint.storage.fileio import store_unreachable
 from sparkpoint.storage.home import Home
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -109,6 +110,9 @@ def handle_errors(func: F) -> F:
             click.echo("interrupted", err=True)
             sys.exit(130)
         except Exception as exc:
+            unreachable = store_unreachable(exc)
+            if unreachable is not None:
+                _fail(unreachable, as_json)
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             message = f"unexpected {exc.__class__.__name__}: {first}"
             if os.environ.get(TRACEBACK_ENV):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import email.utils
+import errno
 import os
 import time
 import uuid
@@ -28,7 +29,7 @@ import fsspec
 from fsspec.callbacks import Callback, NoOpCallback, TqdmCallback
 
 from sparkpoint import progress
-from sparkpoint.errors import UsageError
+from sparkpoint.errors import StoreUnreachableError, UsageError
 from sparkpoint.storage.fencing import check_write, fence_for
 from sparkpoint.storage.local import write_atomic, write_new
 
@@ -109,10 +110,21 @@ class FileIO:
         self._write_bytes(location, data)
 
     def create_exclusive(self, location: str, data: bytes) -> bool:
-        """Create the file with ``data`` unless it exists; False when it already existed.
-        Atomic where ``capabilities.conditional_create`` says so."""
+        """Create the file with ``data`` unless it exists; False when it already existed
+        with other content. Atomic where ``capabilities.conditional_create`` says so.
+
+        A file found with exactly ``data`` counts as created: the create's first attempt
+        landed and its answer was lost (a client retrying a conditional put then finds its
+        own object), or another writer created the very same bytes; either way the file
+        holds what was asked. (Every conditional create of sparkpoint's own writes bytes no
+        other writer would: a token, a time, an id.)"""
         check_write(location)
-        return self._create_exclusive(location, data)
+        if self._create_exclusive(location, data):
+            return True
+        try:
+            return self.read_bytes(location) == data
+        except FileNotFoundError:
+            return False
 
     def move(self, source: str, target: str) -> bool:
         """Move one file to another location of this store (its parent made as needed);
@@ -334,6 +346,30 @@ def _modified(info: dict[str, Any]) -> float | None:
         return int(info["modificationTime"]) / 1000
     mtime = info.get("mtime")
     return float(mtime) if isinstance(mtime, int | float) else None
+
+
+# What a store client raises when the store does not answer, or keeps refusing, after its own
+# retries: s3fs turns S3's 503 SlowDown into EBUSY; a cut connection is botocore's or
+# requests' error.
+_UNREACHABLE_ERRNOS = {errno.EBUSY, errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNREFUSED,
+                       errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ECONNABORTED}
+
+
+def store_unreachable(exc: BaseException) -> StoreUnreachableError | None:
+    """The typed error for a store that did not answer (None for any other failure)."""
+    if isinstance(exc, StoreUnreachableError):
+        return exc
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    transport = names & {"HTTPClientError", "EndpointConnectionError", "ConnectionError",
+                         "ConnectTimeoutError", "ReadTimeoutError", "ClientConnectorError"}
+    if not transport and not (isinstance(exc, OSError) and exc.errno in _UNREACHABLE_ERRNOS):
+        return None
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return StoreUnreachableError(
+        f"the store did not answer, or kept refusing, after its client's retries "
+        f"({type(exc).__name__}: {first}); nothing more was done: check that the store is "
+        "up and reachable from this machine (AWS_ENDPOINT_URL, the NameNode), then run the "
+        "command again: every command completes or rolls back what a cut-off one left")
 
 
 def _date_header(answer: dict[str, Any]) -> float | None:

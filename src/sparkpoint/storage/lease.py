@@ -388,15 +388,9 @@ class Lease:
 
     def _create(self, record: LeaseRecord) -> bool:
         """Create ``record``'s generation; True when it is this holder's (created now, or by
-        an earlier attempt whose answer was lost)."""
-        url = self.store._url(record.generation)
-        if self.store.io.create_exclusive(url, record.to_bytes()):
-            return True
-        try:
-            found = _parse(self.store.io.read_bytes(url), record.generation)
-        except FileNotFoundError:
-            return False
-        return found is not None and found.token == record.token and not found.released
+        an earlier attempt whose answer was lost: FileIO.create_exclusive finds its bytes)."""
+        return self.store.io.create_exclusive(self.store._url(record.generation),
+                                              record.to_bytes())
 
     def _let_go_quietly(self, record: LeaseRecord) -> None:
         """A generation this holder created too late to use: let it go (best effort)."""
