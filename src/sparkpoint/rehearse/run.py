@@ -75,6 +75,7 @@ from sparkpoint.spark.session import apply_query_conf, create_session
 from sparkpoint.spark.sink import file_sink_path
 from sparkpoint.spark.version import require_supported_pyspark
 from sparkpoint.storage.home import Home, validate_name
+from sparkpoint.storage.processes import abandoned, claim
 from sparkpoint.upgrade.interrupted import clear_intent
 from sparkpoint.upgrade.restore import build_new_checkpoint, resolve
 from sparkpoint.upgrade.resume_point import ResumePoint, ResumeSource, load_resume_point
@@ -184,6 +185,7 @@ def rehearse(
     _remove_abandoned(home.scratch_dir, echo)
     scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-",
                                     dir=home.scratch_dir))
+    claim(scratch)
     try:
         session = spark or create_session(master or record.master, conf, "sparkpoint:rehearse",
                                           log_file=new_log_file(home.logs_dir, "rehearse"))
@@ -207,22 +209,13 @@ def rehearse(
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _remove_abandoned(scratch_dir: Path, echo: Echo) -> None:
     """Remove the scratch of rehearsals whose process died (killed, crashed) before its own
     cleanup; running ones and those kept with --keep stay."""
     for path in scratch_dir.glob(f"{SCRATCH_PREFIX}*"):
         pid = path.name.removeprefix(SCRATCH_PREFIX).split("-", 1)[0]
-        if not pid.isdigit() or (path / KEPT_MARKER).exists() or _process_alive(int(pid)):
+        if not pid.isdigit() or (path / KEPT_MARKER).exists() or \
+                not abandoned(path, int(pid)):
             continue
         shutil.rmtree(path, ignore_errors=True)
         echo(f"removed {path}, left by an interrupted rehearsal (pid {pid})")

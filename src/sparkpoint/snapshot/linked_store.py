@@ -29,7 +29,7 @@ from sparkpoint.snapshot.manifest import (
 from sparkpoint.snapshot.store import Problem, SnapshotStore
 from sparkpoint.storage.home import name_problem, validate_name
 from sparkpoint.storage.local import fsync_dir, walk_files
-from sparkpoint.storage.processes import pid_alive
+from sparkpoint.storage.processes import OWNER_FILE, abandoned, claim
 
 DELETED_PREFIX = "deleted"
 
@@ -62,7 +62,7 @@ class LinkedSnapshotStore(SnapshotStore):
         for entry in staging.iterdir():
             owner, _, rest = entry.name.partition(".")
             pid_text = rest.split(".", 1)[0] if owner == DELETED_PREFIX else owner
-            if pid_text.isdigit() and not pid_alive(int(pid_text)):
+            if pid_text.isdigit() and abandoned(entry, int(pid_text)):
                 shutil.rmtree(entry, ignore_errors=True)
 
     def create(
@@ -82,9 +82,11 @@ class LinkedSnapshotStore(SnapshotStore):
         self._clean_abandoned_staging()
         staging = self.staging_dir / f"{os.getpid()}.{name}.{uuid.uuid4().hex[:8]}"
         staging.mkdir(parents=True)
+        claim(staging)  # cleaned up by another process only once this one is provably gone
         crash_point("snapshot.staging_created")
         try:
             manifest = export_checkpoint(checkpoint, staging, name, info, progress, batch)
+            (staging / OWNER_FILE).unlink()  # not part of the snapshot it becomes
             fsync_dir(staging)
             crash_point("snapshot.manifest_written")
             try:
@@ -125,6 +127,7 @@ class LinkedSnapshotStore(SnapshotStore):
                   / f"{DELETED_PREFIX}.{os.getpid()}.{name}.{uuid.uuid4().hex[:8]}")
         doomed.parent.mkdir(parents=True, exist_ok=True)
         os.rename(target, doomed)
+        claim(doomed)
         crash_point("snapshot.delete_renamed")
         shutil.rmtree(doomed, ignore_errors=True)
 

@@ -74,7 +74,7 @@ from sparkpoint.spark.state_prune import (
 from sparkpoint.spark.state_rewrite import partition_key_fields, rewrite_without
 from sparkpoint.storage.home import Home, validate_name
 from sparkpoint.storage.local import link_or_copy, walk_files
-from sparkpoint.storage.processes import pid_alive
+from sparkpoint.storage.processes import abandoned, claim
 
 if TYPE_CHECKING:
     import numpy as np
@@ -144,7 +144,7 @@ def _clean_abandoned(scratch_root: Path) -> None:
         return
     for entry in scratch_root.iterdir():
         pid = entry.name.split(".", 1)[0]
-        if pid.isdigit() and not pid_alive(int(pid)):
+        if pid.isdigit() and abandoned(entry, int(pid)):
             shutil.rmtree(entry, ignore_errors=True)
 
 
@@ -400,6 +400,7 @@ def prune_snapshot(
         # Spark's tasks read and rewrite the scratch copy: the executors must reach it
         # (asked before a snapshot in a store is fetched to be linked here).
         scratch.mkdir(parents=True)
+        claim(scratch)
         require_driver_disk(spark, scratch)
         checkpoint = Checkpoint(scratch / "checkpoint")
         _link_tree(store.checkpoint_path(snapshot), checkpoint.local_root)

@@ -23,10 +23,12 @@ on the store's clock, a kernel lock), never by a pid it cannot see.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import socket
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 HOST_ENV = "SPARKPOINT_HOST"
@@ -153,3 +155,29 @@ class ProcessIdentity:
                  (self.start_ticks, other.start_ticks))
         return all(mine == theirs for mine, theirs in pairs
                    if mine is not None and theirs is not None)
+
+
+# A working directory of one process (a snapshot's staging, a prune's or a rehearsal's
+# scratch) names its owner here, so that another process removes it only once its owner is
+# provably gone: in a home shared by containers, a pid free in this pid namespace may be a
+# live process in another.
+OWNER_FILE = ".owner.json"
+
+
+def claim(directory: Path) -> None:
+    """Name this process as ``directory``'s owner (the directory exists)."""
+    (directory / OWNER_FILE).write_text(json.dumps(ProcessIdentity.current().to_record()))
+
+
+def abandoned(directory: Path, pid: int | None) -> bool:
+    """Whether ``directory``'s owner is provably gone. A directory without its owner's
+    record (an older version's) is judged by the pid in its name, on this host."""
+    try:
+        owner = ProcessIdentity.from_record(json.loads((directory / OWNER_FILE).read_text()))
+    except (OSError, ValueError):
+        owner = None
+    if owner is None:
+        if pid is None:
+            return False
+        owner = ProcessIdentity(this_host(), pid)
+    return owner.gone()
