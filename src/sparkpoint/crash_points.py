@@ -41,6 +41,8 @@ CRASH_POINTS: dict[str, str] = {
     "remote_snapshot.files_uploaded": "new files uploaded, manifest not written (not listed)",
     "remote_snapshot.published": "manifest written (listed), lease not removed",
     "remote_snapshot.delete_unlisted": "manifest removed (not listed), files not collected",
+    "remote_snapshot.collection_planned": "a collection listed the creates and chose what to "
+                                          "delete, not announced it",
     "remote_snapshot.collection_announced": "a collection announced the files it will delete, "
                                              "none deleted",
     "remote_snapshot.collection_deleting": "a collection checked it may still delete, the "

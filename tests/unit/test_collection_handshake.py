@@ -192,3 +192,25 @@ def test_a_collection_cut_off_after_announcing_holds_up_nothing(
     assert deleted.code == 0, deleted.err
     assert _blobs(home) == set()
     assert api.snapshot_list(home) == []
+
+
+def test_a_create_registered_after_a_collection_listed_the_creates_keeps_its_files(
+    home: Home, tmp_path: Path
+) -> None:
+    """The collection has listed the creates (none) and chosen what to delete; before it
+    announces, a create registers, finds no announcement, decides to share the files and
+    stops before publishing. The collection's second read of the creates, after its
+    announcement, sees that registration: it deletes none of those files, and the create
+    publishes a whole snapshot. With that second read left out (the review's mutation) the
+    shared files went and the snapshot was published without them."""
+    _created(home, "a")
+    shared = _blobs(home)
+    collector = Frozen(home, "remote_snapshot.collection_planned", "snapshot", "delete", "a",
+                       "--yes", log=tmp_path / "collector.log")
+    create = Frozen(home, "remote_snapshot.files_uploaded", "snapshot", "create", JOB, "b",
+                    log=tmp_path / "create.log")
+    assert not create.said(OWN_COPIES)  # no announcement yet: it shares the stored files
+    assert collector.resume() == 0, collector.log.read_text()
+    assert _blobs(home) == shared, "the collection removed files a registered create shares"
+    assert create.resume() == 0, create.log.read_text()
+    _assert_whole(home, "b")

@@ -344,6 +344,7 @@ class ObjectSnapshotStore(SnapshotStore):
         doomed = self._leftover_files([name for name in leftovers if name not in creating])
         if not garbage and not doomed:
             return set(blobs)
+        crash_point("remote_snapshot.collection_planned")
         collection = Collection(self.io, self.location, garbage, doomed)
         deleted: set[str] = set()
         try:
