@@ -4,16 +4,13 @@ jobs."""
 from __future__ import annotations
 
 import datetime as dt
-import shutil
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint.layout import Checkpoint
-from sparkpoint.checkpoint.retained import iso_utc
-from sparkpoint.drain.protocol import drain_locked
+from sparkpoint.drain import protocol as draining
 from sparkpoint.errors import (
     JobFileError,
     JobRunningError,
@@ -24,42 +21,35 @@ from sparkpoint.errors import (
     UsageError,
     ValidationError,
 )
+from sparkpoint.recovery import recover
 from sparkpoint.rehearse.run import Rehearsal as Rehearsal
 from sparkpoint.rehearse.run import rehearse as rehearse
-from sparkpoint.runtime.intents import DrainIntent
-from sparkpoint.runtime.intents import load as load_intent
-from sparkpoint.runtime.lock import held_lease, holder_of, job_lock
-from sparkpoint.runtime.recovery import recover
+from sparkpoint.runtime import deletion
+from sparkpoint.runtime.lock import job_lock
 from sparkpoint.runtime.registry import (
     DrainRecord,
     JobRegistry,
-    Lineage,
     now_iso,
 )
 from sparkpoint.runtime.runner import (
     CANCEL_TIMEOUT_S,
-    PlannedJob,
     RunOptions,
     RunResult,
+    held_run,
     plan_job,
-    run_job,
     wait_until_stopped,
 )
 from sparkpoint.runtime.views import JobView as JobView
 from sparkpoint.runtime.views import job_view as job_view
 from sparkpoint.runtime.views import jobs_list as jobs_list
-from sparkpoint.sinks.output_check import output_of_existing_job, output_of_new_job
-from sparkpoint.sinks.ownership import (
-    start_outside_lineage,
-)
-from sparkpoint.sinks.rewind import pending as pending_rewinds
+from sparkpoint.sinks.output_check import check_output_of_existing_job, check_output_of_new_job
+from sparkpoint.snapshot import take
 from sparkpoint.snapshot.export import JobInfo
 from sparkpoint.snapshot.inspect import InspectReport, inspect_checkpoint
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.past import parse_time
 from sparkpoint.snapshot.prune import PruneResult, check_prunable, prune_snapshot
 from sparkpoint.snapshot.store import Problem, Sharing, open_snapshot_store
-from sparkpoint.snapshot.take import past_batch, snapshot_job, stop_for_snapshot
 from sparkpoint.spark.session import DEFAULT_MASTER
 from sparkpoint.spark.version import installed_pyspark_version, require_supported_pyspark
 from sparkpoint.startpoints.protocol import apply_pending, compact_interval, source_description
@@ -67,14 +57,13 @@ from sparkpoint.startpoints.resolve import Resolved
 from sparkpoint.startpoints.resolve import resolve as resolve_startpoints
 from sparkpoint.startpoints.store import WHOLE_SOURCE, PositionKind, Startpoint, StartpointStore
 from sparkpoint.storage.home import Home, validate_name
-from sparkpoint.storage.location import tree_bytes
 from sparkpoint.upgrade.adopt import adopt, import_warning, sink_ahead
-from sparkpoint.upgrade.assemble import used_snapshots
 from sparkpoint.upgrade.batches import BatchChoice, check_first_batch
 from sparkpoint.upgrade.interrupted import (
     is_own_orphan,
 )
-from sparkpoint.upgrade.restore import build_new_checkpoint, job_shape, resolve
+from sparkpoint.upgrade.pipeline import Mode, StartPipeline
+from sparkpoint.upgrade.restore import job_shape
 from sparkpoint.upgrade.resume_point import flow_mapping, read_resume_point
 from sparkpoint.upgrade.start import check_snapshots_intact, start_from_snapshots
 from sparkpoint.upgrade.validate import UpgradePlan, default_resume_point
@@ -135,10 +124,10 @@ def run(
         raise UsageError("--renumber-batches, --first-batch and --rewind-output apply to a "
                          "new job started with --from-snapshot or --resume-point")
     registry = JobRegistry(home)
-    registry.remove_deleted_leftovers()
+    deletion.remove_renamed_aside(home)
     params, conf = dict(params or {}), dict(conf or {})
-    check_output: Callable[[PlannedJob], Lineage | None] | None = None
-    if from_snapshot is None and resume_point is None and registry.exists(job):
+    existing = from_snapshot is None and resume_point is None and registry.exists(job)
+    if existing:
         record = registry.get(job)
         params = _merged(record.params, params, "param", echo)
         conf = _merged(record.conf, conf, "conf", echo)
@@ -148,9 +137,6 @@ def run(
             # A record without a master ran on the default one: the same master given
             # explicitly (spark-submit always gives one) is no change.
             echo(f"master: {record.master or DEFAULT_MASTER} -> {master}")
-        check_output = output_of_existing_job(registry, job, conf, echo)
-    elif from_snapshot is None and resume_point is None:
-        check_output = output_of_new_job(registry, job)
     options = RunOptions(
         job=job, job_file=job_file.absolute() if build is None else job_file, params=params,
         conf=conf, master=master, until_caught_up=until_caught_up, max_batches=max_batches,
@@ -170,8 +156,13 @@ def run(
         if registry.exists(job):
             recover(home, job, echo)
             apply_pending(home, options, spark, echo)
-        return run_job(home, options, spark=spark, prepare=check_output, echo=echo,
-                       on_started=on_started)
+        with held_run(home, options, spark=spark, echo=echo) as held:
+            output = held.planned.file_sink
+            if output is not None and existing:
+                check_output_of_existing_job(registry, job, conf, output, echo)
+            elif output is not None:
+                check_output_of_new_job(registry, job, output)
+            return held.execute(on_started)
 
 
 def _merged(stored: Mapping[str, str], given: Mapping[str, str], what: str,
@@ -223,27 +214,8 @@ def plan(
         raise ValidationError(f"{len(problems)} problems:\n  " + "\n  ".join(problems),
                               problems=problems) from exc
     try:
-        resolution = resolve(store, planned, point, from_snapshot, choice, read)
-        for unfinished in pending_rewinds(planned.file_sink) if planned.file_sink else []:
-            resolution.plan.warnings.append(
-                f"the output {unfinished.output} has an interrupted rewind to batch "
-                f"{unfinished.to_batch}; the next run into it finishes it (the sink checks "
-                "here read its log as it is now)")
-        if resolution.plan.ok:
-            scratch = Path(tempfile.mkdtemp(prefix="sparkpoint-plan-")) / "checkpoint"
-            try:
-                build_new_checkpoint(planned, resolution, scratch, echo, publish=False)
-            except ValidationError:
-                pass  # the problem is in the plan already
-            finally:
-                shutil.rmtree(scratch.parent, ignore_errors=True)
-        # A precondition of the start, not of the checkpoint it builds: listed after the
-        # dry-run build, which it does not change.
-        outside = start_outside_lineage(JobRegistry(home), store, planned.file_sink,
-                                        used_snapshots(resolution.plan))
-        if outside is not None:
-            resolution.plan.problems.append(outside)
-        return resolution.plan
+        return StartPipeline(Mode.PLAN, home, store, planned, point, from_snapshot, choice,
+                             read=read).dry_run(echo)
     finally:
         planned.release()
 
@@ -298,23 +270,10 @@ def snapshot_create(
     if batch is not None and batch < 0:
         raise UsageError(f"--batch: expected a batch id >= 0, found {batch}")
     moment = parse_time(at) if isinstance(at, str) else at
-    registry = JobRegistry(home)
-    record = registry.get(job)
-    store = open_snapshot_store(home)
-    if store.exists(snapshot):
-        raise NameTakenError(
-            f"snapshot '{snapshot}' already exists; choose another name or delete it first"
-        )
-    if cancel and (batch is not None or moment is not None):
-        # Refused before the job is stopped: a refusal changes nothing.
-        past_batch(job, registry.checkpoint(job), batch, moment)
+    record = take.refusals(home, job, snapshot, batch, moment, cancel)
     if cancel:
-        record = stop_for_snapshot(registry, job, record, echo)
-    checkpoint = registry.checkpoint(job)
-    if not checkpoint.exists():
-        raise PreconditionError(
-            f"job '{job}' has no checkpoint yet at {checkpoint.root}; run it first"
-        )
+        record = take.stop_for_snapshot(JobRegistry(home), job, record, echo)
+    take.require_checkpoint(home, job)
     if record.effective_status() != "running":
         # An interrupted drain may have left the maximal watermark in the last batch: it
         # must not reach a snapshot. Held by another process (a run, or another snapshot
@@ -324,12 +283,7 @@ def snapshot_create(
                 recover(home, job, echo)
         except JobRunningError:
             pass
-    if moment is not None:
-        batch = past_batch(job, checkpoint, batch, moment)
-        echo(f"batch {batch} is the newest with a time at or before {iso_utc(moment)}")
-    elif batch is not None:
-        past_batch(job, checkpoint, batch, moment)
-    return snapshot_job(home, job, snapshot, echo, batch)
+    return take.take(home, job, snapshot, echo, batch, moment)
 
 
 def snapshot_import(
@@ -485,23 +439,11 @@ def jobs_stop(home: Home, job: str, wait: bool = False, echo: Echo = _quiet) -> 
 def jobs_delete(home: Home, job: str) -> dict[str, Any]:
     """Remove a job that is not running: its record, checkpoint and pending startpoints.
     Snapshots of it are kept."""
-    registry = JobRegistry(home)
-    registry.remove_deleted_leftovers()
-    record = registry.get(job)
-    holder = holder_of(home, job)
-    if record.effective_status() == "running" or holder is not None:
-        who = record.describe_process() if record.effective_status() == "running" \
-            else holder.describe() if holder is not None else "another process"
-        raise JobRunningError(
-            f"job '{job}' is running ({who}); stop it first with "
-            f"'sparkpoint jobs stop {job} --wait'")
-    checkpoint_bytes = tree_bytes(home.checkpoint_dir(job))
+    deletion.remove_renamed_aside(home)
+    held = deletion.refusals(home, job)
     with job_lock(home, job):  # no run can start while the job goes
-        lease = held_lease(home, job)
-        if lease is not None:
-            lease.check()  # a fence: only the holder deletes
-        registry.delete(job)  # the lease goes with the job
-    return {"job": job, "deleted": True, "checkpoint_bytes": checkpoint_bytes}
+        deletion.delete(home, job)  # the lease goes with the job
+    return {"job": job, "deleted": True, **held}
 
 
 def drain(
@@ -518,33 +460,14 @@ def drain(
 
     Crash-safe: the drain batch is recorded in the home before the checkpoint changes; a
     drain cut off after its batch committed is finished by the next drain or run, one cut
-    off before is rolled back (``runtime/recovery.py``).
+    off before is rolled back (``drain/protocol.py``).
     """
     _needs_spark(spark)
-    registry = JobRegistry(home)
-    record = registry.get(job)
-    if snapshot is not None:
-        validate_name(snapshot, "snapshot")
-        interrupted = load_intent(home, job, DrainIntent)
-        finishing = interrupted is not None and interrupted.snapshot == snapshot
-        if open_snapshot_store(home).exists(snapshot) and not finishing:
-            raise NameTakenError(
-                f"snapshot '{snapshot}' already exists; choose another name or delete it first")
-    if record.effective_status() == "running":
-        echo(f"asking job '{job}' ({record.describe_process()}) to stop: no new input from here")
-        registry.request_stop(job)
-        wait_until_stopped(registry, job, CANCEL_TIMEOUT_S, record)
+    record = draining.refusals(home, job, snapshot)
+    draining.stop_running(home, job, record, echo)
     with job_lock(home, job):
         recovered = recover(home, job, echo)
-        if recovered.drain is not None:
-            if snapshot is not None and recovered.drain.snapshot is None:
-                snapshot_job(home, job, snapshot, echo)
-                recovered.drain.snapshot = snapshot
-                record = registry.get(job)
-                record.drain = recovered.drain
-                registry.save(record)
-            return recovered.drain
-        return drain_locked(home, job, snapshot, spark, echo, build)
+        return draining.drain_held(home, job, snapshot, spark, echo, build, recovered.drain)
 
 
 @dataclass(frozen=True)

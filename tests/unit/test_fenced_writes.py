@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
+from sparkpoint.drain import protocol as draining
+from sparkpoint.drain.protocol import DrainIntent
 from sparkpoint.drain.synthetic import DrainBatch, remove_unrun_drain_offsets
 from sparkpoint.errors import LeaseLostError
-from sparkpoint.runtime import intents
-from sparkpoint.runtime.intents import DrainIntent
 from sparkpoint.runtime.lock import held_lease, job_lock
 from sparkpoint.runtime.registry import JobRecord, JobRegistry
 from sparkpoint.startpoints.store import Startpoint, StartpointStore
@@ -43,7 +43,7 @@ def home(s3_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Hom
         (offsets / str(batch)).write_text("v1\n{}\n{\"logOffset\":0}")
     (home.checkpoint_dir("j") / "commits" / "0").write_text("v1\n{}")
     (home.checkpoint_dir("j") / "commits" / "1").write_text("v1\n{}")
-    intents.save(home, "j", DrainIntent(drain=DrainBatch(batch_id=2, watermark_before_ms=0,
+    draining.save_intent(home, "j", DrainIntent(drain=DrainBatch(batch_id=2, watermark_before_ms=0,
                                                          timestamp_before_ms=0),
                                         started_at="2026-11-29T00:00:00Z"))
     StartpointStore(home).set("j", Startpoint(source="clicks", kind="earliest",
@@ -60,8 +60,8 @@ WRITES: dict[str, Callable[[Home], object]] = {
     "drain cleanup: the unrun drain batch's offsets": lambda home: remove_unrun_drain_offsets(
         JobRegistry(home).checkpoint("j"), DrainBatch(batch_id=2, watermark_before_ms=0,
                                                       timestamp_before_ms=0)),
-    "drain cleanup: the drain intent": lambda home: intents.remove(home, "j", DrainIntent),
-    "an intent recorded": lambda home: intents.save(
+    "drain cleanup: the drain intent": lambda home: draining.remove_intent(home, "j"),
+    "an intent recorded": lambda home: draining.save_intent(
         home, "j", DrainIntent(drain=DrainBatch(batch_id=3, watermark_before_ms=0,
                                                 timestamp_before_ms=0),
                                started_at="2026-11-29T00:00:01Z")),

@@ -58,7 +58,7 @@ from sparkpoint.runtime.jobfile import (
     load_build,
 )
 from sparkpoint.runtime.registry import JobRegistry
-from sparkpoint.runtime.runner import PlannedJob, RunOptions, new_log_file, run_job
+from sparkpoint.runtime.runner import PlannedJob, RunOptions, held_run, new_log_file
 from sparkpoint.snapshot.store import SnapshotStore, open_snapshot_store
 from sparkpoint.spark.driver_disk import require_driver_disk
 from sparkpoint.spark.job_session import session_for_job
@@ -76,8 +76,9 @@ from sparkpoint.spark.sink import file_sink_path
 from sparkpoint.spark.version import require_supported_pyspark
 from sparkpoint.storage.home import Home, validate_name
 from sparkpoint.storage.processes import abandoned, claim
+from sparkpoint.upgrade.batches import BatchChoice
 from sparkpoint.upgrade.interrupted import clear_intent
-from sparkpoint.upgrade.restore import build_new_checkpoint, resolve
+from sparkpoint.upgrade.pipeline import Mode, StartPipeline
 from sparkpoint.upgrade.resume_point import ResumePoint, ResumeSource, load_resume_point
 
 if TYPE_CHECKING:
@@ -286,14 +287,9 @@ def _replay(session: SparkSession, home: Home, scratch: Path, job_file: Path, us
         return redirect_output(writer, new.output)
 
     def restore(planned: PlannedJob) -> None:
-        resolution = resolve(store, planned, point, from_snapshot)
-        for warning in resolution.plan.warnings:
-            echo(f"warning: {warning}")
-        if not resolution.plan.ok:
-            raise ValidationError(
-                f"the new version cannot resume ({len(resolution.plan.problems)} problem(s)); "
-                "nothing was run:\n  " + "\n  ".join(resolution.plan.problems),
-                problems=resolution.plan.problems)
+        pipeline = StartPipeline(Mode.REHEARSE, scratch_home, store, planned, point,
+                                 from_snapshot, BatchChoice(), target=target)
+        resolution = pipeline.resolve(echo)
         fresh = [row.name for row in resolution.plan.sources
                  if row.action != "resume" or row.origin is None]
         if fresh:
@@ -309,7 +305,8 @@ def _replay(session: SparkSession, home: Home, scratch: Path, job_file: Path, us
         new.operator_keys = [
             [str(f["name"]) for f in (op.stores[0].key_schema or {}).get("fields", [])]
             for op in resolution.shape.operators if op.stores]
-        result = build_new_checkpoint(planned, resolution, target, echo)
+        result = pipeline.build(resolution, echo)
+        assert result is not None
         if result.batch_id is None:
             raise ValidationError(f"{job_file}: the new version resumes nothing from "
                                   f"{', '.join(names)}; there is nothing to rehearse from")
@@ -322,12 +319,14 @@ def _replay(session: SparkSession, home: Home, scratch: Path, job_file: Path, us
     options = RunOptions(job=SCRATCH_JOB, job_file=job_file, params=params, conf=conf,
                          master=master, max_batches=1, pending_batch_only=True, build=build)
     for batch in track(batches, "rehearse: replaying", unit="batch"):
-        def replay(_planned: PlannedJob, batch: int = batch) -> None:
-            replay_batch(old, batch, Checkpoint(target), batch + new.shift, new.sources)
-
-        run_job(scratch_home, options, spark=session,
-                prepare=restore if batch == batches[0] else replay, echo=_quiet,
-                on_recorded=lambda: clear_intent(target))
+        with held_run(scratch_home, options, spark=session, echo=_quiet) as held:
+            if batch == batches[0]:
+                restore(held.planned)
+                held.registry.save(held.record)  # the scratch job owns its checkpoint
+                clear_intent(target)
+            else:
+                replay_batch(old, batch, Checkpoint(target), batch + new.shift, new.sources)
+            held.execute()
         done = Checkpoint(target).latest_committed_batch()
         if done != batch + new.shift:
             raise SparkQueryError(

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import shutil
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
@@ -19,21 +16,19 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic import ValidationError as PydanticValidationError
 
 from sparkpoint.checkpoint.layout import Checkpoint
-from sparkpoint.crash_points import crash_point
-from sparkpoint.errors import CorruptRecordError, JobRunningError, UnknownJobError
-from sparkpoint.runtime.lock import fence, held_lease, holds, job_lock
+from sparkpoint.errors import CorruptRecordError, UnknownJobError
+from sparkpoint.runtime.lock import fence, holds
 from sparkpoint.storage.fileio import join
 from sparkpoint.storage.home import Home, name_problem
-from sparkpoint.storage.lease import LEASE_DIR
 from sparkpoint.storage.location import Location, StorePath, write_atomic
 from sparkpoint.storage.processes import ProcessIdentity, this_host
 from sparkpoint.windows import WindowSpec
 
 JOB_FILE = "job.json"
-STOP_REQUEST = "stop"
-DELETED_PREFIX = ".deleted."
-# Written first by a delete of a job in a store: the job is gone, whatever files remain.
+# Written first by a delete of a job in a store: the job is gone, whatever files remain
+# (runtime/deletion.py).
 TOMBSTONE = "deleted"
+STOP_REQUEST = "stop"
 # A listing of a home in a store looks at this many jobs at once (each costs round trips).
 JOBS_LOOKED_AT_ONCE = 8
 
@@ -209,17 +204,19 @@ class JobRegistry:
 
     def exists(self, job: str) -> bool:
         """The job has a record and, in a store, is not being deleted (no tombstone)."""
-        return self._present(self.home.job_dir(job), finish_deletion=False)
+        return self._present(self.home.job_dir(job))
 
     def tombstoned(self, job: str) -> bool:
         """In a store: the job was deleted by a ``jobs delete`` that was cut off before it
-        removed everything (its files are leftovers, whatever they are)."""
+        removed everything (its files are leftovers, whatever they are:
+        runtime/deletion.py)."""
         job_dir = self.home.job_dir(job)
-        return isinstance(job_dir, StorePath) and TOMBSTONE in job_dir.io.list_names(job_dir.url)
+        return isinstance(job_dir, StorePath) and \
+            TOMBSTONE in job_dir.io.list_names(job_dir.url)
 
     def names(self) -> list[str]:
-        """The jobs of the home. In a store, a job's deletion that was cut off after its
-        tombstone is finished here, by whoever can take the job's lease at once."""
+        """The jobs of the home (a job whose deletion was cut off after its tombstone is
+        not one: runtime/deletion.py)."""
         candidates = self.candidates()
         # In a store each look is a round trip: the jobs are looked at several at once, one
         # listing of each job's directory telling its record and its tombstone apart.
@@ -237,23 +234,18 @@ class JobRegistry:
         except FileNotFoundError:
             return []
 
-    def _present(self, job_dir: Location, finish_deletion: bool = True) -> bool:
-        """The job has a record and, in a store, no tombstone (one listing of its directory);
-        with ``finish_deletion`` a tombstoned job's deletion is finished."""
-        return self.listing(job_dir, finish_deletion)[0]
+    def _present(self, job_dir: Location) -> bool:
+        """The job has a record and, in a store, no tombstone (one listing of its
+        directory)."""
+        return self.listing(job_dir)[0]
 
-    def listing(self, job_dir: Location,
-                finish_deletion: bool = True) -> tuple[bool, frozenset[str] | None]:
+    def listing(self, job_dir: Location) -> tuple[bool, frozenset[str] | None]:
         """Whether the job is present (see _present), and in a store the names in its
         directory (so that a reader skips a file the listing shows absent), else None."""
         if isinstance(job_dir, Path):
             return (job_dir / JOB_FILE).is_file(), None
         names = frozenset(job_dir.io.list_names(job_dir.url))
-        if TOMBSTONE in names:
-            if finish_deletion:
-                self._finish_deletion_if_free(job_dir.name)
-            return False, names
-        return JOB_FILE in names, names
+        return JOB_FILE in names and TOMBSTONE not in names, names
 
     def get(self, job: str, listed: frozenset[str] | None = None) -> JobRecord:
         """The job's record. In a store its directory is listed first (one request), so
@@ -319,78 +311,4 @@ class JobRegistry:
     def clear_stop_request(self, job: str) -> None:
         (self.control_dir(job) / STOP_REQUEST).unlink(missing_ok=True)
 
-    def delete(self, job: str) -> None:
-        """Remove the job's directory (record, checkpoint, control files), so that a crash
-        while its files are removed leaves no half-deleted job. The caller holds the job's
-        lock.
 
-        On local disk the directory is first renamed aside, to a hidden name no listing
-        shows; the next command that lists the jobs removes it. A store has no atomic rename
-        of a directory: a tombstone file goes first, and a job with one is gone, whatever
-        files remain; the rest is removed under the job's lease, by this command or, when it
-        was cut off, by the next one that takes the lease (a run of a new job of that name
-        first of all: ``finish_deletion``). The lease's files go last, this holder's own
-        generation after the older ones: until then every other process finds it held.
-        """
-        job_dir = self.home.job_dir(job)
-        if isinstance(job_dir, StorePath):
-            when = dt.datetime.now(dt.UTC).isoformat()
-            (job_dir / TOMBSTONE).write_bytes(when.encode("utf-8"))
-            crash_point("jobs.delete_tombstoned")
-            self._remove_tombstoned(job_dir, keep_lease=False)
-            return
-        doomed = self.home.root / "jobs" / f"{DELETED_PREFIX}{job}.{uuid.uuid4().hex[:8]}"
-        os.rename(job_dir, doomed)
-        crash_point("jobs.delete_renamed")
-        shutil.rmtree(doomed)
-
-    def remove_deleted_leftovers(self) -> None:
-        """Finish deletions a crash interrupted (in a store: every listing of the jobs does,
-        see ``names``)."""
-        jobs = self.home.jobs_dir
-        if not isinstance(jobs, Path) or not jobs.is_dir():
-            return
-        for entry in jobs.iterdir():
-            if entry.name.startswith(DELETED_PREFIX) and entry.is_dir():
-                shutil.rmtree(entry, ignore_errors=True)
-
-    def finish_deletion(self, job: str, keep_lease: bool = True) -> bool:
-        """Remove what a cut-off ``jobs delete`` left of the job (the caller holds its lock,
-        and with ``keep_lease`` goes on holding it: a run of a new job of the name); True
-        when there was such a deletion to finish."""
-        job_dir = self.home.job_dir(job)
-        if not isinstance(job_dir, StorePath) or not self.tombstoned(job):
-            return False
-        self._remove_tombstoned(job_dir, keep_lease)
-        return True
-
-    def _finish_deletion_if_free(self, job: str) -> None:
-        """Finish a cut-off deletion when the job's lease can be taken at once; else its
-        holder (a delete under way, a run of a new job of the name) does."""
-        try:
-            with job_lock(self.home, job, wait=False):
-                self.finish_deletion(job, keep_lease=False)
-        except JobRunningError:
-            pass
-
-    def _remove_tombstoned(self, job_dir: StorePath, keep_lease: bool) -> None:
-        """Every file of a tombstoned job but its lease's, the tombstone last; then, unless
-        ``keep_lease``, the lease this thread holds is ended and its files removed, its own
-        newest generation last."""
-        lease_dir = f"{LEASE_DIR}/"
-        # Whole subtrees: Spark's s3a also leaves directory markers ("state/0/"), which a
-        # listing of files does not show and Spark's next batch 0 would find in its way.
-        for name in job_dir.io.list_names(job_dir.url):
-            if name not in (TOMBSTONE, LEASE_DIR):
-                job_dir.io.delete_tree(join(job_dir.url, name))
-        crash_point("jobs.delete_files_removed")
-        job_dir.io.delete(join(job_dir.url, TOMBSTONE))
-        if keep_lease:
-            return
-        lease = held_lease(self.home, job_dir.name)
-        if lease is not None:
-            lease.gone_with_job()  # no renewal may create a generation behind the deletion
-        generations = sorted(rel for rel in job_dir.io.walk_sizes(job_dir.url)
-                             if rel.startswith(lease_dir))
-        for rel in generations:  # zero-padded: the newest sorts last
-            job_dir.io.delete(join(job_dir.url, rel))

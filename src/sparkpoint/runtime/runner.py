@@ -7,13 +7,14 @@ right after its latest committed batch.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
 import signal
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -27,6 +28,7 @@ from sparkpoint.errors import (
     SparkpointError,
     SparkQueryError,
 )
+from sparkpoint.runtime import deletion
 from sparkpoint.runtime.context import JobContext
 from sparkpoint.runtime.jobfile import (
     build_writer,
@@ -47,7 +49,6 @@ from sparkpoint.runtime.progress import (
 from sparkpoint.runtime.registry import (
     JobRecord,
     JobRegistry,
-    Lineage,
     OperatorRecord,
     RunRecord,
     SourceRecord,
@@ -180,10 +181,6 @@ def plan_job(
         raise JobFileError(f"{ctx.who}: {problem}")
     return PlannedJob(session, writer, operators, file_sink_path(writer), dict(conf), sources,
                       dict(ctx.offset_groups))
-
-
-# Called after the plan is known and before the query starts; may build the checkpoint.
-Prepare = Callable[[PlannedJob], Lineage | None]
 
 
 @dataclass
@@ -372,18 +369,39 @@ def _batch_counter(
     return reached, lambda: spark.streams.removeListener(listener)
 
 
-def run_job(
-    home: Home,
-    options: RunOptions,
-    spark: SparkSession | None = None,
-    prepare: Prepare | None = None,
-    echo: Callable[[str], None] = print,
-    on_recorded: Callable[[], None] | None = None,
-    on_started: Callable[[StreamingQuery], None] | None = None,
-) -> RunResult:
-    """Run the job under its lock. ``prepare`` may build its checkpoint before the query
-    starts; ``on_recorded`` is called once the job record names this run, ``on_started``
-    with the query once it runs (``sparkpoint.start`` hands it to its caller)."""
+@dataclass
+class HeldRun:
+    """A job held (its lock, its lease in a store) and planned, its query not started: what
+    a protocol does between planning and running (build the checkpoint, write a drain batch,
+    check the output) it does with this in hand, then ``execute`` runs the query. The runner
+    calls nothing of the protocols: they call it."""
+
+    home: Home
+    options: RunOptions
+    registry: JobRegistry
+    record: JobRecord
+    planned: PlannedJob
+    lease: Lease | None
+    log_file: Path
+    echo: Callable[[str], None]
+
+    @property
+    def job(self) -> str:
+        return self.options.job
+
+    def execute(self, on_started: Callable[[StreamingQuery], None] | None = None) -> RunResult:
+        """Record this run in the job record, run the query as the options say, watch it,
+        and record how it ended; ``on_started`` receives the query once it runs
+        (``sparkpoint.start`` hands it to its caller)."""
+        return _execute(self, on_started)
+
+
+@contextlib.contextmanager
+def held_run(home: Home, options: RunOptions, spark: SparkSession | None = None,
+             echo: Callable[[str], None] = print) -> Iterator[HeldRun]:
+    """Hold the job, plan it and hand it over (see HeldRun). On the way: a deleted job's
+    leftovers are removed (a new job of that name starts from nothing), a running job is
+    refused, and a cut-off rewind of the job's output is finished."""
     registry = JobRegistry(home)
     job = options.job
     home.job_dir(job)  # validates the name before anything is written
@@ -391,7 +409,7 @@ def run_job(
     with job_lock(home, job, echo, wait=False):
         # A new job of a name whose deletion was cut off starts from nothing: the deleted
         # job's leftovers go first, under this lock (runtime/registry.py).
-        if registry.finish_deletion(job):
+        if deletion.finish(home, job):
             echo(f"job '{job}': finished removing the files of the deleted job of that name")
         if registry.exists(job):
             record = registry.get(job)
@@ -419,7 +437,6 @@ def run_job(
                            options.master, spark, ui=options.ui, echo=echo,
                            log_dir=home.logs_dir, build=options.build)
         log_file = session_log_file() or new_log_file(home.logs_dir, job)
-        session, writer, operators = planned.spark, planned.writer, planned.operators
         end_fences: list[Callable[[], None]] = []
         try:
             if lease is not None:
@@ -428,128 +445,143 @@ def run_job(
                     fenced.append(spark_url(planned.file_sink))
                     # sparkpoint's own writes into the output (rewinds, sink history).
                     end_fences.append(fencing.add_guarded([planned.file_sink], lease.fence))
-                end_fences.append(fence_spark_writes(session, lease, fenced))
+                end_fences.append(fence_spark_writes(planned.spark, lease, fenced))
             if planned.file_sink is not None:
                 # Every run into an output first finishes a rewind of it that was cut off
                 # (drain, batch completion and rehearsal included): nothing may write into
                 # a half-moved table.
                 finish_rewinds(planned.file_sink, lambda line: echo(f"job '{job}': {line}"))
-            lineage = prepare(planned) if prepare else None
-            if lineage is not None:
-                record.lineage = lineage
-            checkpoint = registry.checkpoint(job)
-            first_batch = checkpoint.latest_committed_batch()
-            run = RunRecord(run_id=str(uuid.uuid4()), started_at=now_iso(), status="running",
-                            first_batch=first_batch)
-            # A run still 'running' in the record is one whose process died (this one holds
-            # the job now): it failed, at the batch this run starts after.
-            record.runs = [ended_dead(old, first_batch) if old.status == "running" else old
-                           for old in record.runs]
-            record.mark_running_here()
-            record.error = None
-            record.run_id = run.run_id
-            record.operators = [
-                OperatorRecord(name=op.name, operator_id=op.operator_id,
-                               spark_operator_name=op.spark_operator_name,
-                               named_by_user=op.named_by_user, window=op.window)
-                for op in operators
-            ]
-            record.output = str(planned.file_sink) if planned.file_sink is not None else None
-            record.sources = [
-                SourceRecord(name=s.name, kind=s.kind, named_by_user=s.named_by_user,
-                             path=s.path, options=s.options)
-                for s in planned.sources
-            ]
-            record.runs.append(run)
-            registry.save(record)
-            if on_recorded is not None:
-                on_recorded()
-            echo(f"job '{job}' run {run.run_id} starting at batch "
-                 f"{0 if first_batch is None else first_batch + 1}")
-            writer = writer.option("checkpointLocation", home.checkpoint_location(job)) \
-                .queryName(job)
-            if options.until_caught_up:
-                writer = writer.trigger(availableNow=True)
-            elif options.pending_batch_only:
-                writer = writer.trigger(processingTime=HOLD_TRIGGER_INTERVAL)
-            error: SparkpointError | None = None
-            committer = GroupCommitter(planned.sources, planned.offset_groups,
-                                       lambda line: echo(f"job '{job}': {line}"))
-            keeper = _ProgressKeeper(home, job, lease,
-                                     committer.commit if planned.offset_groups else None)
-            clear_progress(home.job_dir(job))
-            limit_reached, remove_counter = (
-                _batch_counter(session, job, options.max_batches)
-                if options.max_batches is not None
-                else (threading.Event(), lambda: None)
-            )
-            forget_lease_hook: Callable[[], None] = lambda: None  # noqa: E731
-            try:
-                with _StopSignal() as stop_signal:
-                    query = writer.start()
-                    if lease is not None:
-                        # Lost: stop at once, from the renewing thread, so that no batch
-                        # commits after another process may have taken the job.
-                        forget_lease_hook = lease.on_lost(query.stop)
-                    if on_started is not None:
-                        on_started(query)
-                    while query.isActive:
-                        if options.max_batches is not None:
-                            if limit_reached.wait(POLL_SECONDS):
-                                query.stop()
-                                break
-                        elif _ended(query, POLL_SECONDS):
-                            break
-                        if lease is not None:
-                            # Past its deadline (a renewal stuck in a slow request): lost,
-                            # and the query stopped at once (Lease.on_lost).
-                            lease.fence()
-                        keeper.keep(query)
-                        # A run of one planned batch (a drain's, or one completed before a
-                        # drain or startpoints) is not cut short by a stop request: that batch
-                        # is the last committed one the request stops after; cut off, a drain
-                        # failed with nothing changed. Ctrl-C still stops it.
-                        if stop_signal.requested.is_set() or (
-                                not options.pending_batch_only and registry.stop_requested(job)):
-                            echo(f"job '{job}': stop requested, stopping after the last committed "
-                                 "batch")
-                            query.stop()
-                    keeper.keep(query)
-                    failure = query.exception()
-                    if failure is not None:
-                        error = _query_failed(job, failure, log_file, planned.sources,
-                                              checkpoint)
-            except SparkpointError as exc:
-                error = exc
-            except Exception as exc:
-                error = _query_failed(job, exc, log_file, planned.sources, checkpoint)
-            finally:
-                forget_lease_hook()
-                remove_counter()
-                committer.close()
-                if lease is not None:
-                    # The fence before the run's record is written: a holder fenced out
-                    # writes nothing more (the record is the new holder's now).
-                    lease.check()
-                registry.clear_stop_request(job)
-                last = checkpoint.latest_committed_batch()
-                run.ended_at, run.last_batch = now_iso(), last
-                run.status = "failed" if error else "stopped"
-                run.error = error.message if error else None
-                record.status, record.pid, record.error = run.status, None, run.error
-                record.boot_id = record.pid_namespace = record.start_ticks = None
-                record.runs[-1] = run
-                registry.save(record)
-            if error is not None:
-                raise error
-            # Batches committed by this run: the commit log counts each exactly once.
-            ran = 0 if last is None else last - (-1 if first_batch is None else first_batch)
-            echo(f"job '{job}' stopped at batch {last} ({ran} batches in this run)")
-            return RunResult(job, run.run_id, run.status, first_batch, last, ran)
+            yield HeldRun(home, options, registry, record, planned, lease, log_file, echo)
         finally:
             for end in end_fences:
                 end()
             planned.release()
+
+
+def run_job(
+    home: Home,
+    options: RunOptions,
+    spark: SparkSession | None = None,
+    echo: Callable[[str], None] = print,
+    on_started: Callable[[StreamingQuery], None] | None = None,
+) -> RunResult:
+    """Run the job under its lock: a run with nothing to do between planning and running."""
+    with held_run(home, options, spark, echo) as run:
+        return run.execute(on_started)
+
+
+def _execute(held: HeldRun, on_started: Callable[[StreamingQuery], None] | None) -> RunResult:
+    home, options, registry, record, planned = (held.home, held.options, held.registry,
+                                                held.record, held.planned)
+    job, lease, log_file, echo = held.job, held.lease, held.log_file, held.echo
+    session, writer = planned.spark, planned.writer
+    checkpoint = registry.checkpoint(job)
+    first_batch = checkpoint.latest_committed_batch()
+    run = RunRecord(run_id=str(uuid.uuid4()), started_at=now_iso(), status="running",
+                    first_batch=first_batch)
+    # A run still 'running' in the record is one whose process died (this one holds
+    # the job now): it failed, at the batch this run starts after.
+    record.runs = [ended_dead(old, first_batch) if old.status == "running" else old
+                   for old in record.runs]
+    record.mark_running_here()
+    record.error = None
+    record.run_id = run.run_id
+    record.operators = [
+        OperatorRecord(name=op.name, operator_id=op.operator_id,
+                       spark_operator_name=op.spark_operator_name,
+                       named_by_user=op.named_by_user, window=op.window)
+        for op in planned.operators
+    ]
+    record.output = str(planned.file_sink) if planned.file_sink is not None else None
+    record.sources = [
+        SourceRecord(name=s.name, kind=s.kind, named_by_user=s.named_by_user,
+                     path=s.path, options=s.options)
+        for s in planned.sources
+    ]
+    record.runs.append(run)
+    registry.save(record)
+    echo(f"job '{job}' run {run.run_id} starting at batch "
+         f"{0 if first_batch is None else first_batch + 1}")
+    writer = writer.option("checkpointLocation", home.checkpoint_location(job)) \
+        .queryName(job)
+    if options.until_caught_up:
+        writer = writer.trigger(availableNow=True)
+    elif options.pending_batch_only:
+        writer = writer.trigger(processingTime=HOLD_TRIGGER_INTERVAL)
+    error: SparkpointError | None = None
+    committer = GroupCommitter(planned.sources, planned.offset_groups,
+                               lambda line: echo(f"job '{job}': {line}"))
+    keeper = _ProgressKeeper(home, job, lease,
+                             committer.commit if planned.offset_groups else None)
+    clear_progress(home.job_dir(job))
+    limit_reached, remove_counter = (
+        _batch_counter(session, job, options.max_batches)
+        if options.max_batches is not None
+        else (threading.Event(), lambda: None)
+    )
+    forget_lease_hook: Callable[[], None] = lambda: None  # noqa: E731
+    try:
+        with _StopSignal() as stop_signal:
+            query = writer.start()
+            if lease is not None:
+                # Lost: stop at once, from the renewing thread, so that no batch
+                # commits after another process may have taken the job.
+                forget_lease_hook = lease.on_lost(query.stop)
+            if on_started is not None:
+                on_started(query)
+            while query.isActive:
+                if options.max_batches is not None:
+                    if limit_reached.wait(POLL_SECONDS):
+                        query.stop()
+                        break
+                elif _ended(query, POLL_SECONDS):
+                    break
+                if lease is not None:
+                    # Past its deadline (a renewal stuck in a slow request): lost,
+                    # and the query stopped at once (Lease.on_lost).
+                    lease.fence()
+                keeper.keep(query)
+                # A run of one planned batch (a drain's, or one completed before a
+                # drain or startpoints) is not cut short by a stop request: that batch
+                # is the last committed one the request stops after; cut off, a drain
+                # failed with nothing changed. Ctrl-C still stops it.
+                if stop_signal.requested.is_set() or (
+                        not options.pending_batch_only and registry.stop_requested(job)):
+                    echo(f"job '{job}': stop requested, stopping after the last committed "
+                         "batch")
+                    query.stop()
+            keeper.keep(query)
+            failure = query.exception()
+            if failure is not None:
+                error = _query_failed(job, failure, log_file, planned.sources,
+                                      checkpoint)
+    except SparkpointError as exc:
+        error = exc
+    except Exception as exc:
+        error = _query_failed(job, exc, log_file, planned.sources, checkpoint)
+    finally:
+        forget_lease_hook()
+        remove_counter()
+        committer.close()
+        if lease is not None:
+            # The fence before the run's record is written: a holder fenced out
+            # writes nothing more (the record is the new holder's now).
+            lease.check()
+        registry.clear_stop_request(job)
+        last = checkpoint.latest_committed_batch()
+        run.ended_at, run.last_batch = now_iso(), last
+        run.status = "failed" if error else "stopped"
+        run.error = error.message if error else None
+        record.status, record.pid, record.error = run.status, None, run.error
+        record.boot_id = record.pid_namespace = record.start_ticks = None
+        record.runs[-1] = run
+        registry.save(record)
+    if error is not None:
+        raise error
+    # Batches committed by this run: the commit log counts each exactly once.
+    ran = 0 if last is None else last - (-1 if first_batch is None else first_batch)
+    echo(f"job '{job}' stopped at batch {last} ({ran} batches in this run)")
+    return RunResult(job, run.run_id, run.status, first_batch, last, ran)
 
 
 def wait_until_stopped(registry: JobRegistry, job: str, timeout_s: float,

@@ -28,9 +28,11 @@ from sparkpoint.checkpoint.source_log import (
 from sparkpoint.errors import (
     SparkpointError,
 )
+from sparkpoint.runtime import deletion
 from sparkpoint.runtime.progress import PROGRESS_FILE, ProgressSummary, read_progress
 from sparkpoint.runtime.registry import (
     JOBS_LOOKED_AT_ONCE,
+    TOMBSTONE,
     JobRecord,
     JobRegistry,
     RunRecord,
@@ -315,13 +317,17 @@ def _snapshottable(checkpoint: Checkpoint) -> list[RetainedBatch]:
 
 def jobs_list(home: Home) -> list[JobView]:
     registry = JobRegistry(home)
-    registry.remove_deleted_leftovers()
+    deletion.remove_renamed_aside(home)
     # Each job is a few reads, each a round trip in a store: several jobs at once. Each
     # record is read once, with its directory's listing (present, not deleted); which jobs
     # superseded which is then told from the records alone.
     def read(entry: Location) -> tuple[JobRecord, frozenset[str] | None] | None:
         present, listed = registry.listing(entry)
         if not present:
+            if listed is not None and TOMBSTONE in listed:
+                # A deletion cut off after its tombstone: every listing finishes it, when
+                # it can take the job's lease at once.
+                deletion.finish_if_free(home, entry.name)
             return None
         try:
             return registry.get(entry.name), listed

@@ -19,9 +19,6 @@ from sparkpoint.runtime.registry import (
     JobRecord,
     JobRegistry,
 )
-from sparkpoint.runtime.runner import (
-    PlannedJob,
-)
 from sparkpoint.sinks.gaps import fill_gap, find_gap, is_repartition_batch
 from sparkpoint.sinks.history import finish_seeding, seed_history
 from sparkpoint.sinks.ownership import (
@@ -32,9 +29,8 @@ from sparkpoint.sinks.rewind import finished as finished_rewinds
 Echo = Callable[[str], None]
 
 
-def output_of_existing_job(
-    registry: JobRegistry, job: str, conf: Mapping[str, str], echo: Echo
-) -> Callable[[PlannedJob], None]:
+def check_output_of_existing_job(registry: JobRegistry, job: str, conf: Mapping[str, str],
+                                 output: str, echo: Echo) -> None:
     """Check, before the query starts, that a file sink's log matches the job's checkpoint.
 
     Spark's file sink skips every batch its log already has and compacts from the entries of
@@ -45,47 +41,41 @@ def output_of_existing_job(
     job's output (or an older one of this job): the run is refused, since Spark would fail
     at its next compaction or silently skip batches. The output may be local, on S3 or HDFS.
     """
-
-    def prepare(planned: PlannedJob) -> None:
-        if planned.file_sink is None:
-            return
-        last = registry.checkpoint(job).latest_committed_batch()
-        ours = -1 if last is None else last
-        _refuse_rewound_history(registry.get(job), planned.file_sink, ours)
-        finished = finish_seeding(planned.file_sink, job)
-        if finished is not None:
-            echo(f"finished giving the new output {planned.file_sink} an empty sink history "
-                 f"up to batch {finished.through} (an earlier start was cut off doing it)")
-        sink_last = latest_batch(planned.file_sink)
-        if sink_last is None:
-            interval = int(conf.get(COMPACT_INTERVAL_CONF, DEFAULT_COMPACT_INTERVAL))
-            if last is not None and seed_history(planned.file_sink, job, last, interval):
-                echo(f"gave the new output {planned.file_sink} an empty sink history up to "
-                     f"batch {last}")
-            return
-        # Batches Spark's offline repartition committed write nothing to the sink: their
-        # entries are owed, not another run's.
-        if sink_last < ours and all(is_repartition_batch(registry.checkpoint(job), b)
-                                    for b in range(sink_last + 1, ours + 1)):
-            interval = int(conf.get(COMPACT_INTERVAL_CONF, DEFAULT_COMPACT_INTERVAL))
-            gap = find_gap(planned.file_sink, ours, interval)
-            fill_gap(gap)
-            echo(f"gave the output {planned.file_sink} empty sink log entries for Spark's "
-                 f"repartition batches {gap.batches[0]}..{gap.batches[-1]}")
-            return
-        # The sink writes its log entry just before the batch commits: one batch ahead is a
-        # run stopped in between, whose offsets entry for that batch is there. Without it the
-        # entry is another job's (a start into this output cut off after filling its log).
-        in_between = sink_last == ours + 1 and \
-            registry.checkpoint(job).uncommitted_batch() == sink_last
-        if not (sink_last == ours or in_between):
-            raise PreconditionError(
-                f"job '{job}': output {planned.file_sink} holds batches up to {sink_last} of "
-                f"another run, but the job's last committed batch is "
-                f"{'none' if last is None else last}; each job needs an output directory of "
-                "its own: pass a new, empty directory (or the job's previous output)")
-
-    return prepare
+    last = registry.checkpoint(job).latest_committed_batch()
+    ours = -1 if last is None else last
+    _refuse_rewound_history(registry.get(job), output, ours)
+    finished = finish_seeding(output, job)
+    if finished is not None:
+        echo(f"finished giving the new output {output} an empty sink history "
+             f"up to batch {finished.through} (an earlier start was cut off doing it)")
+    sink_last = latest_batch(output)
+    if sink_last is None:
+        interval = int(conf.get(COMPACT_INTERVAL_CONF, DEFAULT_COMPACT_INTERVAL))
+        if last is not None and seed_history(output, job, last, interval):
+            echo(f"gave the new output {output} an empty sink history up to "
+                 f"batch {last}")
+        return
+    # Batches Spark's offline repartition committed write nothing to the sink: their
+    # entries are owed, not another run's.
+    if sink_last < ours and all(is_repartition_batch(registry.checkpoint(job), b)
+                                for b in range(sink_last + 1, ours + 1)):
+        interval = int(conf.get(COMPACT_INTERVAL_CONF, DEFAULT_COMPACT_INTERVAL))
+        gap = find_gap(output, ours, interval)
+        fill_gap(gap)
+        echo(f"gave the output {output} empty sink log entries for Spark's "
+             f"repartition batches {gap.batches[0]}..{gap.batches[-1]}")
+        return
+    # The sink writes its log entry just before the batch commits: one batch ahead is a
+    # run stopped in between, whose offsets entry for that batch is there. Without it the
+    # entry is another job's (a start into this output cut off after filling its log).
+    in_between = sink_last == ours + 1 and \
+        registry.checkpoint(job).uncommitted_batch() == sink_last
+    if not (sink_last == ours or in_between):
+        raise PreconditionError(
+            f"job '{job}': output {output} holds batches up to {sink_last} of "
+            f"another run, but the job's last committed batch is "
+            f"{'none' if last is None else last}; each job needs an output directory of "
+            "its own: pass a new, empty directory (or the job's previous output)")
 
 
 def _refuse_rewound_history(record: JobRecord, output: str, ours: int) -> None:
@@ -103,14 +93,9 @@ def _refuse_rewound_history(record: JobRecord, output: str, ours: int) -> None:
                 f"jobs delete {record.name}'); nothing was changed")
 
 
-def output_of_new_job(registry: JobRegistry, job: str) -> Callable[[PlannedJob], None]:
+def check_output_of_new_job(registry: JobRegistry, job: str, output: str) -> None:
     """A job new to the home runs batches from 0: an output whose sink log holds batches
     would skip them all, so it is refused (most often the name is a typo)."""
-
-    def prepare(planned: PlannedJob) -> None:
-        if planned.file_sink is not None:
-            refuse_output_with_history(registry, job, planned.file_sink)
-
-    return prepare
+    refuse_output_with_history(registry, job, output)
 
 

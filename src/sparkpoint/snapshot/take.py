@@ -1,9 +1,14 @@
 """Taking a snapshot of a job: of its newest committed batch, of an earlier one still held
-(``--batch``, ``--at``), or of a job asked to stop first (``--cancel``).
+(``--batch``, ``--at``), or of a job asked to stop first (``--cancel``): the protocol.
 
-The snapshot itself is one step of the snapshot store (``SnapshotStore.create``: exported,
-then published by its manifest). Before it, a stopped job's checkpoint is recovered (see
-``runtime/recovery.py``) so that what a cut-off drain left never reaches a snapshot.
+0. (``refusals``) the name is free, the batch asked for is held: refused before a running
+   job is stopped, with nothing changed.
+1. ``--cancel``: the job is asked to stop after its last committed batch, and waited for.
+2. A stopped job's checkpoint is recovered (the facade, with ``sparkpoint/recovery.py``), so
+   that what a cut-off drain left never reaches a snapshot.
+3. ``take``: the batch chosen, then the snapshot store's own steps (``SnapshotStore.create``:
+   exported, then published by its manifest; crash points ``snapshot.*`` and
+   ``remote_snapshot.*``).
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ import datetime as dt
 from collections.abc import Callable
 
 from sparkpoint.checkpoint.layout import Checkpoint
-from sparkpoint.errors import PreconditionError
+from sparkpoint.checkpoint.retained import iso_utc
+from sparkpoint.errors import NameTakenError, PreconditionError
 from sparkpoint.runtime.progress import read_state_rows
 from sparkpoint.runtime.registry import JobRecord, JobRegistry
 from sparkpoint.runtime.runner import CANCEL_TIMEOUT_S, wait_until_stopped
@@ -37,6 +43,42 @@ def snapshot_job(home: Home, job: str, name: str, echo: Echo,
                    state_rows=read_state_rows(home.job_dir(job)))
     checkpoint = registry.checkpoint(job)
     return open_snapshot_store(home).create(name, checkpoint, info, progress=echo, batch=batch)
+
+
+def refusals(home: Home, job: str, snapshot: str, batch: int | None,
+             moment: dt.datetime | None, cancel: bool) -> JobRecord:
+    """Step 0: the job's record, or the refusal of the snapshot with nothing changed."""
+    registry = JobRegistry(home)
+    record = registry.get(job)
+    if open_snapshot_store(home).exists(snapshot):
+        raise NameTakenError(
+            f"snapshot '{snapshot}' already exists; choose another name or delete it first"
+        )
+    if cancel and (batch is not None or moment is not None):
+        # Refused before the job is stopped: a refusal changes nothing.
+        past_batch(job, registry.checkpoint(job), batch, moment)
+    return record
+
+
+def require_checkpoint(home: Home, job: str) -> None:
+    checkpoint = JobRegistry(home).checkpoint(job)
+    if not checkpoint.exists():
+        raise PreconditionError(
+            f"job '{job}' has no checkpoint yet at {checkpoint.root}; run it first"
+        )
+
+
+def take(home: Home, job: str, snapshot: str, echo: Echo, batch: int | None,
+         moment: dt.datetime | None) -> Manifest:
+    """Step 3: the batch chosen (the newest, ``batch``, or the newest at ``moment``), then
+    the snapshot of it."""
+    checkpoint = JobRegistry(home).checkpoint(job)
+    if moment is not None:
+        batch = past_batch(job, checkpoint, batch, moment)
+        echo(f"batch {batch} is the newest with a time at or before {iso_utc(moment)}")
+    elif batch is not None:
+        past_batch(job, checkpoint, batch, moment)
+    return snapshot_job(home, job, snapshot, echo, batch)
 
 
 def past_batch(job: str, checkpoint: Checkpoint, batch: int | None,

@@ -7,23 +7,24 @@ resolved against the checkpoint and the resolution recorded in the home (a
 moved (``startpoints/apply.py``), the consumed sets removed (a set made meanwhile stays
 pending) and the application recorded in the job record. A start cut off after the intent
 is finished from it by the next command, never resolved again: each startpoint is applied
-exactly once. ``runtime/recovery.py`` hands intents here.
+exactly once. The top-level recovery (``sparkpoint/recovery.py``) calls ``recover``.
 """
 
 from __future__ import annotations
 
+import base64
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.sink_log import latest_batch
 from sparkpoint.checkpoint.source_log import DEFAULT_SOURCE_COMPACT_INTERVAL
 from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import KafkaOffsetsDeletedError, PreconditionError, UnknownSourceError
-from sparkpoint.runtime import intents
-from sparkpoint.runtime.intents import ResolvedSource, StartpointIntent
 from sparkpoint.runtime.registry import AppliedStartpoint, JobRecord, JobRegistry, now_iso
 from sparkpoint.runtime.runner import RunOptions, run_job
 from sparkpoint.sources.positions import SourceDescription
@@ -32,13 +33,65 @@ from sparkpoint.startpoints.resolve import Resolved
 from sparkpoint.startpoints.resolve import resolve as resolve_startpoints
 from sparkpoint.startpoints.store import Startpoint, StartpointStore
 from sparkpoint.storage.home import Home
-from sparkpoint.storage.location import remove_checksum_sibling
+from sparkpoint.storage.location import Location, remove_checksum_sibling
+from sparkpoint.storage.records import read_record, remove_record, write_record
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 Echo = Callable[[str], None]
 SOURCE_COMPACT_CONF = "spark.sql.streaming.fileSource.log.compactInterval"
+STARTPOINT_INTENT = "startpoint-intent.json"
+
+
+class ResolvedSource(BaseModel):
+    """One source's resolved startpoints, as applied (log entries kept base64-encoded)."""
+
+    model_config = ConfigDict(extra="forbid")
+    source: str
+    offset_before: str | None
+    offset_after: str | None
+    log_files: list[tuple[str, str]] = Field(default_factory=list)
+    lines: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, resolved: Resolved) -> ResolvedSource:
+        return cls(source=resolved.source, offset_before=resolved.offset_before,
+                   offset_after=resolved.offset_after, lines=list(resolved.lines),
+                   log_files=[(name, base64.b64encode(data).decode("ascii"))
+                              for name, data in resolved.log_files])
+
+    def to_resolved(self) -> Resolved:
+        return Resolved(self.source, self.offset_before, self.offset_after,
+                        [(name, base64.b64decode(data)) for name, data in self.log_files],
+                        list(self.lines))
+
+
+class StartpointIntent(BaseModel):
+    """Startpoints being applied to committed batch ``batch`` of the job's checkpoint."""
+
+    model_config = ConfigDict(extra="forbid")
+    format_version: Literal[1] = 1
+    intent_id: str
+    batch: int
+    recorded_at: str
+    pending: dict[str, list[Startpoint]]
+    resolved: list[ResolvedSource]
+    # The sets (startpoint files) folded into ``pending``, per source: exactly what is
+    # removed once applied (none recorded by an earlier version: compared instead).
+    consumed: dict[str, list[str]] | None = None
+
+
+def _intent_path(home: Home, job: str) -> Location:
+    return home.job_dir(job) / STARTPOINT_INTENT
+
+
+def load_intent(home: Home, job: str) -> StartpointIntent | None:
+    """The startpoint application a cut-off start left, if any."""
+    return read_record(
+        _intent_path(home, job), StartpointIntent,
+        "the record of an interrupted startpoint application",
+        "nothing was changed: inspect the job's checkpoint, then remove the file to go on")
 
 
 def source_description(record: JobRecord, source: str) -> SourceDescription:
@@ -116,7 +169,7 @@ def record_startpoints(home: Home, job: str, batch: int, pending: dict[str, list
     intent = StartpointIntent(intent_id=uuid.uuid4().hex, batch=batch, recorded_at=now_iso(),
                               pending=pending, consumed=consumed,
                               resolved=[ResolvedSource.of(r) for r in resolved])
-    intents.save(home, job, intent)
+    write_record(_intent_path(home, job), intent)
     crash_point("startpoint.intent_recorded")
     return intent
 
@@ -148,4 +201,16 @@ def finish_startpoints(home: Home, job: str, intent: StartpointIntent, echo: Ech
                 positions=audit["positions"]))
             echo(f"startpoint applied to source '{result.source}': " + "; ".join(result.lines))
         registry.save(record)
-    intents.remove(home, job, StartpointIntent)
+    remove_record(_intent_path(home, job))
+
+
+def recover(home: Home, job: str, echo: Echo) -> bool:
+    """Finish an application of startpoints a start left, as it was resolved then (never
+    resolved again); True when there was one. The caller holds the job."""
+    intent = load_intent(home, job)
+    if intent is None:
+        return False
+    echo(f"job '{job}': finishing the startpoints interrupted at {intent.recorded_at} (as "
+         "resolved then)")
+    finish_startpoints(home, job, intent, echo)
+    return True

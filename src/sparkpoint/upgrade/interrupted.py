@@ -16,19 +16,45 @@ any other is left alone and the name stays taken.
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict
+
 from sparkpoint.checkpoint.logs import QueryMetadata
 from sparkpoint.checkpoint.sink_log import SINK_LOG_DIR
-from sparkpoint.errors import CheckpointFormatError
+from sparkpoint.errors import CheckpointFormatError, CorruptRecordError
 from sparkpoint.sinks.gaps import Gap, remove_filled
 from sparkpoint.storage.fileio import join
-from sparkpoint.storage.location import Location, StorePath, remove_tree, write_atomic
+from sparkpoint.storage.location import Location, StorePath, remove_tree
+from sparkpoint.storage.records import read_record, remove_record, write_record
 
 INTENT_SUFFIX = ".restoring"
+
+
+class SinkFill(BaseModel):
+    """Sink log entries a start gives the new job's output before it runs."""
+
+    model_config = ConfigDict(extra="ignore")
+    output: str
+    entries: list[str]
+    through: int
+
+
+class RestoreIntent(BaseModel):
+    """A start from a snapshot under way: the query id of the checkpoint it publishes, and
+    the sink log entries it writes into the output."""
+
+    model_config = ConfigDict(extra="ignore")
+    query_id: str | None = None
+    sink_log: SinkFill | None = None
+
+
+def _read(target: Location) -> RestoreIntent | None:
+    return read_record(intent_path(target), RestoreIntent,
+                       "the record of an interrupted start from a snapshot",
+                       "remove it, and the job's directory, to start the job again")
 
 
 def staging_prefix(target: Location) -> str:
@@ -50,45 +76,41 @@ def _query_id(checkpoint: Location) -> str | None:
 
 def record_intent(target: Location, staging: Path) -> None:
     """Before publishing ``staging`` at ``target``: remember which checkpoint it is."""
-    query_id = _query_id(staging)
-    write_atomic(intent_path(target), json.dumps({"query_id": query_id}).encode())
+    write_record(intent_path(target), RestoreIntent(query_id=_query_id(staging)))
 
 
 def record_sink_fill(target: Location, gap: Gap) -> None:
     """Before the new job's output gets the sink log entries it lacks: name them in the
     intent, so that a start cut off before its job record takes them back (a retry numbers
     its batches from the snapshot again, and would find them in its way)."""
-    path = intent_path(target)
-    intent = json.loads(path.read_text("utf-8"))
-    intent["sink_log"] = {"output": str(gap.output), "entries": gap.names,
-                          "through": gap.through}
-    write_atomic(path, json.dumps(intent).encode())
+    intent = _read(target) or RestoreIntent()
+    write_record(intent_path(target), intent.model_copy(update={"sink_log": SinkFill(
+        output=str(gap.output), entries=gap.names, through=gap.through)}))
 
 
 def _take_back_sink_fill(target: Location) -> list[str]:
     """The sink log entries a cut-off start wrote, taken back; their locations."""
     try:
-        fill = json.loads(intent_path(target).read_text("utf-8")).get("sink_log")
-    except (OSError, ValueError, AttributeError):
-        return []
-    try:
-        output, entries, through = str(fill["output"]), list(fill["entries"]), int(fill["through"])
-    except (TypeError, KeyError, ValueError):
+        fill = (_read(target) or RestoreIntent()).sink_log
+    except CorruptRecordError:
         return []  # not a fill this version wrote: nothing of it is taken back
-    return [join(output, SINK_LOG_DIR, name) for name in remove_filled(output, entries, through)]
+    if fill is None:
+        return []
+    return [join(fill.output, SINK_LOG_DIR, name)
+            for name in remove_filled(fill.output, fill.entries, fill.through)]
 
 
 def clear_intent(target: Location) -> None:
     """The job record now owns the published checkpoint."""
-    intent_path(target).unlink(missing_ok=True)
+    remove_record(intent_path(target))
 
 
 def _intended_query_id(target: Location) -> str | None:
     try:
-        value = json.loads(intent_path(target).read_text("utf-8")).get("query_id")
-    except (OSError, ValueError, AttributeError):
+        intent = _read(target)
+    except CorruptRecordError:
         return None
-    return value if isinstance(value, str) else None
+    return intent.query_id if intent is not None else None
 
 
 def is_own_orphan(target: Location) -> bool:
@@ -131,3 +153,15 @@ def roll_back(target: Location, has_record: bool,
         echo("an earlier start from a snapshot was interrupted; rolled back: removed "
              + ", ".join(str(p) for p in removed) + "; building the checkpoint again")
     return removed
+
+
+def recover(target: Location, has_record: bool, echo: Callable[[str], None]) -> bool:
+    """A start whose job record was written but whose intent was not removed (cut off in
+    between) completed: its intent goes. Without a record the start is rolled back by the
+    next start from a snapshot (``roll_back``), never by another command. True when an
+    intent was removed."""
+    if not has_record or not intent_path(target).exists():
+        return False
+    clear_intent(target)
+    echo(f"removed {intent_path(target)}, left by a start from a snapshot that completed")
+    return True

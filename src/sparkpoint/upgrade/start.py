@@ -25,10 +25,8 @@ from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import (
     JobRunningError,
     NameTakenError,
-    SinkAheadError,
     SnapshotDamagedError,
     SparkpointError,
-    ValidationError,
 )
 from sparkpoint.runtime.lock import holder_of, job_lock
 from sparkpoint.runtime.registry import (
@@ -39,12 +37,11 @@ from sparkpoint.runtime.runner import (
     PlannedJob,
     RunOptions,
     RunResult,
-    run_job,
+    held_run,
 )
 from sparkpoint.sinks.gaps import fill_gap, find_gap
 from sparkpoint.sinks.ownership import (
     lineage_of,
-    refuse_start_outside_lineage,
     same_output,
     writers_of,
 )
@@ -53,7 +50,6 @@ from sparkpoint.sinks.rewind import rewind as rewind_output_to
 from sparkpoint.snapshot.store import SnapshotStore, open_snapshot_store
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.location import Location
-from sparkpoint.upgrade.assemble import used_snapshots
 from sparkpoint.upgrade.batches import BatchChoice, check_first_batch
 from sparkpoint.upgrade.interrupted import (
     clear_intent,
@@ -61,7 +57,7 @@ from sparkpoint.upgrade.interrupted import (
     record_sink_fill,
     roll_back,
 )
-from sparkpoint.upgrade.restore import build_new_checkpoint, resolve
+from sparkpoint.upgrade.pipeline import Mode, StartPipeline
 from sparkpoint.upgrade.resume_point import (
     ResumePoint,
     ResumeSource,
@@ -120,7 +116,9 @@ def start_from_snapshots(home: Home, options: RunOptions, from_snapshot: str | N
             _refuse_unrewindable(home, output, rewind_batch, _snapshot_jobs(store, point,
                                                                             from_snapshot))
 
-    def prepare(planned: PlannedJob) -> Lineage:
+    def build(planned: PlannedJob) -> Lineage:
+        """The steps between planning the new job and its record: the checkpoint built and
+        published, the output rewound or filled; the job's lineage."""
         crash_point("restore.job_locked")
         if rewind_batch is not None and planned.file_sink is not None:
             # Before the resume point is checked with Spark: the output alone decides.
@@ -128,19 +126,9 @@ def start_from_snapshots(home: Home, options: RunOptions, from_snapshot: str | N
                                  _snapshot_jobs(store, point, from_snapshot))
         # A checkpoint left by a cut-off start goes whole.
         roll_back(target, registry.exists(job), lambda line: echo(f"job '{job}': {line}"))
-        resolution = resolve(store, planned, point, from_snapshot, choice, target=target)
-        refuse_start_outside_lineage(registry, store, job, planned.file_sink,
-                                     used_snapshots(resolution.plan))
-        for warning in resolution.plan.warnings:
-            echo(f"warning: {warning}")
-        if resolution.sink_problem is not None and \
-                resolution.plan.problems == [resolution.sink_problem]:
-            raise SinkAheadError(f"job '{job}' not started, nothing was created: "
-                                 f"{resolution.sink_problem}")
-        if not resolution.plan.ok:
-            raise ValidationError(
-                f"the job cannot resume ({len(resolution.plan.problems)} problem(s)); "
-                "nothing was created:\n  " + "\n  ".join(resolution.plan.problems))
+        pipeline = StartPipeline(Mode.RUN, home, store, planned, point, from_snapshot, choice,
+                                 job=job, target=target)
+        resolution = pipeline.resolve(echo)
         numbering = resolution.plan.batches
         rewind_to = numbering.rewind_to_batch if numbering is not None else None
         with contextlib.ExitStack() as writers:
@@ -153,9 +141,10 @@ def start_from_snapshots(home: Home, options: RunOptions, from_snapshot: str | N
                     planned.file_sink, rewind_to,
                     f"job '{job}' started from {from_snapshot or resume_point} "
                     "with --rewind-output")
-            result = build_new_checkpoint(
-                planned, resolution, target, echo,
+            result = pipeline.build(
+                resolution, echo,
                 spark_location=home.checkpoint_location(job) if home.remote else None)
+            assert result is not None
             if rewind_plan is not None and result.batch_id is not None:
                 rewind_output_to(rewind_plan)
                 echo(f"job '{job}': {rewind_plan.summary()}")
@@ -176,11 +165,13 @@ def start_from_snapshots(home: Home, options: RunOptions, from_snapshot: str | N
             resume_point=str(resume_point) if resume_point is not None else None,
         )
 
-    def on_recorded() -> None:
+    with held_run(home, options, spark=spark, echo=echo) as held:
+        held.record.lineage = build(held.planned)
+        # The job is recorded before the start's intent goes: from here the checkpoint is
+        # the job's own, and a cut-off start is no longer rolled back.
+        held.registry.save(held.record)
         clear_intent(target)
-
-    return run_job(home, options, spark=spark, prepare=prepare, echo=echo,
-                   on_recorded=on_recorded)
+        return held.execute()
 
 
 def _close_sink_gap(planned: PlannedJob, target: Location, batch: int,

@@ -1,0 +1,131 @@
+"""The start pipeline: a job's checkpoint built from snapshots, once, in three modes.
+
+``plan`` (a dry run: every problem listed, the checkpoint built in scratch space and thrown
+away after Spark's restart check), ``rehearse`` (built and published in the rehearsal's
+scratch home, problems refused) and ``run`` (built and published in the job's home, problems
+refused). Each mode goes through the same two steps, the command's own steps between them:
+
+1. ``resolve``: the resume point (given, or the default one of a snapshot) checked against
+   the planned job and the snapshots: what resumes, initializes or is dropped, the batch
+   ids, the start positions; whose output the job would write into (``plan`` and ``run``).
+2. ``build``: the checkpoint assembled, repartitioned if asked, checked by Spark and (not in
+   ``plan``) published at the target (``upgrade/restore.py``).
+
+A start from a snapshot (``upgrade/start.py``) rewinds the output between the two, a
+rehearsal (``rehearse/run.py``) checks that it replays only what the old job read; ``plan``
+(``api.plan``) reports.
+"""
+
+from __future__ import annotations
+
+import enum
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparkpoint.errors import SinkAheadError, ValidationError
+from sparkpoint.runtime.registry import JobRegistry
+from sparkpoint.runtime.runner import PlannedJob
+from sparkpoint.sinks.ownership import refuse_start_outside_lineage, start_outside_lineage
+from sparkpoint.sinks.rewind import pending as pending_rewinds
+from sparkpoint.snapshot.store import SnapshotStore
+from sparkpoint.storage.home import Home
+from sparkpoint.storage.location import Location
+from sparkpoint.upgrade.assemble import AssembleResult, used_snapshots
+from sparkpoint.upgrade.batches import BatchChoice
+from sparkpoint.upgrade.restore import Resolution, build_new_checkpoint, resolve
+from sparkpoint.upgrade.resume_point import ReadResumePoint, ResumePoint
+from sparkpoint.upgrade.validate import UpgradePlan
+
+Echo = Callable[[str], None]
+
+
+class Mode(enum.Enum):
+    PLAN = "plan"
+    REHEARSE = "rehearse"
+    RUN = "run"
+
+
+@dataclass
+class StartPipeline:
+    """One start from snapshots of the planned job ``planned`` (see the module's docs).
+    ``job``: the new job's name (``run``); ``target``: where its checkpoint goes (``run``,
+    ``rehearse``); ``read``: the resume point as ``plan`` reads it (problems included)."""
+
+    mode: Mode
+    home: Home
+    store: SnapshotStore
+    planned: PlannedJob
+    point: ResumePoint | None
+    from_snapshot: str | None
+    choice: BatchChoice
+    job: str | None = None
+    target: Location | None = None
+    read: ReadResumePoint | None = None
+
+    def resolve(self, echo: Echo) -> Resolution:
+        """Step 1. In ``plan`` problems are listed; else they refuse the start (nothing
+        was created)."""
+        resolution = resolve(self.store, self.planned, self.point, self.from_snapshot,
+                             self.choice, self.read, target=self.target)
+        plan = resolution.plan
+        output = self.planned.file_sink
+        if self.mode is Mode.PLAN:
+            for unfinished in pending_rewinds(output) if output else []:
+                plan.warnings.append(
+                    f"the output {unfinished.output} has an interrupted rewind to batch "
+                    f"{unfinished.to_batch}; the next run into it finishes it (the sink checks "
+                    "here read its log as it is now)")
+            return resolution
+        if self.mode is Mode.RUN:
+            assert self.job is not None
+            refuse_start_outside_lineage(JobRegistry(self.home), self.store, self.job, output,
+                                         used_snapshots(plan))
+        for warning in plan.warnings:
+            echo(f"warning: {warning}")
+        if self.mode is Mode.RUN and resolution.sink_problem is not None and \
+                plan.problems == [resolution.sink_problem]:
+            raise SinkAheadError(f"job '{self.job}' not started, nothing was created: "
+                                 f"{resolution.sink_problem}")
+        if not plan.ok:
+            what = "the job cannot resume" if self.mode is Mode.RUN else \
+                "the new version cannot resume"
+            done = "nothing was created" if self.mode is Mode.RUN else "nothing was run"
+            raise ValidationError(
+                f"{what} ({len(plan.problems)} problem(s)); {done}:\n  "
+                + "\n  ".join(plan.problems), problems=plan.problems)
+        return resolution
+
+    def build(self, resolution: Resolution, echo: Echo,
+              spark_location: str | None = None) -> AssembleResult | None:
+        """Step 2: the checkpoint built, checked by Spark and published at ``target`` (in
+        ``plan``: built in scratch space and removed; Spark's refusal becomes a problem of
+        the plan, and what the start would not be allowed is listed after it)."""
+        if self.mode is not Mode.PLAN:
+            assert self.target is not None
+            return build_new_checkpoint(self.planned, resolution, self.target, echo,
+                                        spark_location=spark_location)
+        plan = resolution.plan
+        if plan.ok:
+            scratch = Path(tempfile.mkdtemp(prefix="sparkpoint-plan-")) / "checkpoint"
+            try:
+                build_new_checkpoint(self.planned, resolution, scratch, echo, publish=False)
+            except ValidationError:
+                pass  # the problem is in the plan already
+            finally:
+                shutil.rmtree(scratch.parent, ignore_errors=True)
+        # A precondition of the start, not of the checkpoint it builds: listed after the
+        # dry-run build, which it does not change.
+        outside = start_outside_lineage(JobRegistry(self.home), self.store,
+                                        self.planned.file_sink, used_snapshots(plan))
+        if outside is not None:
+            plan.problems.append(outside)
+        return None
+
+    def dry_run(self, echo: Echo) -> UpgradePlan:
+        """``plan``: both steps, the plan with every problem."""
+        resolution = self.resolve(echo)
+        self.build(resolution, echo)
+        return resolution.plan
