@@ -293,8 +293,12 @@ def test_four_machines_changing_one_job_at_random_leave_it_whole(
         timings["torture"] = time.monotonic() - began - timings["setup"]
         print(f"operations: {json.dumps(done, indent=1)}")
         ops = [line for line in done if "op" in line]
+        if [line for line in ops if not explained(line)]:
+            for machine in machines:  # who held the lease when, to tell why
+                if machine.lease_log.exists():
+                    print(f"{machine.lease_log.name}:\n{machine.lease_log.read_text()}")
         assert not [line for line in ops if not explained(line)], \
-            "unexpected outcomes (see the operations above)"
+            "unexpected outcomes (see the operations and lease logs above)"
         assert not [line for line in ops if line.get("result", {}).get("problems")]
 
         # Startpoints: each set consumed by exactly one application, or still pending.

@@ -1,5 +1,6 @@
-"""An S3-compatible server on loopback for the store tests: moto's server mode, started once
-per test session in its own process, with one bucket per test."""
+"""An S3-compatible server on loopback for the store tests: moto's server mode (with S3's
+atomic conditional writes: tests/support/moto_server.py), started once per test session in
+its own process, with one bucket per test."""
 
 from __future__ import annotations
 
@@ -62,8 +63,8 @@ def start_s3_server(log_dir: Path) -> Iterator[S3Server]:
     port = free_port()
     log = open(log_dir / "moto.log", "wb")  # noqa: SIM115 - open while the server runs
     process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=log, stderr=subprocess.STDOUT,
+        [sys.executable, "-m", "tests.support.moto_server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[2],
     )
     endpoint = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120

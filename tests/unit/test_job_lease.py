@@ -373,3 +373,39 @@ def test_a_refusal_is_not_preceded_by_a_takeover_notice(remote_home: Home) -> No
         pytest.fail("a live lease was taken")
     assert said == [], said
     assert "took over" not in refused.value.message
+
+
+def test_a_take_that_recreates_a_generation_tidied_away_meanwhile_does_not_hold(
+    remote_home: Home,
+) -> None:
+    """Between a taker's listing (generation N let go) and its create of N+1, another
+    process takes N+1, lets go with N+2 and tidies N+1 away: the create of N+1 then succeeds,
+    beneath N+2. Found by the torture on HDFS under load: the late taker believed it held the
+    job while a third process took the lease over the let-go N+2 (two holders at once)."""
+    lease_dir = join(remote_home.job_url("j"), "lease")
+    io = file_io(lease_dir)
+    LeaseStore(io, lease_dir, "j").acquire(print).release()  # N let go
+
+    class ListsThenWaits(LeaseStore):
+        """A taker whose first listing is followed, before its create, by another process's
+        whole holding: taken, let go, tidied."""
+
+        interleaved = False
+
+        def view(self):  # type: ignore[no-untyped-def]
+            seen = super().view()
+            if not self.interleaved:
+                self.interleaved = True
+                LeaseStore(io, lease_dir, "j").acquire(print).release()
+            return seen
+
+    late = ListsThenWaits(io, lease_dir, "j").acquire(print)
+    try:
+        # It holds the newest generation, as every other process sees it.
+        view = LeaseStore(io, lease_dir, "j").view()
+        assert view.generation == late.record.generation
+        assert not view.free() and view.record is not None
+        assert view.record.token == late.record.token
+        late.check()
+    finally:
+        late.release()

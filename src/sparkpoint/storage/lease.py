@@ -9,7 +9,12 @@ Every change is the next generation, created conditionally, so the store orders 
 processes that try to create generation N+1, exactly one succeeds.
 
 - **Taking it**: a process that finds the newest generation free (let go, its holder provably
-  gone, or older than its length on the store's clock) creates the next one.
+  gone, or older than its length on the store's clock) creates the next one, then lists the
+  generations again: the take counts only if its generation is still the newest. (Older
+  generations are tidied away, so between its listing and its create, another process may
+  have taken N+1, let go with N+2 and deleted N+1: the create of N+1 then succeeds, beneath
+  a newer generation. Generations are deleted only beneath a newer one, so the listing after
+  the create shows it.)
 - **Renewing it**: the holder creates the next generation with its own token, every third
   of the length. A taker's create and a renewal's create of one generation cannot both land:
   a renewal that lost that race knows it lost the lease.
@@ -254,6 +259,12 @@ class LeaseStore:
                                holder=ProcessIdentity.current(), length=length)
             if not self.io.create_exclusive(self._url(mine.generation), mine.to_bytes()):
                 continue  # another process took this generation: look again
+            if self.newest() != mine.generation:
+                # A ghost: this generation had been created by another process, let go and
+                # tidied away (a newer one now stands) between the listing and the create.
+                # Ours is not the lease; it goes, and the newest is looked at again.
+                self.io.delete(self._url(mine.generation))
+                continue
             lease = Lease(self, mine, sent)
             # The holder's own deadline on the wall clock: the audit compares it, on one
             # machine, with the moment another process took the lease.
