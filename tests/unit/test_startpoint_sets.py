@@ -135,3 +135,36 @@ def test_two_machines_setting_at_once_each_get_a_place(
     assert ids == [1, 2, 3, 4]
     assert sorted(_plain(stores[0].get("j", "clicks"))) == \
         [(str(i), "offset", "1") for i in range(4)]
+
+
+def test_a_set_whose_number_was_consumed_while_it_was_paused_is_not_lost(
+    home_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A setter paused between its listing and its create: meanwhile another machine sets a
+    set of the number it is about to take, and a start applies and removes it (its marker
+    stands). The paused create then succeeds under that marker; without the marker's digest
+    no start would ever apply it, while the setter reported it set."""
+    other = _machine(home_url, tmp_path, "machine_b", monkeypatch)
+    other.set("j", _at("earliest"))  # a number that is consumed: the markers begin
+    other.remove_applied("j", "clicks", other.all_with_ids("j")[1]["clicks"])
+
+    class PausedAfterListing(StartpointStore):
+        paused = False
+
+        def _listed(self, job: str, source: str) -> tuple[list[str], list[str]]:
+            seen = super()._listed(job, source)
+            if not self.paused:
+                self.paused = True
+                made = other.set("j", _at("latest"))
+                other.remove_applied("j", "clicks", [str(made.set_id)])
+            return seen
+
+    monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine_a"))
+    paused = PausedAfterListing(Home.resolve(home_url))
+    made = paused.set("j", _at("timestamp", value="2026-11-24T00:00:00Z"))
+    # The set is pending, for the next start, under a number nobody consumed.
+    pending, ids = other.all_with_ids("j")
+    assert _plain(pending["clicks"]) == [("*", "timestamp", "2026-11-24T00:00:00Z")]
+    assert ids["clicks"] == [made.set_id]
+    other.remove_applied("j", "clicks", ids["clicks"])
+    assert other.all("j") == {}

@@ -15,6 +15,10 @@ one gets the number and the other the next). A set made after another one finish
 folds after it, whatever the machines' clocks say. An applied (or cleared) set leaves a
 ``<id>.done`` marker, written before its file is removed: the set is consumed from the
 moment its marker exists, and the newest marker stays, so numbers are never taken twice.
+A marker holds the SHA-256 of the set it consumed: a setter paused between its listing and
+its create may create ``<id>.json`` after another set of that number was applied and removed;
+finding the marker of another set over its file, it removes the file and takes a later
+number (else no start would apply it, and the set would be lost).
 
 A home written by an earlier version may hold ``<source>.json`` (a list); it is read as the
 oldest set and removed with the first start that applies it.
@@ -22,6 +26,7 @@ oldest set and removed with the first start that applies it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Literal
 
@@ -149,12 +154,30 @@ class StartpointStore:
             set_id = f"{max(taken, default=0) + 1:020d}"
             entry = startpoint.model_copy(update={"set_id": set_id})
             data = json.dumps(entry.model_dump(mode="json"), indent=2) + "\n"
-            if self.io.create_exclusive(join(directory, f"{set_id}.json"), data.encode()):
-                return entry
+            url = join(directory, f"{set_id}.json")
+            if not self.io.create_exclusive(url, data.encode()):
+                continue
+            if self._consumed_before(directory, set_id, data.encode()):
+                # A ghost: between the listing and the create, another set took this number
+                # and a start consumed it (its marker stands, its file was removed). Under
+                # that marker no start would ever apply this file: it goes, and the set
+                # takes a later number.
+                self.io.delete(url)
+                continue
+            return entry
         raise PreconditionError(
             f"job '{job}': startpoints of source '{startpoint.source}' are being set by other "
             f"processes faster than this one could take a place after them ({SET_ATTEMPTS} "
             "tries); set it again")
+
+    def _consumed_before(self, directory: str, set_id: str, data: bytes) -> bool:
+        """Whether ``set_id``'s marker stands for another set than the one of ``data`` (a
+        start that applied this very set names its bytes' digest in the marker)."""
+        try:
+            marker = self.io.read_bytes(join(directory, f"{set_id}{DONE_SUFFIX}"))
+        except FileNotFoundError:
+            return False
+        return marker.decode("ascii", "replace").strip() != _digest(data)
 
     def sources(self, job: str) -> list[str]:
         found = set()
@@ -184,8 +207,14 @@ class StartpointStore:
             if set_id == LEGACY_ID:
                 self.io.delete(self._legacy_url(job, source))
                 continue
-            self.io.create_exclusive(join(directory, f"{set_id}{DONE_SUFFIX}"), b"")
-            self.io.delete(join(directory, f"{set_id}.json"))
+            url = join(directory, f"{set_id}.json")
+            try:
+                digest = _digest(self.io.read_bytes(url))
+            except FileNotFoundError:
+                digest = ""  # removed already: this is a cut-off removal done again
+            self.io.create_exclusive(join(directory, f"{set_id}{DONE_SUFFIX}"),
+                                     digest.encode("ascii"))
+            self.io.delete(url)
         _pending, done = self._listed(job, source)
         for set_id in done[:-1]:
             self.io.delete(join(directory, f"{set_id}{DONE_SUFFIX}"))
@@ -202,6 +231,10 @@ class StartpointStore:
         legacy = self.io.is_file(self._legacy_url(job, source))
         self.remove_applied(job, source, ids + ([LEGACY_ID] if legacy else []))
         return bool(ids) or legacy
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def _folded(entries: list[Startpoint], new: Startpoint) -> list[Startpoint]:
