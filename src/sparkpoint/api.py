@@ -157,7 +157,7 @@ def run(
             recover(home, job, echo)
             apply_pending(home, options, spark, echo)
         with held_run(home, options, spark=spark, echo=echo) as held:
-            output = held.planned.file_sink
+            output = held.planned.sink.location if held.planned.sink is not None else None
             if output is not None and existing:
                 check_output_of_existing_job(registry, job, conf, output, echo)
             elif output is not None:
@@ -328,7 +328,7 @@ def snapshot_import(
             problems=adoption.problems)
     for note in adoption.notes:
         echo(f"warning: {note}")
-    ahead = sink_ahead(checkpoint, planned.file_sink)
+    ahead = sink_ahead(checkpoint, planned.sink.location if planned.sink is not None else None)
     if ahead is not None:
         echo(f"warning: {import_warning(ahead, checkpoint, snapshot)}")
     info = JobInfo(job=f"import:{checkpoint.root}", operator_names=adoption.operator_names,

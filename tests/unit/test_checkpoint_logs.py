@@ -17,6 +17,7 @@ from sparkpoint.checkpoint.logs import (
     SourceOffset,
 )
 from sparkpoint.checkpoint.operators import OperatorMetadata, StateSchemaFile, schema_ddl
+from sparkpoint.checkpoint.providers import ROCKSDB
 from sparkpoint.errors import CheckpointFormatError
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -58,8 +59,8 @@ def test_offsets_v2_names_sources_and_exposes_watermark_and_conf() -> None:
     assert entry.version == 2
     assert entry.source_offsets() == {"clicks": '{"logOffset":1}'}
     assert entry.conf["spark.sql.shuffle.partitions"] == "2"
-    assert ckpt.is_rocksdb(batch)
-    assert not Checkpoint(GOLDEN[1]).is_rocksdb(batch)
+    assert ckpt.state_provider(batch) is ROCKSDB
+    assert Checkpoint(GOLDEN[1]).state_provider(batch) is not ROCKSDB
     assert ckpt.commit(batch).next_batch_watermark_ms == entry.batch_watermark_ms
 
 

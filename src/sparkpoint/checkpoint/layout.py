@@ -8,8 +8,9 @@ from typing import overload
 
 from sparkpoint.checkpoint.logs import CommitLogEntry, OffsetLogEntry, QueryMetadata
 from sparkpoint.checkpoint.operators import OperatorMetadata, StateSchemaFile
+from sparkpoint.checkpoint.providers import StateProvider, provider_named
 from sparkpoint.checkpoint.rocksdb_keys import KeyEncoding
-from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
+from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER
 from sparkpoint.errors import CheckpointFormatError, NoCommittedBatchError
 from sparkpoint.storage.location import Location, local_path, numbered_files
 
@@ -217,6 +218,7 @@ class Checkpoint:
         """The state store provider recorded in a batch's offsets (it wins over the session)."""
         return self.offsets(batch).conf.get(PROVIDER_CONF, HDFS_PROVIDER)
 
-    def is_rocksdb(self, batch: int) -> bool:
-        return self.provider(batch) == ROCKSDB_PROVIDER
+    def state_provider(self, batch: int) -> StateProvider:
+        """The provider of the state as of ``batch`` (checkpoint/providers.py)."""
+        return provider_named(self.provider(batch), str(self.root / "offsets" / str(batch)))
 

@@ -27,11 +27,9 @@ import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sparkpoint.checkpoint import hdfs_state
 from sparkpoint.checkpoint.layout import SHUFFLE_PARTITIONS_CONF, Checkpoint
 from sparkpoint.checkpoint.logs import OffsetLogEntry
-from sparkpoint.checkpoint.rocksdb_state import version_numbers
-from sparkpoint.storage.location import Location
+from sparkpoint.checkpoint.providers import loadable_versions as loadable_versions
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -77,37 +75,6 @@ def batch_times(checkpoint: Checkpoint, batches: Iterable[int]) -> dict[int, dt.
             for batch, entry in _offsets_entries(checkpoint, batches).items()}
 
 
-def loadable_versions(versions: Iterable[int], bases: set[int], steps: set[int]) -> set[int]:
-    """Versions v reachable as the newest base at or below v (0: the empty state) plus
-    every step after it.
-
-    One walk up from the newest base below the lowest version: v is reachable when it is
-    a base, or when v-1 is and v's step exists (v-1 then has the same newest base).
-    """
-    wanted = set(versions)
-    if not wanted:
-        return set()
-    first = max((b for b in bases if b <= min(wanted)), default=0)
-    found = {first} & wanted
-    reachable = True
-    for version in range(first + 1, max(wanted) + 1):
-        reachable = version in bases or (reachable and version in steps)
-        if reachable and version in wanted:
-            found.add(version)
-    return found
-
-
-def _partition_loadable(partition_dir: Location, versions: set[int], rocksdb: bool) -> set[int]:
-    if not partition_dir.is_dir():
-        return {v for v in versions if v == 0}
-    if rocksdb:
-        zips, changelogs = version_numbers(partition_dir)
-        # Below the first zip, changelogs from 1 rebuild a version from the empty store.
-        return loadable_versions(versions, zips, changelogs)
-    deltas, snapshots = hdfs_state.state_file_versions(partition_dir)
-    return loadable_versions(versions, snapshots, deltas)
-
-
 def snapshottable_batches(checkpoint: Checkpoint) -> list[RetainedBatch]:
     """Committed batches the checkpoint holds everything of, oldest first, with their time."""
     offsets = set(checkpoint.offset_ids())
@@ -118,7 +85,7 @@ def snapshottable_batches(checkpoint: Checkpoint) -> list[RetainedBatch]:
     if not candidates:
         return []
     # The provider is fixed at a query's first batch and recorded in every offsets entry.
-    rocksdb = checkpoint.is_rocksdb(candidates[-1])
+    provider = checkpoint.state_provider(candidates[-1])
 
     def partitions_of(batch: int) -> int:
         value = entries[batch].conf.get(SHUFFLE_PARTITIONS_CONF)
@@ -133,7 +100,7 @@ def snapshottable_batches(checkpoint: Checkpoint) -> list[RetainedBatch]:
             for store in operator.stores():
                 for partition in range(operator.partitions):
                     pdir = store.partition_dir(operator.path, partition)
-                    versions &= _partition_loadable(pdir, versions, rocksdb)
+                    versions &= provider.loadable(pdir, versions)
         held.extend(b for b in same if b + 1 in versions)
     return [RetainedBatch(b, batch_time(entries[b])) for b in sorted(held)]
 

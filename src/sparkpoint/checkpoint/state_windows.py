@@ -22,9 +22,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from sparkpoint.checkpoint import state_reader
 from sparkpoint.checkpoint.layout import OperatorDir
 from sparkpoint.checkpoint.logs import CommitLogEntry
+from sparkpoint.checkpoint.providers import StateProvider
 from sparkpoint.checkpoint.state_files import readable_partition
 from sparkpoint.checkpoint.unsafe_row import read_field
 from sparkpoint.windows import WindowSpec, human_duration
@@ -90,7 +90,7 @@ class StoredWindows:
         return text
 
 
-def stored_windows(operator: OperatorDir, version: int, rocksdb: bool,
+def stored_windows(operator: OperatorDir, version: int, provider: StateProvider,
                    commit: CommitLogEntry) -> StoredWindows | None:
     """The window bounds of the operator's rows at ``version`` (made by ``commit``, which
     names its files in checkpoint format v2); None when no store's key or value holds a
@@ -113,9 +113,10 @@ def stored_windows(operator: OperatorDir, version: int, rocksdb: bool,
         fields = row_schema["fields"]
         for partition in range(operator.partitions):
             pdir = readable_partition(store.partition_dir(operator.path, partition), version)
-            unique_id = operator.unique_id(commit, partition, store_index) if rocksdb else None
-            for key, value in state_reader.read_pairs(pdir, version, rocksdb,
-                                                       operator.key_encoding(store), unique_id):
+            unique_id = operator.unique_id(commit, partition, store_index) \
+                if provider.has_unique_ids else None
+            for key, value in provider.read_pairs(pdir, version, operator.key_encoding(store),
+                                                  unique_id):
                 bounds = read_field(value if in_value else key, fields, column, str(pdir))
                 if not bounds or bounds[0] is None or bounds[1] is None:
                     continue

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sparkpoint.checkpoint import hdfs_state
 from sparkpoint.checkpoint.layout import Checkpoint
-from sparkpoint.checkpoint.rocksdb_state import locate_version
 from sparkpoint.checkpoint.state_files import readable_partition
 
 
@@ -20,7 +18,7 @@ class OperatorRows:
 def state_rows(checkpoint: Checkpoint, batch: int) -> list[OperatorRows]:
     """Rows of every operator's state as committed by ``batch`` (state version batch+1)."""
     version = batch + 1
-    rocksdb = checkpoint.is_rocksdb(batch)
+    provider = checkpoint.state_provider(batch)
     commit = checkpoint.commit(batch)
     counted = []
     for operator in checkpoint.operators(batch):
@@ -29,11 +27,11 @@ def state_rows(checkpoint: Checkpoint, batch: int) -> list[OperatorRows]:
             for partition in range(operator.partitions):
                 pdir = readable_partition(store.partition_dir(operator.path, partition),
                                           version)
-                if rocksdb:
-                    unique_id = operator.unique_id(commit, partition, index)
-                    keys = locate_version(pdir, version, unique_id).num_keys
-                    rows = None if rows is None or keys is None else rows + keys
-                elif rows is not None:
-                    rows += len(hdfs_state.load_version(pdir, version))
+                if rows is None:
+                    continue
+                unique_id = operator.unique_id(commit, partition, index) \
+                    if provider.has_unique_ids else None
+                keys = provider.recorded_rows(pdir, version, unique_id)
+                rows = None if keys is None else rows + keys
         counted.append(OperatorRows(operator.operator_id, operator.operator_name, rows))
     return counted

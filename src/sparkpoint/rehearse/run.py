@@ -26,7 +26,6 @@ from sparkpoint.checkpoint.sink_log import (
     committed_files,
     files_up_to,
     latest_batch,
-    seed_empty_history,
 )
 from sparkpoint.checkpoint.source_log import file_source_log_offset
 from sparkpoint.crash_points import crash_point
@@ -311,9 +310,9 @@ def _replay(session: SparkSession, home: Home, scratch: Path, job_file: Path, us
             raise ValidationError(f"{job_file}: the new version resumes nothing from "
                                   f"{', '.join(names)}; there is nothing to rehearse from")
         new.shift = result.batch_id - snapshot_batch
-        if planned.file_sink is not None:
+        if planned.sink is not None:
             interval = int(conf.get(COMPACT_INTERVAL_CONF, DEFAULT_COMPACT_INTERVAL))
-            seed_empty_history(planned.file_sink, result.batch_id, interval)
+            planned.sink.seed_empty_history(result.batch_id, interval)
         replay_batch(old, batches[0], Checkpoint(target), batches[0] + new.shift, new.sources)
 
     options = RunOptions(job=SCRATCH_JOB, job_file=job_file, params=params, conf=conf,

@@ -55,7 +55,8 @@ from sparkpoint.runtime.registry import (
     now_iso,
 )
 from sparkpoint.runtime.views import ended_dead
-from sparkpoint.sinks.rewind import finish_pending as finish_rewinds
+from sparkpoint.sinks.base import Sink
+from sparkpoint.sinks.formats import sink_for
 from sparkpoint.sources.kafka import KAFKA_KINDS
 from sparkpoint.sources.kafka_groups import GroupCommitter, groups_problem
 from sparkpoint.sources.kafka_loss import deleted_offsets, startpoint_commands
@@ -72,7 +73,7 @@ from sparkpoint.spark.plan import PlannedOperator, stateful_operators
 from sparkpoint.spark.progress_reports import NewProgress
 from sparkpoint.spark.s3a import s3a_conf
 from sparkpoint.spark.session import apply_query_conf, create_session, session_log_file
-from sparkpoint.spark.sink import file_sink_path
+from sparkpoint.spark.sink import file_sink_path, sink_format
 from sparkpoint.storage import fencing
 from sparkpoint.storage.fileio import spark_url
 from sparkpoint.storage.home import Home
@@ -99,7 +100,8 @@ class PlannedJob:
     spark: SparkSession
     writer: DataStreamWriter
     operators: list[PlannedOperator]
-    file_sink: str | None  # a file sink's output: a local path or a URL (spark/sink.py)
+    # The sink sparkpoint reads (sinks/base.py: a file sink's output...), None for any other.
+    sink: Sink | None
     conf: Mapping[str, str]
     sources: list[PlannedSource] = field(default_factory=list)
     # Kafka sources whose committed offsets also go to a consumer group (source -> group).
@@ -179,7 +181,9 @@ def plan_job(
     problem = groups_problem(sources, ctx.offset_groups)
     if problem is not None:
         raise JobFileError(f"{ctx.who}: {problem}")
-    return PlannedJob(session, writer, operators, file_sink_path(writer), dict(conf), sources,
+    return PlannedJob(session, writer, operators, sink_for(sink_format(writer),
+                                                           file_sink_path(writer)),
+                      dict(conf), sources,
                       dict(ctx.offset_groups))
 
 
@@ -441,16 +445,17 @@ def held_run(home: Home, options: RunOptions, spark: SparkSession | None = None,
         try:
             if lease is not None:
                 fenced = [home.checkpoint_location(job)]
-                if planned.file_sink is not None:
-                    fenced.append(spark_url(planned.file_sink))
+                if planned.sink is not None:
+                    fenced.append(spark_url(planned.sink.location))
                     # sparkpoint's own writes into the output (rewinds, sink history).
-                    end_fences.append(fencing.add_guarded([planned.file_sink], lease.fence))
+                    end_fences.append(fencing.add_guarded([planned.sink.location],
+                                                          lease.fence))
                 end_fences.append(fence_spark_writes(planned.spark, lease, fenced))
-            if planned.file_sink is not None:
+            if planned.sink is not None:
                 # Every run into an output first finishes a rewind of it that was cut off
                 # (drain, batch completion and rehearsal included): nothing may write into
                 # a half-moved table.
-                finish_rewinds(planned.file_sink, lambda line: echo(f"job '{job}': {line}"))
+                planned.sink.finish_rewinds(lambda line: echo(f"job '{job}': {line}"))
             yield HeldRun(home, options, registry, record, planned, lease, log_file, echo)
         finally:
             for end in end_fences:
@@ -492,7 +497,7 @@ def _execute(held: HeldRun, on_started: Callable[[StreamingQuery], None] | None)
                        named_by_user=op.named_by_user, window=op.window)
         for op in planned.operators
     ]
-    record.output = str(planned.file_sink) if planned.file_sink is not None else None
+    record.output = planned.sink.location if planned.sink is not None else None
     record.sources = [
         SourceRecord(name=s.name, kind=s.kind, named_by_user=s.named_by_user,
                      path=s.path, options=s.options)

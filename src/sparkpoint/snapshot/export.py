@@ -32,8 +32,9 @@ from sparkpoint.checkpoint.logs import (
     compact_json,
     named_sources_metadata,
 )
+from sparkpoint.checkpoint.providers import HDFS_BACKED, ROCKSDB, StateProvider
 from sparkpoint.checkpoint.retained import describe_range, snapshottable_batches
-from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER, RocksDBVersion, locate_version
+from sparkpoint.checkpoint.rocksdb_state import RocksDBVersion, locate_version
 from sparkpoint.checkpoint.source_log import file_source_log_offset
 from sparkpoint.checkpoint.state_files import listed_partition, readable_partition
 from sparkpoint.crash_points import crash_point, steps
@@ -254,10 +255,45 @@ def _plan_hdfs_in_store(pdir: StorePath, prel: str, version: int,
     return in_store.take(pdir, prel, list(names), listed)
 
 
+def _export_rocksdb_partition(pdir: Location, prel: str, version: int, unique_id: str | None,
+                              out_checkpoint: Path, plan: _Plan, in_store: InStoreCopies | None,
+                              known_rows: int | None) -> tuple[int | None, int]:
+    """A RocksDB partition's version: its files copied inside the store or linked here;
+    (its keys as its metadata records them, bytes)."""
+    if in_store is not None and in_store.takes(pdir):
+        located, size = _plan_in_store(pdir, prel, version, unique_id, in_store)
+    else:
+        located, size = _link_rocksdb_version(pdir, out_checkpoint, prel, version, unique_id,
+                                              plan)
+    return located.num_keys, size
+
+
+def _export_hdfs_partition(pdir: Location, prel: str, version: int, unique_id: str | None,
+                           out_checkpoint: Path, plan: _Plan, in_store: InStoreCopies | None,
+                           known_rows: int | None) -> tuple[int | None, int]:
+    """An HDFS-provider partition's version: copied inside the store when its rows are
+    known, else linked here and its keys counted from the links (which no maintenance can
+    delete); (keys, bytes)."""
+    if known_rows is not None and in_store is not None and in_store.takes(pdir):
+        return None, _plan_hdfs_in_store(pdir, prel, version, in_store)
+    out_dir = out_checkpoint / prel
+    files = _link_hdfs_version(pdir, out_dir, version)
+    size = 0
+    for name in files.names():
+        plan.written.append(f"{prel}/{name}")
+        size += (out_dir / name).stat().st_size
+    return (hdfs_state.count_rows(out_dir, files) if known_rows is None else None), size
+
+
+# How each provider's partition is exported (checkpoint/providers.py: the providers).
+_EXPORTS = {ROCKSDB.class_name: _export_rocksdb_partition,
+            HDFS_BACKED.class_name: _export_hdfs_partition}
+
+
 def _export_operator(
     operator: OperatorDir,
     version: int,
-    rocksdb: bool,
+    provider: StateProvider,
     out_checkpoint: Path,
     plan: _Plan,
     commit: CommitLogEntry,
@@ -269,6 +305,7 @@ def _export_operator(
     format v2. ``known_rows``: the operator's rows from Spark's progress of the batch, which
     spare counting them."""
     rel = f"state/{operator.operator_id}"
+    export = _EXPORTS[provider.class_name]
     _plan_metadata_files(operator, rel, plan)
     rows: int | None = 0
     state_bytes = 0
@@ -285,29 +322,12 @@ def _export_operator(
             schema = pdir / "_metadata" / "schema"
             if schema.is_file():
                 plan.copies.append((schema, f"{prel}/_metadata/schema"))
-            if rocksdb:
-                unique_id = operator.unique_id(commit, partition, store_index)
-                if in_store is not None and in_store.takes(pdir):
-                    located, size = _plan_in_store(pdir, prel, version, unique_id, in_store)
-                else:
-                    located, size = _link_rocksdb_version(pdir, out_checkpoint, prel, version,
-                                                          unique_id, plan)
-                state_bytes += size
-                if rows is not None and located.num_keys is not None:
-                    rows += located.num_keys
-                else:
-                    rows = None
-            elif known_rows is not None and in_store is not None and in_store.takes(pdir):
-                state_bytes += _plan_hdfs_in_store(pdir, prel, version, in_store)
-            else:
-                out_dir = out_checkpoint / prel
-                files = _link_hdfs_version(pdir, out_dir, version)
-                for name in files.names():
-                    plan.written.append(f"{prel}/{name}")
-                    state_bytes += (out_dir / name).stat().st_size
-                if rows is not None and known_rows is None:
-                    # Counted from the snapshot's own links, which no maintenance can delete.
-                    rows += hdfs_state.count_rows(out_dir, files)
+            unique_id = operator.unique_id(commit, partition, store_index) \
+                if provider.has_unique_ids else None
+            counted, size = export(pdir, prel, version, unique_id, out_checkpoint, plan,
+                                   in_store, known_rows)
+            state_bytes += size
+            rows = None if rows is None or counted is None else rows + counted
     return (rows if known_rows is None else known_rows), state_bytes
 
 
@@ -421,7 +441,7 @@ def _export_batch(
     if in_store is not None:
         in_store.files.clear()  # an earlier attempt's
         in_store.fetched.clear()
-    rocksdb = checkpoint.provider(batch) == ROCKSDB_PROVIDER
+    provider = checkpoint.state_provider(batch)
     out = staging / CHECKPOINT_SUBDIR
     out.mkdir(parents=True, exist_ok=True)
     plan = _Plan()
@@ -454,7 +474,7 @@ def _export_batch(
     known = rows_from_progress(info.state_rows.get(batch), operators)
     for operator in operators:
         steps.info("operator %s (%s)", operator.operator_id, operator.operator_name)
-        rows, state_bytes = _export_operator(operator, batch + 1, rocksdb, out, plan, commit,
+        rows, state_bytes = _export_operator(operator, batch + 1, provider, out, plan, commit,
                                              known.get(operator.operator_id), in_store)
         stores = []
         for store in operator.stores():

@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkpoint.checkpoint import hdfs_state, state_reader
 from sparkpoint.checkpoint.boundedness import (
     TIMEOUT_FIELD,
     Boundedness,
@@ -22,8 +21,8 @@ from sparkpoint.checkpoint.boundedness import (
 )
 from sparkpoint.checkpoint.layout import Checkpoint, OperatorDir, StoreLayout
 from sparkpoint.checkpoint.logs import CommitLogEntry
+from sparkpoint.checkpoint.providers import StateProvider
 from sparkpoint.checkpoint.rocksdb_keys import KeyEncoding
-from sparkpoint.checkpoint.rocksdb_state import locate_version
 from sparkpoint.checkpoint.state_files import readable_partition
 from sparkpoint.checkpoint.unsafe_row import read_field, read_fields
 from sparkpoint.progress import track
@@ -153,17 +152,6 @@ def shown_row(row: bytes, schema: dict[str, Any], where: str) -> dict[str, Any]:
     return {f["name"]: shown(v, f["type"]) for f, v in zip(fields, values, strict=True)}
 
 
-def _version_bytes(pdir: Path, version: int, rocksdb: bool, unique_id: str | None) -> int:
-    """Bytes of the files Spark reads to load the version (what a snapshot holds of it)."""
-    if not pdir.is_dir():
-        return 0
-    if rocksdb:
-        names = locate_version(pdir, version, unique_id).relative_files() if version else []
-    else:
-        names = hdfs_state.files_for_version(pdir, version).names()
-    return sum((pdir / name).stat().st_size for name in names)
-
-
 @dataclass
 class _Scan:
     """What one store partition's rows tell, gathered in one pass."""
@@ -175,7 +163,7 @@ class _Scan:
     sample: list[SampleRow] = field(default_factory=list)
 
 
-def _scan_partition(pdir: Path, version: int, rocksdb: bool, store: StoreLayout,
+def _scan_partition(pdir: Path, version: int, provider: StateProvider, store: StoreLayout,
                     key_schema: dict[str, Any] | None, value_schema: dict[str, Any] | None,
                     partition: int, sample_rows: int, scan: _Scan,
                     keys: KeyEncoding, unique_id: str | None) -> int:
@@ -186,7 +174,7 @@ def _scan_partition(pdir: Path, version: int, rocksdb: bool, store: StoreLayout,
                           if f["name"] == TIMEOUT_FIELD and _kind_of(f["type"]) == "long"), None)
     where = str(pdir)
     rows = 0
-    for key, value in state_reader.read_pairs(pdir, version, rocksdb, keys, unique_id):
+    for key, value in provider.read_pairs(pdir, version, keys, unique_id):
         rows += 1
         if column is not None and key_schema is not None:
             index, _name, window = column
@@ -225,7 +213,7 @@ def _needs_rows(operator: OperatorDir, kind: str, sample_rows: int) -> bool:
                if (schema := operator.schema(store)) is not None)
 
 
-def inspect_operator(operator: OperatorDir, name: str, version: int, rocksdb: bool,
+def inspect_operator(operator: OperatorDir, name: str, version: int, provider: StateProvider,
                      commit: CommitLogEntry, sample_rows: int = 0) -> OperatorReport:
     """Report one operator at a state version (a snapshot of batch N holds version N+1),
     made by ``commit`` (which names the version's files in checkpoint format v2)."""
@@ -241,16 +229,17 @@ def inspect_operator(operator: OperatorDir, name: str, version: int, rocksdb: bo
         for store_index, store in enumerate(operator.stores()):
             pdir = readable_partition(store.partition_dir(operator.path, partition), version)
             schema = operator.schema(store)
-            unique_id = operator.unique_id(commit, partition, store_index) if rocksdb else None
-            size += _version_bytes(pdir, version, rocksdb, unique_id)
+            unique_id = operator.unique_id(commit, partition, store_index) \
+                if provider.has_unique_ids else None
+            size += provider.version_bytes(pdir, version, unique_id)
             # A store without a schema v2 file (transformWithState) is counted, not decoded.
             if decode and schema is not None:
                 rows += _scan_partition(
-                    pdir, version, rocksdb, store, schema.key_schema, schema.value_schema,
+                    pdir, version, provider, store, schema.key_schema, schema.value_schema,
                     partition, sample_rows, scan,
                     operator.key_encoding(store), unique_id)
             else:
-                rows += state_reader.count_rows(pdir, version, rocksdb, unique_id)
+                rows += provider.count_rows(pdir, version, unique_id)
         stats.append(PartitionStats(partition, rows, size))
     total = sum(p.rows for p in stats)
     skew = (round(max(p.rows for p in stats) / (total / len(stats)), 2)
@@ -275,7 +264,7 @@ def inspect_operator(operator: OperatorDir, name: str, version: int, rocksdb: bo
 def inspect_checkpoint(checkpoint: Checkpoint, batch: int, names: Mapping[int, str],
                        only: str | None = None, sample_rows: int = 0) -> InspectReport:
     """Every operator of the checkpoint (or the one named ``only``) at committed ``batch``."""
-    rocksdb = checkpoint.is_rocksdb(batch)
+    provider = checkpoint.state_provider(batch)
     commit = checkpoint.commit(batch)
     report = InspectReport(batch, checkpoint.provider(batch))
     for operator in checkpoint.operators(batch):
@@ -284,7 +273,7 @@ def inspect_checkpoint(checkpoint: Checkpoint, batch: int, names: Mapping[int, s
         if only is not None and name != only:
             continue
         report.operators.append(
-            inspect_operator(operator, name, batch + 1, rocksdb, commit, sample_rows))
+            inspect_operator(operator, name, batch + 1, provider, commit, sample_rows))
     return report
 
 

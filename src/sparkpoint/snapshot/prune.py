@@ -44,7 +44,8 @@ from typing import TYPE_CHECKING, Any
 from sparkpoint.checkpoint import hdfs_state, rocksdb_writer
 from sparkpoint.checkpoint.layout import Checkpoint, OperatorDir
 from sparkpoint.checkpoint.logs import CommitLogEntry, compact_json
-from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER, locate_version
+from sparkpoint.checkpoint.providers import HDFS_BACKED, ROCKSDB, provider_named
+from sparkpoint.checkpoint.rocksdb_state import locate_version
 from sparkpoint.checkpoint.state_format import to_plain_names, to_unique_ids
 from sparkpoint.crash_points import crash_point, steps
 from sparkpoint.errors import (
@@ -132,7 +133,7 @@ def _refusal(manifest: Manifest, op: OperatorEntry, operator_dir: OperatorDir) -
                 "plain store")
     if op.stores[0].key_schema is None or op.stores[0].value_schema is None:
         return f"{what} without a recorded key or value schema; expected both in the snapshot"
-    if manifest.state_store_provider not in (HDFS_PROVIDER, ROCKSDB_PROVIDER):
+    if manifest.state_store_provider not in _PRUNING:
         return (f"snapshot '{manifest.name}' uses the state store provider "
                 f"{manifest.state_store_provider}; expected Spark's RocksDB or HDFS provider")
     return None
@@ -185,7 +186,7 @@ def _rewrite_rocksdb_partition(
     pdir = state_root / str(op.operator_id) / str(partition)
     store = op.stores[0]
     assert store.key_schema is not None and store.value_schema is not None
-    remove_rocksdb_keys(spark, ROCKSDB_PROVIDER, state_root, op.operator_id, partition,
+    remove_rocksdb_keys(spark, ROCKSDB.class_name, state_root, op.operator_id, partition,
                                  version, store.key_schema, store.value_schema, keys)
     committed = pdir / f"{version + 1}.zip"
     if not committed.is_file():
@@ -310,18 +311,14 @@ def _check_removed(op: OperatorEntry, partition: int, matched: int, removed: int
 
 def _prune_in_driver(spark: SparkSession, state_root: Path, op: OperatorEntry,
                      matched: MatchedKeys, runs: Iterable[tuple[int, list[Any]]],
-                     rocksdb: bool, version: int) -> int:
+                     pruning: _Pruning, version: int) -> int:
     """The matched keys (``runs``: each partition's, in turn) removed in this process,
     partition by partition; return how many."""
     removed = 0
     for partition, keys in track(runs, f"prune: rewriting '{op.name}'",
                                  total=len(matched.matched_rows), unit="partition"):
-        pdir = state_root / str(op.operator_id) / str(partition)
-        if rocksdb:
-            gone = _rewrite_rocksdb_partition(spark, state_root, op, partition, version, keys,
-                                              matched.partition_rows.get(partition, 0))
-        else:
-            gone = _rewrite_hdfs_partition(pdir, keys, version)
+        gone = pruning.rewrite_partition(spark, state_root, op, partition, version, keys,
+                                         matched.partition_rows.get(partition, 0))
         _check_removed(op, partition, matched.matched_rows[partition], gone)
         removed += gone
         crash_point("prune.partition_rewritten")
@@ -378,6 +375,42 @@ def _unique_names(checkpoint: Checkpoint, op: OperatorEntry, batch: int,
     path.write_bytes(CommitLogEntry(2, compact_json(body)).to_bytes())
 
 
+def _rewrite_hdfs_partition_in_driver(
+    spark: SparkSession, state_root: Path, op: OperatorEntry, partition: int, version: int,
+    keys: list[Any], rows_before: int,
+) -> int:
+    return _rewrite_hdfs_partition(state_root / str(op.operator_id) / str(partition), keys,
+                                   version)
+
+
+RewritePartition = Callable[["SparkSession", Path, OperatorEntry, int, int, list[Any], int],
+                            int]
+ByTasks = Callable[["SparkSession", Checkpoint, int, OperatorEntry, dict[str, Any], str,
+                    Callable[[str], None]], "list[PartitionRemoval] | None"]
+
+
+@dataclass(frozen=True)
+class _Pruning:
+    """How one provider's state is pruned (checkpoint/providers.py: the providers)."""
+
+    #: Spark tasks that match and remove the keys (None when they do not apply).
+    by_tasks: ByTasks
+    #: One partition rewritten without the keys, in the driver.
+    rewrite_partition: RewritePartition
+    #: Spark's own state rewriter can remove keys of this provider's stores.
+    spark_rewriter: bool
+    #: The driver's rewrite is handed the keys as Spark's rows (else their bytes).
+    keys_as_rows: bool
+
+
+_PRUNING: dict[str, _Pruning] = {
+    ROCKSDB.class_name: _Pruning(_prune_rocksdb_by_tasks, _rewrite_rocksdb_partition,
+                                 spark_rewriter=True, keys_as_rows=True),
+    HDFS_BACKED.class_name: _Pruning(_prune_hdfs_by_tasks, _rewrite_hdfs_partition_in_driver,
+                                     spark_rewriter=False, keys_as_rows=False),
+}
+
+
 def prune_snapshot(
     home: Home,
     store: SnapshotStore,
@@ -405,9 +438,10 @@ def prune_snapshot(
         checkpoint = Checkpoint(scratch / "checkpoint")
         _link_tree(store.checkpoint_path(snapshot), checkpoint.local_root)
         crash_point("prune.scratch_linked")
-        rocksdb = manifest.state_store_provider == ROCKSDB_PROVIDER
+        provider = provider_named(manifest.state_store_provider, f"snapshot '{snapshot}'")
+        pruning = _PRUNING[provider.class_name]
         unique_ids = (checkpoint.commit(batch).state_unique_ids.get(op.operator_id)
-                      if rocksdb else None)
+                      if provider.has_unique_ids else None)
         v2_commit = None
         if unique_ids is not None:
             _plain_names(checkpoint, op, batch, unique_ids)
@@ -415,10 +449,9 @@ def prune_snapshot(
         key_schema = op.stores[0].key_schema
         assert key_schema is not None
         state_root = checkpoint.local_root / "state"
-        by_tasks = (_prune_rocksdb_by_tasks if rocksdb else _prune_hdfs_by_tasks)
         by_spark = True
-        if (removals := by_tasks(spark, checkpoint, batch, op, key_schema, where,
-                                 say)) is not None:
+        if (removals := pruning.by_tasks(spark, checkpoint, batch, op, key_schema, where,
+                                         say)) is not None:
             removed = sum(removal.removed for removal in removals)
             rows_before = (op.rows if op.rows is not None else matching_keys(
                 spark, checkpoint.local_root, batch, op.operator_id, key_schema, where,
@@ -426,7 +459,7 @@ def prune_snapshot(
             rewritten_partitions = [removal.partition for removal in removals]
         # Spark's rewriter evaluates the condition on the stored key's partition key: the
         # same columns as the key for every prunable kind, checked rather than assumed.
-        elif rocksdb and partition_key_fields(
+        elif pruning.spark_rewriter and partition_key_fields(
                 spark, checkpoint.local_root, batch, op.operator_id) == [
                     field["name"] for field in key_schema.get("fields", [])]:
             counts = _prune_by_spark(spark, checkpoint, batch, op, key_schema, where, scratch,
@@ -442,11 +475,11 @@ def prune_snapshot(
             with phase(f"prune: finding the keys of '{op.name}'"):
                 # RocksDB: the JVM's rows, for Spark's provider to remove; HDFS: counted
                 # here, their bytes taken below a partition at a time.
-                matched = matching_keys(*args, collect_keys=rocksdb)
+                matched = matching_keys(*args, collect_keys=pruning.keys_as_rows)
             runs: Iterable[tuple[int, list[Any]]] = (
-                sorted(matched.by_partition.items()) if rocksdb
+                sorted(matched.by_partition.items()) if pruning.keys_as_rows
                 else matched_key_bytes(*args, matched.matched_rows))
-            removed = _prune_in_driver(spark, state_root, op, matched, runs, rocksdb, version)
+            removed = _prune_in_driver(spark, state_root, op, matched, runs, pruning, version)
             rows_before = matched.total_rows
             rewritten_partitions = sorted(matched.matched_rows)
         if v2_commit is not None:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkpoint.checkpoint.layout import Checkpoint, OperatorDir
-from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER
 from sparkpoint.checkpoint.sink_log import Location, latest_batch
 from sparkpoint.checkpoint.state_windows import (
     session_gap_mismatch,
@@ -127,9 +126,9 @@ def _check_window(checkpoint: Checkpoint, batch: int, operator: OperatorDir,
     adoption.operator_windows[new.operator_id] = job
     if job is None or job.kind == "none":
         return
-    rocksdb = checkpoint.provider(batch) == ROCKSDB_PROVIDER
+    provider = checkpoint.state_provider(batch)
     try:
-        found = stored_windows(operator, batch + 1, rocksdb, checkpoint.commit(batch))
+        found = stored_windows(operator, batch + 1, provider, checkpoint.commit(batch))
     except CheckpointFormatError as exc:
         adoption.operator_windows[new.operator_id] = None
         adoption.notes.append(

@@ -29,7 +29,6 @@ from sparkpoint.errors import SinkAheadError, ValidationError
 from sparkpoint.runtime.registry import JobRegistry
 from sparkpoint.runtime.runner import PlannedJob
 from sparkpoint.sinks.ownership import refuse_start_outside_lineage, start_outside_lineage
-from sparkpoint.sinks.rewind import pending as pending_rewinds
 from sparkpoint.snapshot.store import SnapshotStore
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.location import Location
@@ -71,9 +70,10 @@ class StartPipeline:
         resolution = resolve(self.store, self.planned, self.point, self.from_snapshot,
                              self.choice, self.read, target=self.target)
         plan = resolution.plan
-        output = self.planned.file_sink
+        sink = self.planned.sink
+        output = sink.location if sink is not None else None
         if self.mode is Mode.PLAN:
-            for unfinished in pending_rewinds(output) if output else []:
+            for unfinished in sink.pending_rewinds() if sink is not None else []:
                 plan.warnings.append(
                     f"the output {unfinished.output} has an interrupted rewind to batch "
                     f"{unfinished.to_batch}; the next run into it finishes it (the sink checks "
@@ -119,7 +119,8 @@ class StartPipeline:
         # A precondition of the start, not of the checkpoint it builds: listed after the
         # dry-run build, which it does not change.
         outside = start_outside_lineage(JobRegistry(self.home), self.store,
-                                        self.planned.file_sink, used_snapshots(plan))
+                                        self.planned.sink.location if self.planned.sink
+                                        is not None else None, used_snapshots(plan))
         if outside is not None:
             plan.problems.append(outside)
         return None

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from sparkpoint.checkpoint import hdfs_state
 from sparkpoint.checkpoint.layout import CHECKPOINT_FORMAT_CONF, SHUFFLE_PARTITIONS_CONF, Checkpoint
-from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER
+from sparkpoint.checkpoint.providers import HDFS_BACKED, ROCKSDB, StateProvider, provider_named
 from sparkpoint.checkpoint.schema_paths import relocate_schema_paths
 from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import (
@@ -281,22 +281,27 @@ def _resolve_positions(resolution: Resolution, resumes_something: bool) -> None:
 
 
 def _empty_state_writer(
-    planned: PlannedJob, provider: str, scratch: Path
+    planned: PlannedJob, provider: StateProvider, scratch: Path
 ) -> Callable[[Path, int], None]:
+    """How an initialized operator's empty state is written, per provider: an empty
+    snapshot file (HDFS-backed), a copy of an empty version Spark's provider wrote once
+    (RocksDB)."""
     template: list[Path] = []
 
-    def write(partition_dir: Path, version: int) -> None:
-        if provider != ROCKSDB_PROVIDER:
-            hdfs_state.write_snapshot(partition_dir, version, {})
-            return
+    def write_rocksdb(partition_dir: Path, version: int) -> None:
         if not template:
-            template.append(write_empty_rocksdb_version(planned.spark, provider, scratch))
+            template.append(write_empty_rocksdb_version(planned.spark, provider.class_name,
+                                                        scratch))
         copy_file(template[0], partition_dir / f"{version}.zip")
 
-    return write
+    def write_hdfs(partition_dir: Path, version: int) -> None:
+        hdfs_state.write_snapshot(partition_dir, version, {})
+
+    writers = {ROCKSDB.class_name: write_rocksdb, HDFS_BACKED.class_name: write_hdfs}
+    return writers[provider.class_name]
 
 
-def _asked_state_format(conf: Mapping[str, str], provider: str) -> int | None:
+def _asked_state_format(conf: Mapping[str, str], provider: StateProvider) -> int | None:
     """The state format the job's own settings ask for (Spark itself keeps a restarted
     query in the format of its latest commit, whatever the setting says); None: keep the
     snapshot's."""
@@ -305,11 +310,42 @@ def _asked_state_format(conf: Mapping[str, str], provider: str) -> int | None:
         return None
     if value not in ("1", "2"):
         raise UsageError(f"{CHECKPOINT_FORMAT_CONF}: expected 1 or 2, found {value!r}")
-    if value == "2" and provider != ROCKSDB_PROVIDER:
+    if value == "2" and not provider.has_unique_ids:
         raise UsageError(f"{CHECKPOINT_FORMAT_CONF}=2 needs the RocksDB state store; the "
                          "snapshot's state is the HDFS provider's (Spark refuses format v2 "
                          "for it)")
     return int(value)
+
+
+def _repartition_rocksdb(planned: PlannedJob, staging: Path, batch: int, partitions: int,
+                         wanted: int, echo: Echo) -> int:
+    """RocksDB state moved to ``wanted`` partitions: its keys rehashed as Spark places them,
+    else by Spark's offline repartition (which commits a batch of its own: the job continues
+    after it). Returns the checkpoint's batch."""
+    if repartition_rocksdb_state(staging, batch, wanted, planned.spark):
+        echo(f"repartitioned state from {partitions} to {wanted} partitions "
+             "(RocksDB state, keys rehashed as Spark places them)")
+        return batch
+    echo(f"repartitioning state from {partitions} to {wanted} partitions "
+         "(Spark's offline repartition)")
+    with phase("repartition: Spark's offline repartition"):
+        repartition(planned.spark, staging, wanted)
+    return Checkpoint(staging).require_latest_committed_batch()
+
+
+def _repartition_hdfs(planned: PlannedJob, staging: Path, batch: int, partitions: int,
+                      wanted: int, echo: Echo) -> int:
+    """HDFS-backed state (Spark refuses to repartition it): keys moved as Spark would place
+    them."""
+    echo(f"repartitioning state from {partitions} to {wanted} partitions "
+         "(HDFS state, keys rehashed as Spark places them)")
+    repartition_hdfs_state(staging, batch, wanted, planned.spark)
+    return batch
+
+
+# How each provider's state moves to another partition count (checkpoint/providers.py).
+_REPARTITIONS = {ROCKSDB.class_name: _repartition_rocksdb,
+                 HDFS_BACKED.class_name: _repartition_hdfs}
 
 
 def upload_checkpoint(staging: Path, target: StorePath,
@@ -354,8 +390,9 @@ def build_new_checkpoint(
         raise ValidationError("the resume point has problems:\n  " + "\n  ".join(plan.problems))
     if target.exists() and any(target.iterdir()):
         raise NameTakenError(f"{target}: a checkpoint already exists; choose a new job name")
-    provider = next((s.manifest.state_store_provider for s in resolution.snapshots.values()),
-                    ROCKSDB_PROVIDER)
+    provider = provider_named(next(
+        (s.manifest.state_store_provider for s in resolution.snapshots.values()),
+        ROCKSDB.class_name), "the snapshots")
     if publish and isinstance(target, Path):
         # Beside the target, so that publishing is one rename and an interrupted start's
         # debris is found (and rolled back) by the next one.
@@ -394,24 +431,9 @@ def build_new_checkpoint(
             fetch_into_place({staging / rel: url for rel, url in result.in_store.items()})
             result = AssembleResult(result.batch_id, result.partitions)
         if moved and wanted is not None and result.batch_id is not None:
-            if provider == ROCKSDB_PROVIDER and repartition_rocksdb_state(
-                    staging, result.batch_id, wanted, planned.spark):
-                echo(f"repartitioned state from {result.partitions} to {wanted} partitions "
-                     "(RocksDB state, keys rehashed as Spark places them)")
-                batch = result.batch_id
-            elif provider == ROCKSDB_PROVIDER:
-                echo(f"repartitioning state from {result.partitions} to {wanted} partitions "
-                     "(Spark's offline repartition)")
-                with phase("repartition: Spark's offline repartition"):
-                    repartition(planned.spark, staging, wanted)
-                # Spark's repartition commits a batch of its own: the job continues after it.
-                batch = Checkpoint(staging).require_latest_committed_batch()
-            else:
-                # Spark refuses to repartition HDFS state; keys are moved as it would place them.
-                echo(f"repartitioning state from {result.partitions} to {wanted} partitions "
-                     "(HDFS state, keys rehashed as Spark places them)")
-                repartition_hdfs_state(staging, result.batch_id, wanted, planned.spark)
-                batch = result.batch_id
+            move = _REPARTITIONS[provider.class_name]
+            batch = move(planned, staging, result.batch_id, result.partitions or 0, wanted,
+                         echo)
             result = AssembleResult(batch, wanted)
             if publish:
                 crash_point("restore.repartitioned")

@@ -39,14 +39,13 @@ from sparkpoint.runtime.runner import (
     RunResult,
     held_run,
 )
-from sparkpoint.sinks.gaps import fill_gap, find_gap
+from sparkpoint.sinks.base import Sink
 from sparkpoint.sinks.ownership import (
     lineage_of,
     same_output,
     writers_of,
 )
 from sparkpoint.sinks.rewind import plan_rewind
-from sparkpoint.sinks.rewind import rewind as rewind_output_to
 from sparkpoint.snapshot.store import SnapshotStore, open_snapshot_store
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.location import Location
@@ -120,9 +119,10 @@ def start_from_snapshots(home: Home, options: RunOptions, from_snapshot: str | N
         """The steps between planning the new job and its record: the checkpoint built and
         published, the output rewound or filled; the job's lineage."""
         crash_point("restore.job_locked")
-        if rewind_batch is not None and planned.file_sink is not None:
+        sink = planned.sink
+        if rewind_batch is not None and sink is not None:
             # Before the resume point is checked with Spark: the output alone decides.
-            _refuse_unrewindable(home, planned.file_sink, rewind_batch,
+            _refuse_unrewindable(home, sink.location, rewind_batch,
                                  _snapshot_jobs(store, point, from_snapshot))
         # A checkpoint left by a cut-off start goes whole.
         roll_back(target, registry.exists(job), lambda line: echo(f"job '{job}': {line}"))
@@ -133,20 +133,20 @@ def start_from_snapshots(home: Home, options: RunOptions, from_snapshot: str | N
         rewind_to = numbering.rewind_to_batch if numbering is not None else None
         with contextlib.ExitStack() as writers:
             rewind_plan = None
-            if rewind_to is not None and planned.file_sink is not None:
+            if rewind_to is not None and sink is not None:
                 # Nobody may write the output from here until its files are moved.
                 snapshot_jobs = {s.manifest.job for s in resolution.snapshots.values()}
-                _lock_writers(writers, home, planned.file_sink, snapshot_jobs, echo)
-                rewind_plan = plan_rewind(
-                    planned.file_sink, rewind_to,
+                _lock_writers(writers, home, sink.location, snapshot_jobs, echo)
+                rewind_plan = sink.plan_rewind(
+                    rewind_to,
                     f"job '{job}' started from {from_snapshot or resume_point} "
                     "with --rewind-output")
             result = pipeline.build(
                 resolution, echo,
                 spark_location=home.checkpoint_location(job) if home.remote else None)
             assert result is not None
-            if rewind_plan is not None and result.batch_id is not None:
-                rewind_output_to(rewind_plan)
+            if sink is not None and rewind_plan is not None and result.batch_id is not None:
+                sink.rewind(rewind_plan)
                 echo(f"job '{job}': {rewind_plan.summary()}")
         used = sorted(resolution.snapshots)
         if result.batch_id is not None:
@@ -155,8 +155,8 @@ def start_from_snapshots(home: Home, options: RunOptions, from_snapshot: str | N
             if numbering is not None and numbering.renumbered:
                 echo(f"batch ids renumbered: snapshot batch {numbering.snapshot_batch} "
                      f"continues as batch {numbering.checkpoint_batch}")
-            if planned.file_sink is not None:
-                _close_sink_gap(planned, target, result.batch_id, echo)
+            if sink is not None:
+                _close_sink_gap(sink, planned, target, result.batch_id, echo)
         first = resolution.snapshots[used[0]].manifest if used else None
         return Lineage(
             from_snapshot=from_snapshot or (",".join(used) or None),
@@ -174,22 +174,21 @@ def start_from_snapshots(home: Home, options: RunOptions, from_snapshot: str | N
         return held.execute()
 
 
-def _close_sink_gap(planned: PlannedJob, target: Location, batch: int,
+def _close_sink_gap(sink: Sink, planned: PlannedJob, target: Location, batch: int,
                     echo: Echo) -> None:
     """Give the new job's output the sink log entries of every batch up to the new
     checkpoint's ``batch`` that it lacks (Spark's repartition batch, batch ids skipped by
     --first-batch, a new output's history), before Spark writes the next one; they are named
     in the start's intent first, so that a cut-off start takes them back."""
-    assert planned.file_sink is not None
     interval = int(planned.conf.get(COMPACT_INTERVAL_CONF, DEFAULT_COMPACT_INTERVAL))
-    gap = find_gap(planned.file_sink, batch, interval)
+    gap = sink.gap(batch, interval)
     if not gap.batches:
         return
     record_sink_fill(target, gap)
     crash_point("sink_gap.recorded")
-    fill_gap(gap, lambda: crash_point("sink_gap.entry_written"))
+    sink.fill(gap, lambda: crash_point("sink_gap.entry_written"))
     first, last = gap.batches[0], gap.batches[-1]
-    echo(f"gave the output {planned.file_sink} empty sink log entries for batches "
+    echo(f"gave the output {sink.location} empty sink log entries for batches "
          f"{first}..{last}, which write nothing to it (so that it has no hole)")
     crash_point("restore.sink_seeded")
 
