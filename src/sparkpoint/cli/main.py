@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -14,7 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
-from sparkpoint import api, progress
+from sparkpoint import api, crash_points, progress, settings
 from sparkpoint.cli import render
 from sparkpoint.crash_points import CRASH_POINTS, STEPS_LOGGER
 from sparkpoint.errors import (
@@ -33,7 +32,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 EXIT_DIFFERENCE = 5
 
 # Set to print the traceback of an unexpected error (for a bug report).
-TRACEBACK_ENV = "SPARKPOINT_TRACEBACK"
+TRACEBACK_ENV = settings.TRACEBACK.name
 
 
 def _echo(message: str) -> None:
@@ -115,7 +114,7 @@ def handle_errors(func: F) -> F:
                 _fail(unreachable, as_json)
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             message = f"unexpected {exc.__class__.__name__}: {first}"
-            if os.environ.get(TRACEBACK_ENV):
+            if settings.TRACEBACK.get():
                 traceback.print_exc(file=sys.stderr)
             if as_json:
                 _json_error("UNEXPECTED", message, EXIT_UNEXPECTED)
@@ -178,8 +177,11 @@ def cli(ctx: click.Context, home: str | None, snapshots: str | None, verbose: bo
         show_steps()
     ctx.ensure_object(dict)
     try:
+        if ctx.invoked_subcommand != "debug":  # debug crash-points lists the names to fix
+            settings.check_environment()
+            crash_points.check_environment()
         ctx.obj["home"] = Home.resolve(home, snapshots)
-    except SparkpointError as exc:  # a home or snapshot store refused: one line, as any error
+    except SparkpointError as exc:  # a variable, home or store refused: one line, as any error
         _fail(exc, _json_requested(ctx.obj.get("argv", [])))
     ctx.obj.setdefault("spark", None)
 
