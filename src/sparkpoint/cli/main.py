@@ -261,9 +261,10 @@ def _job_options(func: F) -> F:
 
 @cli.command("plan")
 @click.argument("job_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--from-snapshot", default=None, metavar="SNAP")
+@click.option("--from-snapshot", default=None, metavar="SNAP",
+              help="Start from a snapshot's state and offsets (its default resume point).")
 @click.option("--resume-point", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              metavar="FILE")
+              metavar="FILE", help="Start as a resume point file says.")
 @_job_options
 @_batch_options
 @json_option
@@ -286,9 +287,10 @@ def plan_command(ctx: click.Context, job_file: Path, from_snapshot: str | None,
 @click.argument("job_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--against", required=True, metavar="JOB",
               help="The old job whose input is replayed and whose output is compared.")
-@click.option("--from-snapshot", default=None, metavar="SNAP")
+@click.option("--from-snapshot", default=None, metavar="SNAP",
+              help="Start from a snapshot's state and offsets (its default resume point).")
 @click.option("--resume-point", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              metavar="FILE")
+              metavar="FILE", help="Start as a resume point file says.")
 @_job_options
 @click.option("--keep", is_flag=True, help="Keep the scratch job and output (path printed).")
 @click.option("--fail-on-diff", is_flag=True,
@@ -356,6 +358,8 @@ def jobs() -> None:
 @click.pass_context
 @handle_errors
 def jobs_list(ctx: click.Context, as_json: bool) -> Output:
+    """Every job of the home: its state, last batch, processing rate, lag per source, run id
+    and the snapshot it was started from."""
     views = api.jobs_list(_home(ctx))
     return Output([view.to_dict() for view in views], lambda: render.job_list_text(views))
 
@@ -366,6 +370,8 @@ def jobs_list(ctx: click.Context, as_json: bool) -> Output:
 @click.pass_context
 @handle_errors
 def jobs_show(ctx: click.Context, name: str, as_json: bool) -> Output:
+    """Job NAME: its record, runs, last batch's progress, lag per source, the batches that
+    can be snapshotted with their times, and a state check per operator."""
     view = api.job_view(_home(ctx), name)
     return Output(view.to_dict(), lambda: render.job_show_text(view))
 
@@ -491,6 +497,7 @@ def snapshot_prune(ctx: click.Context, name: str, new_name: str, operator: str, 
 @click.pass_context
 @handle_errors
 def snapshot_list(ctx: click.Context, job: str | None, as_json: bool) -> Output:
+    """The snapshots of the snapshot store: job, batch, time and size of each."""
     manifests = api.snapshot_list(_home(ctx), job)
     return Output([render.snapshot_row(m) for m in manifests],
                   lambda: render.snapshot_list_text(manifests))
@@ -505,6 +512,8 @@ def snapshot_list(ctx: click.Context, job: str | None, as_json: bool) -> Output:
 @click.pass_context
 @handle_errors
 def snapshot_show(ctx: click.Context, name: str, count: bool, as_json: bool) -> Output:
+    """Snapshot NAME's manifest: job, batch, sources and offsets, operators with their rows
+    and bytes, and the bytes it shares with other snapshots."""
     manifest = api.snapshot_show(_home(ctx), name)
     sharing = api.snapshot_sharing(_home(ctx), name)
     where = _home(ctx).snapshots_location
@@ -538,6 +547,8 @@ def snapshot_inspect(ctx: click.Context, name: str, operator: str | None, rows: 
 @click.pass_context
 @handle_errors
 def snapshot_verify(ctx: click.Context, name: str, as_json: bool) -> Output:
+    """Check every file of snapshot NAME against its manifest (presence, size, checksum) and
+    that a runnable checkpoint's files are all there; exit 3 naming each damaged file."""
     problems = api.snapshot_verify(_home(ctx), name)
     return Output(render.problems_dict(name, problems), lambda: "\n".join(
         f"DAMAGED {problem.path}: {problem.message}" for problem in problems)
@@ -654,7 +665,8 @@ def debug() -> None:
 def submit_entry() -> None:
     """Print the path of the script to hand to spark-submit:
 
-    spark-submit [spark options] "$(sparkpoint submit-entry)" [--home DIR] run JOB.py --job NAME
+    \b
+        spark-submit [spark options] "$(sparkpoint submit-entry)" [--home DIR] run JOB.py ...
     """
     from sparkpoint import submit
 
