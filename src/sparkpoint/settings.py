@@ -86,6 +86,12 @@ def _text(text: str) -> str:
     return text
 
 
+def _local_path(text: str) -> str:
+    if "://" in text and not text.startswith("file:"):
+        raise BadValue(text)  # this machine's space: never a store
+    return text
+
+
 def _positive_seconds(text: str) -> float:
     if not text.strip():
         return DEFAULT_LEASE_SECONDS  # only spaces: unset, as an empty value is
@@ -162,7 +168,8 @@ SCRATCH: Setting[str] = Setting(
     "SPARKPOINT_SCRATCH", "path", f"`{DEFAULT_SCRATCH}`",
     "This machine's local space for homes on S3 or HDFS: the cache of immutable state files "
     "(`files/`), and the scratch copies of prune and rehearse.",
-    _ANYTHING, "", _text, DEFAULT_SCRATCH)
+    "a local directory (a path or a file: URI)", "fix or unset it", _local_path,
+    DEFAULT_SCRATCH)
 HOST: Setting[str | None] = Setting(
     "SPARKPOINT_HOST", "host name", "the machine's host name",
     "The host name recorded for this process in locks and leases, for machines (containers "

@@ -60,6 +60,7 @@ def test_each_setting_reads_the_environment_as_it_is_when_asked(
     ("SPARKPOINT_WEBHDFS_URL", "namenode:9870", "the NameNode's HTTP address"),
     ("SPARKPOINT_HOST", "two words", "a host name without spaces"),
     ("SPARKPOINT_CRASH_AT", "Restore Published", "a crash point name"),
+    ("SPARKPOINT_SCRATCH", "s3://bucket/scratch", "a local directory"),
 ])
 def test_a_bad_value_is_one_line_naming_the_variable_expected_found_and_fix(
     monkeypatch: pytest.MonkeyPatch, name: str, value: str, expected: str,
