@@ -190,14 +190,17 @@ def _batch_options(func: F) -> F:
     for option in reversed([
         click.option("--renumber-batches", is_flag=True,
                      help="Number the new job's batches past those its file sink already "
-                          "holds (with --from-snapshot/--resume-point)."),
+                          "holds (with --from-snapshot/--resume-point; not with "
+                          "--first-batch or --rewind-output)."),
         click.option("--first-batch", type=click.IntRange(min=0), default=None, metavar="K",
                      help="The new job's first batch id, after the snapshot's batch (with "
-                          "--from-snapshot/--resume-point)."),
+                          "--from-snapshot/--resume-point; not with --renumber-batches or "
+                          "--rewind-output)."),
         click.option("--rewind-output", is_flag=True,
                      help="Take the file sink's output back to the snapshot's batch: the "
                           "later batches' files and log entries move aside under "
-                          "OUTPUT/_sparkpoint_rewound (with --from-snapshot/--resume-point)."),
+                          "OUTPUT/_sparkpoint_rewound (with --from-snapshot/--resume-point; "
+                          "not with --renumber-batches or --first-batch)."),
     ]):
         func = option(func)
     return func
@@ -214,9 +217,9 @@ def _batch_options(func: F) -> F:
 @click.option("--resume-point", type=click.Path(dir_okay=False, path_type=Path), default=None,
               metavar="FILE", help="Start this new job as a resume point file says.")
 @click.option("--until-caught-up", is_flag=True,
-              help="Process the input available at start, then stop.")
+              help="Process the input available at start, then stop (not with --max-batches).")
 @click.option("--max-batches", type=click.IntRange(min=1), default=None,
-              help="Stop after N batches.")
+              help="Stop after N batches (not with --until-caught-up).")
 @_batch_options
 @click.option("--ui", is_flag=True, help="Turn the Spark UI on and print its address.")
 @click.pass_context
@@ -262,9 +265,10 @@ def _job_options(func: F) -> F:
 @cli.command("plan")
 @click.argument("job_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--from-snapshot", default=None, metavar="SNAP",
-              help="Start from a snapshot's state and offsets (its default resume point).")
+              help="Start from a snapshot's state and offsets (its default resume point); this "
+                   "or --resume-point.")
 @click.option("--resume-point", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              metavar="FILE", help="Start as a resume point file says.")
+              metavar="FILE", help="Start as a resume point file says; this or --from-snapshot.")
 @_job_options
 @_batch_options
 @json_option
@@ -288,9 +292,10 @@ def plan_command(ctx: click.Context, job_file: Path, from_snapshot: str | None,
 @click.option("--against", required=True, metavar="JOB",
               help="The old job whose input is replayed and whose output is compared.")
 @click.option("--from-snapshot", default=None, metavar="SNAP",
-              help="Start from a snapshot's state and offsets (its default resume point).")
+              help="Start from a snapshot's state and offsets (its default resume point); this "
+                   "or --resume-point.")
 @click.option("--resume-point", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              metavar="FILE", help="Start as a resume point file says.")
+              metavar="FILE", help="Start as a resume point file says; this or --from-snapshot.")
 @_job_options
 @click.option("--keep", is_flag=True, help="Keep the scratch job and output (path printed).")
 @click.option("--fail-on-diff", is_flag=True,
