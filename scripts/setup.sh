@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create .venv at the repository root with pyspark 4.3.0 and sparkpoint (editable, with the
-# development tools). Re-running is cheap: it reinstalls only when pyproject.toml changed.
+# development tools and the documentation site's). Re-running is cheap: it reinstalls only when pyproject.toml changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +27,6 @@ stamp=".venv/.sparkpoint-installed"
 want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e '.[dev]'
+  .venv/bin/python -m pip install --quiet -e '.[dev,docs]'
   echo "$want" > "$stamp"
 fi

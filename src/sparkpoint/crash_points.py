@@ -19,8 +19,11 @@ import os
 import signal
 import sys
 
-CRASH_ENV = "SPARKPOINT_CRASH_AT"
-FREEZE_ENV = "SPARKPOINT_FREEZE_AT"
+from sparkpoint import settings
+from sparkpoint.errors import UsageError
+
+CRASH_ENV = settings.CRASH_AT.name
+FREEZE_ENV = settings.FREEZE_AT.name
 # Internal steps of multi-step commands, for who watches one closely (``sparkpoint --verbose``,
 # the kill tests): not a command's output, silent by default.
 STEPS_LOGGER = "sparkpoint.steps"
@@ -108,16 +111,25 @@ CRASH_POINTS: dict[str, str] = {
 }
 
 
+def check_environment() -> None:
+    """Refuse a crash or freeze point that is not declared: it would never fire, and a test
+    cutting a command off there would pass without cutting anything."""
+    for setting in (settings.CRASH_AT, settings.FREEZE_AT):
+        name = setting.get()
+        if name is not None and name not in CRASH_POINTS:
+            raise UsageError(setting.refusal(name))
+
+
 def crash_point(name: str) -> None:
     """End the process here, at once, when the environment asks for this point (or stop it
     until it is continued, for a freeze)."""
     if name not in CRASH_POINTS:
         raise KeyError(f"undeclared crash point {name!r}; declare it in CRASH_POINTS")
-    if os.environ.get(CRASH_ENV) == name:
+    if settings.CRASH_AT.get() == name:
         sys.stderr.write(f"crash point {name}: exiting with {CRASH_EXIT_CODE}\n")
         sys.stderr.flush()
         os._exit(CRASH_EXIT_CODE)
-    if os.environ.get(FREEZE_ENV) == name:
+    if settings.FREEZE_AT.get() == name:
         sys.stderr.write(f"freeze point {name}: stopped\n")
         sys.stderr.flush()
         os.kill(os.getpid(), signal.SIGSTOP)

@@ -8,7 +8,6 @@ a batch) with :func:`phase`; whether anything is drawn is decided here, once per
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from collections.abc import Iterable, Iterator
@@ -17,12 +16,14 @@ from typing import TypeVar
 
 from tqdm import tqdm
 
+from sparkpoint import settings
+
 T = TypeVar("T")
 
 # A bar is drawn once its work has lasted this long (seconds; the environment variable sets
 # another): commands that end sooner stay as quiet as they were.
-SHOW_AFTER_ENV = "SPARKPOINT_PROGRESS_AFTER"
-DEFAULT_SHOW_AFTER_SECONDS = 1.0
+SHOW_AFTER_ENV = settings.PROGRESS_AFTER.name
+DEFAULT_SHOW_AFTER_SECONDS = settings.DEFAULT_PROGRESS_AFTER_SECONDS
 # How often a phase (one long call with no steps to count) redraws its elapsed time.
 PHASE_REFRESH_SECONDS = 0.5
 
@@ -37,10 +38,7 @@ def quiet() -> None:
 
 def show_after() -> float:
     """Seconds a piece of work lasts before its bar is drawn."""
-    try:
-        return max(0.0, float(os.environ.get(SHOW_AFTER_ENV, DEFAULT_SHOW_AFTER_SECONDS)))
-    except ValueError:
-        return DEFAULT_SHOW_AFTER_SECONDS
+    return settings.PROGRESS_AFTER.get()
 
 
 def shown() -> bool:

@@ -4,11 +4,13 @@ process was not made quiet (``--json``), never changing what the loop they count
 from __future__ import annotations
 
 import io
+import re
 import sys
 
 import pytest
 
 from sparkpoint import progress
+from sparkpoint.errors import UsageError
 
 
 class _Terminal(io.StringIO):
@@ -57,8 +59,13 @@ def test_short_work_draws_nothing_by_default(monkeypatch: pytest.MonkeyPatch) ->
     assert progress.show_after() == progress.DEFAULT_SHOW_AFTER_SECONDS
     assert sum(progress.track(range(1000), "snapshot: checksums")) == sum(range(1000))
     assert terminal.getvalue() == ""
+    monkeypatch.setenv(progress.SHOW_AFTER_ENV, "-3")
+    assert progress.show_after() == 0.0
     monkeypatch.setenv(progress.SHOW_AFTER_ENV, "soon")
-    assert progress.show_after() == progress.DEFAULT_SHOW_AFTER_SECONDS
+    with pytest.raises(UsageError, match=re.escape(
+            "SPARKPOINT_PROGRESS_AFTER='soon': expected a number of seconds, found 'soon'; "
+            "set it to e.g. 1 or unset it")):
+        progress.show_after()
 
 
 def test_a_phase_is_drawn_with_its_name_and_a_line_written_beside_a_bar_keeps_it(

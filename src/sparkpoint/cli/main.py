@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -14,7 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
-from sparkpoint import api, progress
+from sparkpoint import api, crash_points, progress, settings
 from sparkpoint.cli import render
 from sparkpoint.crash_points import CRASH_POINTS, STEPS_LOGGER
 from sparkpoint.errors import (
@@ -33,7 +32,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 EXIT_DIFFERENCE = 5
 
 # Set to print the traceback of an unexpected error (for a bug report).
-TRACEBACK_ENV = "SPARKPOINT_TRACEBACK"
+TRACEBACK_ENV = settings.TRACEBACK.name
 
 
 def _echo(message: str) -> None:
@@ -115,7 +114,7 @@ def handle_errors(func: F) -> F:
                 _fail(unreachable, as_json)
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             message = f"unexpected {exc.__class__.__name__}: {first}"
-            if os.environ.get(TRACEBACK_ENV):
+            if settings.TRACEBACK.get():
                 traceback.print_exc(file=sys.stderr)
             if as_json:
                 _json_error("UNEXPECTED", message, EXIT_UNEXPECTED)
@@ -178,8 +177,11 @@ def cli(ctx: click.Context, home: str | None, snapshots: str | None, verbose: bo
         show_steps()
     ctx.ensure_object(dict)
     try:
+        if ctx.invoked_subcommand != "debug":  # debug crash-points lists the names to fix
+            settings.check_environment()
+            crash_points.check_environment()
         ctx.obj["home"] = Home.resolve(home, snapshots)
-    except SparkpointError as exc:  # a home or snapshot store refused: one line, as any error
+    except SparkpointError as exc:  # a variable, home or store refused: one line, as any error
         _fail(exc, _json_requested(ctx.obj.get("argv", [])))
     ctx.obj.setdefault("spark", None)
 
@@ -188,14 +190,17 @@ def _batch_options(func: F) -> F:
     for option in reversed([
         click.option("--renumber-batches", is_flag=True,
                      help="Number the new job's batches past those its file sink already "
-                          "holds (with --from-snapshot/--resume-point)."),
+                          "holds (with --from-snapshot/--resume-point; not with "
+                          "--first-batch or --rewind-output)."),
         click.option("--first-batch", type=click.IntRange(min=0), default=None, metavar="K",
                      help="The new job's first batch id, after the snapshot's batch (with "
-                          "--from-snapshot/--resume-point)."),
+                          "--from-snapshot/--resume-point; not with --renumber-batches or "
+                          "--rewind-output)."),
         click.option("--rewind-output", is_flag=True,
                      help="Take the file sink's output back to the snapshot's batch: the "
                           "later batches' files and log entries move aside under "
-                          "OUTPUT/_sparkpoint_rewound (with --from-snapshot/--resume-point)."),
+                          "OUTPUT/_sparkpoint_rewound (with --from-snapshot/--resume-point; "
+                          "not with --renumber-batches or --first-batch)."),
     ]):
         func = option(func)
     return func
@@ -212,9 +217,9 @@ def _batch_options(func: F) -> F:
 @click.option("--resume-point", type=click.Path(dir_okay=False, path_type=Path), default=None,
               metavar="FILE", help="Start this new job as a resume point file says.")
 @click.option("--until-caught-up", is_flag=True,
-              help="Process the input available at start, then stop.")
+              help="Process the input available at start, then stop (not with --max-batches).")
 @click.option("--max-batches", type=click.IntRange(min=1), default=None,
-              help="Stop after N batches.")
+              help="Stop after N batches (not with --until-caught-up).")
 @_batch_options
 @click.option("--ui", is_flag=True, help="Turn the Spark UI on and print its address.")
 @click.pass_context
@@ -259,9 +264,11 @@ def _job_options(func: F) -> F:
 
 @cli.command("plan")
 @click.argument("job_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--from-snapshot", default=None, metavar="SNAP")
+@click.option("--from-snapshot", default=None, metavar="SNAP",
+              help="Start from a snapshot's state and offsets (its default resume point); this "
+                   "or --resume-point.")
 @click.option("--resume-point", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              metavar="FILE")
+              metavar="FILE", help="Start as a resume point file says; this or --from-snapshot.")
 @_job_options
 @_batch_options
 @json_option
@@ -284,9 +291,11 @@ def plan_command(ctx: click.Context, job_file: Path, from_snapshot: str | None,
 @click.argument("job_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--against", required=True, metavar="JOB",
               help="The old job whose input is replayed and whose output is compared.")
-@click.option("--from-snapshot", default=None, metavar="SNAP")
+@click.option("--from-snapshot", default=None, metavar="SNAP",
+              help="Start from a snapshot's state and offsets (its default resume point); this "
+                   "or --resume-point.")
 @click.option("--resume-point", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              metavar="FILE")
+              metavar="FILE", help="Start as a resume point file says; this or --from-snapshot.")
 @_job_options
 @click.option("--keep", is_flag=True, help="Keep the scratch job and output (path printed).")
 @click.option("--fail-on-diff", is_flag=True,
@@ -354,6 +363,8 @@ def jobs() -> None:
 @click.pass_context
 @handle_errors
 def jobs_list(ctx: click.Context, as_json: bool) -> Output:
+    """Every job of the home: its state, last batch, processing rate, lag per source, run id
+    and the snapshot it was started from."""
     views = api.jobs_list(_home(ctx))
     return Output([view.to_dict() for view in views], lambda: render.job_list_text(views))
 
@@ -364,6 +375,8 @@ def jobs_list(ctx: click.Context, as_json: bool) -> Output:
 @click.pass_context
 @handle_errors
 def jobs_show(ctx: click.Context, name: str, as_json: bool) -> Output:
+    """Job NAME: its record, runs, last batch's progress, lag per source, the batches that
+    can be snapshotted with their times, and a state check per operator."""
     view = api.job_view(_home(ctx), name)
     return Output(view.to_dict(), lambda: render.job_show_text(view))
 
@@ -489,6 +502,7 @@ def snapshot_prune(ctx: click.Context, name: str, new_name: str, operator: str, 
 @click.pass_context
 @handle_errors
 def snapshot_list(ctx: click.Context, job: str | None, as_json: bool) -> Output:
+    """The snapshots of the snapshot store: job, batch, time and size of each."""
     manifests = api.snapshot_list(_home(ctx), job)
     return Output([render.snapshot_row(m) for m in manifests],
                   lambda: render.snapshot_list_text(manifests))
@@ -503,6 +517,8 @@ def snapshot_list(ctx: click.Context, job: str | None, as_json: bool) -> Output:
 @click.pass_context
 @handle_errors
 def snapshot_show(ctx: click.Context, name: str, count: bool, as_json: bool) -> Output:
+    """Snapshot NAME's manifest: job, batch, sources and offsets, operators with their rows
+    and bytes, and the bytes it shares with other snapshots."""
     manifest = api.snapshot_show(_home(ctx), name)
     sharing = api.snapshot_sharing(_home(ctx), name)
     where = _home(ctx).snapshots_location
@@ -536,6 +552,8 @@ def snapshot_inspect(ctx: click.Context, name: str, operator: str | None, rows: 
 @click.pass_context
 @handle_errors
 def snapshot_verify(ctx: click.Context, name: str, as_json: bool) -> Output:
+    """Check every file of snapshot NAME against its manifest (presence, size, checksum) and
+    that a runnable checkpoint's files are all there; exit 3 naming each damaged file."""
     problems = api.snapshot_verify(_home(ctx), name)
     return Output(render.problems_dict(name, problems), lambda: "\n".join(
         f"DAMAGED {problem.path}: {problem.message}" for problem in problems)
@@ -652,7 +670,8 @@ def debug() -> None:
 def submit_entry() -> None:
     """Print the path of the script to hand to spark-submit:
 
-    spark-submit [spark options] "$(sparkpoint submit-entry)" [--home DIR] run JOB.py --job NAME
+    \b
+        spark-submit [spark options] "$(sparkpoint submit-entry)" [--home DIR] run JOB.py ...
     """
     from sparkpoint import submit
 

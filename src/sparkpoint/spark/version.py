@@ -8,17 +8,17 @@ internals that change between releases, so an untested pyspark could misread sta
 from __future__ import annotations
 
 import logging
-import os
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
+from sparkpoint import settings
 from sparkpoint.errors import UnsupportedSparkError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 SUPPORTED_PYSPARK = ("4.3.0",)
-ALLOW_UNTESTED_ENV = "SPARKPOINT_ALLOW_UNTESTED_PYSPARK"
+ALLOW_UNTESTED_ENV = settings.ALLOW_UNTESTED_PYSPARK.name
 
 _log = logging.getLogger(__name__)
 _warned: set[str] = set()
@@ -38,7 +38,7 @@ def require_supported_pyspark() -> str:
     if found in SUPPORTED_PYSPARK:
         return found
     supported = ", ".join(SUPPORTED_PYSPARK)
-    if os.environ.get(ALLOW_UNTESTED_ENV) == "1":
+    if settings.ALLOW_UNTESTED_PYSPARK.get():
         if found not in _warned:
             _warned.add(found)
             _log.warning("pyspark %s is not a version sparkpoint is tested with (%s); "

@@ -16,15 +16,16 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from sparkpoint import settings
 from sparkpoint.storage.fileio import FileIO, join
 from sparkpoint.storage.local import to_path, walk_files
 
 # This machine's local space for homes on S3 or HDFS (default ~/.cache/sparkpoint).
-SCRATCH_ENV = "SPARKPOINT_SCRATCH"
+SCRATCH_ENV = settings.SCRATCH.name
 
 
 def scratch_base() -> Path:
-    return to_path(os.environ.get(SCRATCH_ENV) or str(Path("~/.cache/sparkpoint").expanduser()))
+    return to_path(settings.SCRATCH.get())
 
 
 def cache_root() -> Path:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparkpoint import settings
 from sparkpoint.errors import InvalidNameError
 from sparkpoint.storage.file_cache import SCRATCH_ENV as SCRATCH_ENV
 from sparkpoint.storage.file_cache import scratch_base
@@ -16,9 +16,9 @@ from sparkpoint.storage.local import to_path
 from sparkpoint.storage.location import Location, StorePath
 from sparkpoint.storage.paths import check_location
 
-DEFAULT_HOME = ".sparkpoint"
-HOME_ENV = "SPARKPOINT_HOME"
-SNAPSHOTS_ENV = "SPARKPOINT_SNAPSHOTS"
+DEFAULT_HOME = settings.DEFAULT_HOME
+HOME_ENV = settings.HOME.name
+SNAPSHOTS_ENV = settings.SNAPSHOTS.name
 # Where a home on S3 or HDFS keeps this machine's local space (default ~/.cache/sparkpoint).
 # Names that become a file or directory name under the home. Spark's source names
 # (DataStreamReader.name: ASCII letters, digits, '_') all fit; the length leaves room for the
@@ -84,8 +84,8 @@ class Home:
 
     @classmethod
     def resolve(cls, home: str | None, snapshots: str | None = None) -> Home:
-        chosen = check_location(home or os.environ.get(HOME_ENV) or DEFAULT_HOME, "home")
-        snapshots = snapshots or os.environ.get(SNAPSHOTS_ENV) or None
+        chosen = check_location(home or settings.HOME.get(), "home")
+        snapshots = snapshots or settings.SNAPSHOTS.get()
         if snapshots is not None:
             check_location(snapshots, "snapshot store")
         if is_local(chosen):

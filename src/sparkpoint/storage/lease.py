@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import threading
 import time
 import uuid
@@ -70,15 +69,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sparkpoint import settings
 from sparkpoint.crash_points import crash_point
-from sparkpoint.errors import JobRunningError, LeaseLostError, UsageError
+from sparkpoint.errors import JobRunningError, LeaseLostError
 from sparkpoint.storage.fileio import FileIO, StampedListing, join
 from sparkpoint.storage.processes import ProcessIdentity
 
 LEASE_DIR = "lease"
-DEFAULT_LEASE_SECONDS = 60.0
-LEASE_SECONDS_ENV = "SPARKPOINT_LEASE_SECONDS"
-LEASE_LOG_ENV = "SPARKPOINT_LEASE_LOG"
+DEFAULT_LEASE_SECONDS = settings.DEFAULT_LEASE_SECONDS
+LEASE_SECONDS_ENV = settings.LEASE_SECONDS.name
+LEASE_LOG_ENV = settings.LEASE_LOG.name
 # Two readings of the store's clock (a modification time and a Date), each to the second.
 STORE_CLOCK_RESOLUTION_S = 2.0
 # Listing and reading the newest generation can race a holder tidying older ones.
@@ -89,18 +89,7 @@ RETRY_S = 1.0
 
 def lease_seconds() -> float:
     """The lease length from SPARKPOINT_LEASE_SECONDS (default 60)."""
-    text = os.environ.get(LEASE_SECONDS_ENV)
-    if text is None or not text.strip():
-        return DEFAULT_LEASE_SECONDS
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < float("inf"):  # NaN fails the comparison too
-        raise UsageError(
-            f"{LEASE_SECONDS_ENV}={text!r}: expected a positive number of seconds, found "
-            f"{text!r}; set it to e.g. 60 or unset it")
-    return value
+    return settings.LEASE_SECONDS.get()
 
 
 def holder_margin(length: float) -> float:
@@ -157,7 +146,7 @@ class LeaseView:
 
 def _log(event: str, job: str, record: LeaseRecord, **extra: Any) -> None:
     """One line in $SPARKPOINT_LEASE_LOG, if set (see the module's docs)."""
-    path = os.environ.get(LEASE_LOG_ENV)
+    path = settings.LEASE_LOG.get()
     if not path:
         return
     line = {"event": event, "job": job, "generation": record.generation,

@@ -31,7 +31,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-HOST_ENV = "SPARKPOINT_HOST"
+from sparkpoint import settings
+
+HOST_ENV = settings.HOST.name
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 PID_NAMESPACE_LINK = "/proc/self/ns/pid"
 
@@ -39,7 +41,7 @@ PID_NAMESPACE_LINK = "/proc/self/ns/pid"
 def this_host() -> str:
     """This machine's name as recorded in locks and leases. SPARKPOINT_HOST overrides it
     where machines share a host name (containers started from one image)."""
-    return os.environ.get(HOST_ENV) or socket.gethostname()
+    return settings.HOST.get() or socket.gethostname()
 
 
 def pid_alive(pid: int) -> bool:

@@ -29,6 +29,7 @@ import fsspec
 import requests
 from requests.adapters import HTTPAdapter
 
+from sparkpoint import settings
 from sparkpoint.errors import StoreUnreachableError, UsageError
 from sparkpoint.storage.fileio import (
     TRANSFER_CONCURRENCY,
@@ -40,7 +41,7 @@ from sparkpoint.storage.fileio import (
     progress_callback,
 )
 
-WEBHDFS_URL_ENV = "SPARKPOINT_WEBHDFS_URL"
+WEBHDFS_URL_ENV = settings.WEBHDFS_URL.name
 # Hadoop 3's dfs.namenode.http-address port (Hadoop 2 used 50070).
 DEFAULT_HTTP_PORT = 9870
 _WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]", "")
@@ -98,15 +99,10 @@ def webhdfs_address(location: str, environ: Mapping[str, str] | None = None) -> 
         return WebHdfsAddress(scheme == "swebhdfs", parsed.hostname,
                               parsed.port or DEFAULT_HTTP_PORT, user, f"the {scheme}:// URL")
 
-    explicit = env.get(WEBHDFS_URL_ENV)
+    explicit = settings.WEBHDFS_URL.get(env)
     if explicit:
-        given = urlparse(explicit)
-        if given.scheme not in ("http", "https") or not given.hostname:
-            raise UsageError(
-                f"{WEBHDFS_URL_ENV}: expected the NameNode's HTTP address such as "
-                f"http://namenode:9870, found '{explicit}'; fix or unset it"
-            )
-        return WebHdfsAddress(given.scheme == "https", given.hostname,
+        given = urlparse(explicit)  # settings refused one without a scheme and a host
+        return WebHdfsAddress(given.scheme == "https", given.hostname or "",
                               given.port or DEFAULT_HTTP_PORT, user, WEBHDFS_URL_ENV)
 
     conf_dir = env.get("HADOOP_CONF_DIR")
