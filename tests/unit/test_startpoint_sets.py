@@ -11,6 +11,7 @@ the setting machine's clock.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -168,3 +169,35 @@ def test_a_set_whose_number_was_consumed_while_it_was_paused_is_not_lost(
     assert ids["clicks"] == [made.set_id]
     other.remove_applied("j", "clicks", ids["clicks"])
     assert other.all("j") == {}
+
+
+def test_a_list_an_earlier_version_wrote_is_applied_once_then_removed(
+    home_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An earlier version kept a source's startpoints as one list, ``<source>.json``: it is
+    read as the oldest set, folded before the sets made since, and removed with the start
+    that applies it (else every later start would apply it again)."""
+    store = _machine(home_url, tmp_path, "machine_a", monkeypatch)
+    legacy = json.dumps([_at("earliest").model_dump(mode="json")])
+    store.io.write_bytes(store._legacy_url("j", "clicks"), legacy.encode())
+    store.set("j", _at("offset", partition="3", value='{"clicks": {"3": 7}}'))
+    pending, ids = store.all_with_ids("j")
+    assert _plain(pending["clicks"]) == [("*", "earliest", None),
+                                         ("3", "offset", '{"clicks": {"3": 7}}')]
+    store.remove_applied("j", "clicks", ids["clicks"])
+    assert store.all("j") == {}
+    assert not store.io.exists(store._legacy_url("j", "clicks"))
+
+
+def test_applied_sets_leave_only_the_newest_marker(
+    home_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job whose startpoints are set and applied every day keeps one marker per source,
+    not one per set ever made."""
+    store = _machine(home_url, tmp_path, "machine_a", monkeypatch)
+    for day in range(3):
+        store.set("j", _at("latest"))
+        store.set("j", _at("timestamp", value=f"2026-11-2{day}T00:00:00Z"))
+        store.remove_applied("j", "clicks", store.all_with_ids("j")[1]["clicks"])
+    names = store.io.list_names(store._source_url("j", "clicks"))
+    assert names == ["00000000000000000006.done"]
