@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ import pytest
 
 from sparkpoint import api
 from sparkpoint.checkpoint import rocksdb_writer
+from sparkpoint.checkpoint.providers import ROCKSDB
 from sparkpoint.checkpoint.rocksdb_state import ROCKSDB_PROVIDER, read_zip_metadata
 from sparkpoint.snapshot import prune
 from sparkpoint.snapshot.store import open_snapshot_store
@@ -78,6 +80,13 @@ def _typed_snapshot(spark: Any, home: Home, tmp_path: Path, conf: dict[str, str]
     api.snapshot_create(home, "typed", "s1")
 
 
+def _watch_rocksdb_tasks(monkeypatch: pytest.MonkeyPatch, watched: Any) -> None:
+    """Prune's RocksDB removal by Spark tasks replaced by ``watched`` (in the provider's row
+    of prune's table, where prune looks it up)."""
+    row = prune._PRUNING[ROCKSDB.class_name]
+    monkeypatch.setitem(prune._PRUNING, ROCKSDB.class_name, replace(row, by_tasks=watched))
+
+
 def test_rocksdict_writes_with_the_rocksdb_spark_reads_state_with(spark: Any) -> None:
     assert spark_rocksdb_version(spark) == (9, 8, 4)
     assert rocksdb_writer.writer_version() == (9, 8, 4)
@@ -101,7 +110,7 @@ def test_rocksdb_prune_by_tasks_equals_sparks_rewriter_and_the_driver(
         taken.append("writer" if result is not None else "other")
         return result
 
-    monkeypatch.setattr(prune, "_prune_rocksdb_by_tasks", watched)
+    _watch_rocksdb_tasks(monkeypatch, watched)
     by_writer = api.snapshot_prune(home, "s1", "by-writer", "typed_counts", WHERE, spark=spark)
     # A session whose jar lacks the removal task: Spark's state rewriter does it.
     monkeypatch.setattr(own_jar, "loadable",
@@ -168,7 +177,7 @@ def test_rocksdb_changelog_versions_are_pruned_by_sparks_rewriter(
         declined.append(result is None)
         return result
 
-    monkeypatch.setattr(prune, "_prune_rocksdb_by_tasks", watched)
+    _watch_rocksdb_tasks(monkeypatch, watched)
     result = api.snapshot_prune(home, "s1", "pruned", "typed_counts", WHERE, spark=spark)
     assert declined == [True] and result.rewritten_by == "spark_tasks"
     assert _snapshot_keys(spark, home, "pruned") == before - matching
