@@ -47,7 +47,7 @@ from sparkpoint import api
 from sparkpoint.snapshot.object_store import is_state_data
 from sparkpoint.spark.s3a import s3a_conf
 from sparkpoint.spark.session import create_session
-from sparkpoint.storage import fileio
+from sparkpoint.storage import fileio, s3_io
 from sparkpoint.storage.home import SCRATCH_ENV, Home
 from sparkpoint.upgrade import start
 
@@ -77,7 +77,7 @@ def counted_transfers() -> Iterator[Counted]:
     io_class = fileio.FileIO
     originals = {name: getattr(io_class, name) for name in
                  ("read_bytes", "write_bytes", "get_files", "put_files")}
-    s3_create = fileio.S3FileIO.create_exclusive
+    s3_create = s3_io.S3FileIO.create_exclusive
 
     def read_bytes(self: Any, location: str) -> bytes:
         data: bytes = originals["read_bytes"](self, location)
@@ -104,13 +104,13 @@ def counted_transfers() -> Iterator[Counted]:
                "put_files": put_files}
     for name, method in patched.items():
         setattr(io_class, name, method)
-    fileio.S3FileIO.create_exclusive = create_exclusive  # type: ignore[method-assign]
+    s3_io.S3FileIO.create_exclusive = create_exclusive  # type: ignore[method-assign]
     try:
         yield counted
     finally:
         for name, method in originals.items():
             setattr(io_class, name, method)
-        fileio.S3FileIO.create_exclusive = s3_create  # type: ignore[method-assign]
+        s3_io.S3FileIO.create_exclusive = s3_create  # type: ignore[method-assign]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from sparkpoint.storage.fileio import file_io, join
+from sparkpoint.storage.fileio import join
+from sparkpoint.storage.stores import file_io
 
 pytestmark = pytest.mark.spark
 

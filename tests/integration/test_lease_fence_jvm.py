@@ -19,8 +19,8 @@ import pytest
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.spark.lease_fence import FENCED_MANAGER, fence_spark_writes
 from sparkpoint.spark.local_fs import FILE_MANAGER_CONF
-from sparkpoint.storage.fileio import file_io
 from sparkpoint.storage.lease import LeaseStore
+from sparkpoint.storage.stores import file_io
 from sparkpoint.testing import write_clicks
 
 pytestmark = pytest.mark.spark

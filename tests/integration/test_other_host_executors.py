@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
-from sparkpoint.storage.fileio import file_io, join, spark_url
+from sparkpoint.storage.fileio import join, spark_url
 from sparkpoint.storage.home import Home
+from sparkpoint.storage.stores import file_io
 from tests.integration.test_standalone_cluster import _state_keys
 from tests.support.cli import sparkpoint
 from tests.support.spark_cluster import standalone_cluster

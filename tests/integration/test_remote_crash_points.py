@@ -28,8 +28,8 @@ import pytest
 
 from sparkpoint import api
 from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE, CRASH_POINTS
-from sparkpoint.storage.fileio import file_io
 from sparkpoint.storage.home import Home
+from sparkpoint.storage.stores import file_io
 from sparkpoint.testing import expected_hourly_counts, output_rows, write_clicks
 from tests.conftest import EXAMPLES, SHUFFLE_PARTITIONS
 from tests.integration.test_drain import JOB as DRAIN_JOB

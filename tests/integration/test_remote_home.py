@@ -18,8 +18,9 @@ import pytest
 from sparkpoint import api
 from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
 from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE
-from sparkpoint.storage.fileio import file_io, join
+from sparkpoint.storage.fileio import join
 from sparkpoint.storage.home import Home
+from sparkpoint.storage.stores import file_io
 from sparkpoint.testing import Click, expected_hourly_counts, output_rows, write_clicks
 from tests.conftest import EXAMPLES, SHUFFLE_PARTITIONS
 from tests.support.cli import sparkpoint

@@ -14,8 +14,9 @@ import pytest
 from sparkpoint import api
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.object_store import FILES_DIR, blob_name
-from sparkpoint.storage.fileio import file_io, join
+from sparkpoint.storage.fileio import join
 from sparkpoint.storage.home import Home
+from sparkpoint.storage.stores import file_io
 from sparkpoint.testing import expected_hourly_counts, output_rows, write_clicks
 from tests.conftest import EXAMPLES
 from tests.support.cli import _env, sparkpoint

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from sparkpoint.storage.fileio import file_io, join
+from sparkpoint.storage.fileio import join
 from sparkpoint.storage.home import Home
+from sparkpoint.storage.stores import file_io
 from sparkpoint.testing import expected_hourly_counts, output_rows, sink_files_up_to, write_clicks
 from tests.conftest import EXAMPLES
 from tests.support.cli import _env, sparkpoint, wait_for

@@ -31,8 +31,9 @@ from sparkpoint import api
 from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE, FREEZE_ENV
 from sparkpoint.snapshot.collection import COLLECTIONS_DIR, announcements
 from sparkpoint.snapshot.object_store import FILES_DIR, blob_name
-from sparkpoint.storage.fileio import file_io, join
+from sparkpoint.storage.fileio import join
 from sparkpoint.storage.home import Home
+from sparkpoint.storage.stores import file_io
 from tests.support.cli import _env, command, sparkpoint, wait_for
 from tests.support.golden_job import JOB, home_with_snapshots_in
 

@@ -25,9 +25,10 @@ from sparkpoint.runtime.lock import held_lease, job_lock
 from sparkpoint.runtime.registry import JobRecord, JobRegistry
 from sparkpoint.startpoints.store import Startpoint, StartpointStore
 from sparkpoint.storage import fencing
-from sparkpoint.storage.fileio import file_io, join
+from sparkpoint.storage.fileio import join
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.location import replace_file
+from sparkpoint.storage.stores import file_io
 
 
 @pytest.fixture

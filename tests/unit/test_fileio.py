@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkpoint.storage.fileio import file_io, join, scheme_of, spark_url
+from sparkpoint.storage.fileio import join, scheme_of, spark_url
+from sparkpoint.storage.stores import file_io
 
 
 @pytest.fixture(params=["file", "s3", "hdfs"])

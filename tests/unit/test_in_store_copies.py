@@ -14,7 +14,8 @@ import pytest
 from sparkpoint.snapshot.export import COPY_REQUEST_LIMIT, InStoreCopies
 from sparkpoint.snapshot.manifest import FileEntry, content_mismatch
 from sparkpoint.snapshot.object_store import blob_name, is_state_data
-from sparkpoint.storage.fileio import LocalFileIO, StoredFile
+from sparkpoint.storage.fileio import StoredFile
+from sparkpoint.storage.local_io import LocalFileIO
 from sparkpoint.storage.location import StorePath
 
 

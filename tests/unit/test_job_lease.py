@@ -29,7 +29,7 @@ import pytest
 from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE
 from sparkpoint.errors import JobRunningError, LeaseLostError
 from sparkpoint.runtime.lock import held_lease, job_lock, lease_store, lock_holder, lock_path
-from sparkpoint.storage.fileio import file_io, join
+from sparkpoint.storage.fileio import join
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.lease import (
     LEASE_LOG_ENV,
@@ -38,6 +38,7 @@ from sparkpoint.storage.lease import (
     LeaseStore,
 )
 from sparkpoint.storage.processes import ProcessIdentity, boot_id, pid_namespace
+from sparkpoint.storage.stores import file_io
 from tests.support.cli import wait_for
 
 # One contender: waits for "go" on stdin, tries the job's lock once, reports, then holds it

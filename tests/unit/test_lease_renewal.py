@@ -22,13 +22,14 @@ from typing import Any
 import pytest
 
 from sparkpoint.errors import LeaseLostError
-from sparkpoint.storage.fileio import FileIO, file_io
+from sparkpoint.storage.fileio import FileIO
 from sparkpoint.storage.lease import (
     STORE_CLOCK_RESOLUTION_S,
     Lease,
     LeaseStore,
     holder_margin,
 )
+from sparkpoint.storage.stores import file_io
 from tests.support.cli import wait_for
 
 

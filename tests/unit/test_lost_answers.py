@@ -19,8 +19,8 @@ import pytest
 
 from sparkpoint import api
 from sparkpoint.runtime.lock import held_lease, job_lock
-from sparkpoint.storage.fileio import file_io
 from sparkpoint.storage.home import Home
+from sparkpoint.storage.stores import file_io
 from tests.support.cli import sparkpoint
 from tests.support.golden_job import GOLDEN, JOB, install_clicks_job
 from tests.support.slow_proxy import SlowProxy, fault_proxy

@@ -17,8 +17,9 @@ import pytest
 
 from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE
 from sparkpoint.runtime.registry import JobRecord, JobRegistry
-from sparkpoint.storage.fileio import file_io, join
+from sparkpoint.storage.fileio import join
 from sparkpoint.storage.home import Home
+from sparkpoint.storage.stores import file_io
 from tests.support.cli import sparkpoint
 
 

@@ -12,8 +12,9 @@ import pytest
 from sparkpoint import api
 from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE, CRASH_POINTS
 from sparkpoint.snapshot.object_store import FILES_DIR, LEASES_DIR, blob_name
-from sparkpoint.storage.fileio import file_io, join
+from sparkpoint.storage.fileio import join
 from sparkpoint.storage.home import Home
+from sparkpoint.storage.stores import file_io
 from tests.support.cli import Result, sparkpoint
 from tests.support.golden_job import JOB, home_with_snapshots_in
 

@@ -12,7 +12,7 @@ from sparkpoint.checkpoint.sink_log import SinkLog, latest_batch
 from sparkpoint.crash_points import CRASH_POINTS
 from sparkpoint.sinks import history
 from sparkpoint.sinks.history import SEEDING_FILE, finish_seeding, pending_seeding, seed_history
-from sparkpoint.storage.fileio import file_io
+from sparkpoint.storage.stores import file_io
 
 SEED_POINTS = [name for name in CRASH_POINTS if name.startswith("sink_seed.")]
 

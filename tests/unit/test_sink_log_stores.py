@@ -12,7 +12,8 @@ import pytest
 from sparkpoint.checkpoint.sink_log import SinkLog
 from sparkpoint.errors import OutputHasHistoryError
 from sparkpoint.sinks.gaps import fill_gap, find_gap, remove_filled
-from sparkpoint.storage.fileio import file_io, join
+from sparkpoint.storage.fileio import join
+from sparkpoint.storage.stores import file_io
 
 
 @pytest.fixture(params=["file", "s3", "hdfs"])

@@ -14,7 +14,8 @@ from urllib.parse import urlparse
 import pytest
 
 from sparkpoint.errors import StoreUnreachableError, UsageError
-from sparkpoint.storage.fileio import file_io, join
+from sparkpoint.storage.fileio import join
+from sparkpoint.storage.stores import file_io
 from sparkpoint.storage.webhdfs import WebHdfsAddress, webhdfs_address
 
 

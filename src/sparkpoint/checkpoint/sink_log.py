@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 import os
 
-from sparkpoint.storage.fileio import FileIO, file_io, join, scheme_of
+from sparkpoint.storage.fileio import FileIO, join, scheme_of
 from sparkpoint.storage.local import to_path
+from sparkpoint.storage.stores import file_io
 
 SINK_LOG_DIR = "_spark_metadata"
 SINK_LOG_VERSION = "v1"

@@ -673,7 +673,7 @@ def submit_entry() -> None:
     \b
         spark-submit [spark options] "$(sparkpoint submit-entry)" [--home DIR] run JOB.py ...
     """
-    from sparkpoint import submit
+    from sparkpoint.cli import submit
 
     click.echo(submit.__file__)
 

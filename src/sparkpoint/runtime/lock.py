@@ -27,10 +27,11 @@ from pathlib import Path
 
 from sparkpoint.errors import JobRunningError, LeaseLostError
 from sparkpoint.storage import fencing
-from sparkpoint.storage.fileio import file_io, join
+from sparkpoint.storage.fileio import join
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.lease import LEASE_DIR, Lease, LeaseStore
 from sparkpoint.storage.processes import ProcessIdentity
+from sparkpoint.storage.stores import file_io
 
 LOCK_FILE = "run.lock"
 

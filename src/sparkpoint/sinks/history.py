@@ -32,7 +32,8 @@ from sparkpoint.checkpoint.sink_log import output_location
 from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import CorruptRecordError
 from sparkpoint.sinks.gaps import Gap, fill_gap, find_gap
-from sparkpoint.storage.fileio import file_io, join
+from sparkpoint.storage.fileio import join
+from sparkpoint.storage.stores import file_io
 
 SEEDING_FILE = "_sparkpoint_seeding.json"
 

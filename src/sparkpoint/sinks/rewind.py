@@ -52,8 +52,9 @@ from pydantic import ValidationError as PydanticValidationError
 from sparkpoint.checkpoint.sink_log import SINK_LOG_DIR, Location, SinkLog, output_location
 from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import CorruptRecordError, SinkRewindError
-from sparkpoint.storage.fileio import FileIO, file_io, is_local, join, scheme_of
+from sparkpoint.storage.fileio import FileIO, is_local, join, scheme_of
 from sparkpoint.storage.local import fsync_dir
+from sparkpoint.storage.stores import file_io
 
 REWOUND_DIR = "_sparkpoint_rewound"
 ABANDONED_LOG_DIR = "_spark_metadata_abandoned"

@@ -23,9 +23,9 @@ from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.errors import UnknownSnapshotError
 from sparkpoint.snapshot.export import JobInfo
 from sparkpoint.snapshot.manifest import CHECKPOINT_SUBDIR, Manifest
-from sparkpoint.storage.fileio import file_io
 from sparkpoint.storage.home import Home, validate_name
 from sparkpoint.storage.location import Location
+from sparkpoint.storage.stores import file_io
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint.sink_log import output_location
 from sparkpoint.errors import UsageError
-from sparkpoint.storage.fileio import file_io
 from sparkpoint.storage.paths import check_location
+from sparkpoint.storage.stores import file_io
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.readwriter import DataStreamWriter

@@ -34,8 +34,9 @@ from pydantic import BaseModel, ConfigDict
 from pydantic import ValidationError as PydanticValidationError
 
 from sparkpoint.errors import CorruptRecordError, PreconditionError
-from sparkpoint.storage.fileio import FileIO, file_io, join
+from sparkpoint.storage.fileio import FileIO, join
 from sparkpoint.storage.home import Home, name_problem, validate_name
+from sparkpoint.storage.stores import file_io
 
 PositionKind = Literal["earliest", "latest", "timestamp", "offset"]
 WHOLE_SOURCE = "*"

@@ -11,10 +11,11 @@ from sparkpoint import settings
 from sparkpoint.errors import InvalidNameError
 from sparkpoint.storage.file_cache import SCRATCH_ENV as SCRATCH_ENV
 from sparkpoint.storage.file_cache import scratch_base
-from sparkpoint.storage.fileio import file_io, is_local, join, spark_url
+from sparkpoint.storage.fileio import is_local, join, spark_url
 from sparkpoint.storage.local import to_path
 from sparkpoint.storage.location import Location, StorePath
 from sparkpoint.storage.paths import check_location
+from sparkpoint.storage.stores import file_io
 
 DEFAULT_HOME = settings.DEFAULT_HOME
 HOME_ENV = settings.HOME.name

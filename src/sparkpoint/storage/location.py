@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkpoint.storage import local
-from sparkpoint.storage.fileio import FileIO, file_io, join
+from sparkpoint.storage.fileio import FileIO, join
+from sparkpoint.storage.stores import file_io
 
 
 @dataclass(frozen=True)

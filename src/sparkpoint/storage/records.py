@@ -17,8 +17,8 @@ from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
 from sparkpoint.errors import CorruptRecordError
-from sparkpoint.storage.fileio import file_io
 from sparkpoint.storage.location import Location
+from sparkpoint.storage.stores import file_io
 
 Model = TypeVar("Model", bound=BaseModel)
 
