@@ -12,6 +12,7 @@ a renewal confirmed late counted.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -175,3 +176,71 @@ def test_every_change_of_the_lease_is_a_new_generation(directory: str) -> None:
     assert store.current()[0] == 4 and store.view().record is not None
     assert store.view().record.released  # type: ignore[union-attr]
     assert io.list_names(directory) == ["000000000004.json"]
+
+
+def test_a_holder_past_its_deadline_is_lost_even_while_its_generation_is_the_newest(
+    directory: str,
+) -> None:
+    """The holder's own clock decides first: past its deadline it holds nothing, whatever the
+    store still shows (a taker may act as soon as the store's clock says it expired)."""
+    store = LeaseStore(file_io(directory), directory, "j")
+    lease = store.acquire(print, length=60)
+    lease.deadline = time.monotonic() - 1  # as after a pause of its process
+    with pytest.raises(LeaseLostError):
+        lease.check()
+    assert store.view().generation == lease.record.generation  # nobody took it
+    lease.release()
+
+
+def test_a_renewal_tells_the_new_deadline_to_those_who_fence_by_it(directory: str) -> None:
+    """Spark's own checkpoint writes are fenced by the deadline the lease tells them
+    (spark/lease_fence.py): a renewal that did not tell it would stop the query at the first
+    deadline though the lease was renewed."""
+    lease = LeaseStore(file_io(directory), directory, "j").acquire(print, length=60)
+    told: list[float | None] = []
+    lease.on_deadline(told.append)
+    first = lease.deadline
+    lease.renew()
+    assert told == [first, lease.deadline] and lease.deadline > first
+    lease.release()
+    assert told[-1] is None
+
+
+def test_a_holder_whose_renewals_keep_failing_is_told_it_lost_the_lease_by_its_deadline(
+    directory: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store that stops answering: the renewing thread retries until the holder's
+    deadline, then says the lease is lost (a running query is stopped at once)."""
+    lease = LeaseStore(file_io(directory), directory, "j").acquire(print, length=1.5)
+
+    def unanswered(_record: Any) -> bool:
+        raise OSError("the store did not answer")
+
+    monkeypatch.setattr(lease, "_create", unanswered)
+    lost = threading.Event()
+    lease.on_lost(lost.set)
+    lease.start_renewing()
+    assert lost.wait(30), "the holder was never told"
+    assert time.monotonic() >= lease.deadline
+    with pytest.raises(LeaseLostError):
+        lease.fence()
+    lease.release()
+
+
+def test_the_lease_log_has_the_end_of_a_holding_that_was_lost(
+    directory: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The audit of who held a job when: a holding that ended lost is let go in the log at
+    the holder's deadline, as one let go by its holder."""
+    log = tmp_path / "leases.jsonl"
+    monkeypatch.setenv("SPARKPOINT_LEASE_LOG", str(log))
+    lease = LeaseStore(file_io(directory), directory, "j").acquire(print, length=60)
+    lease.deadline = time.monotonic() - 1
+    with pytest.raises(LeaseLostError):
+        lease.check()
+    lease.release()
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(line["event"], line["token"]) for line in lines] == \
+        [("acquired", lease.record.token), ("released", lease.record.token)]
+    assert lines[1]["outcome"] == "lost"
+    assert lines[1]["held_until_monotonic"] <= lease.deadline
