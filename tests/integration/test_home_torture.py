@@ -1,8 +1,10 @@
 """Concurrency torture of one job in a home on S3 (moto's server) and on HDFS (a
 MiniDFSCluster): four processes, each a machine of its own (its host name in the lease, its
 own scratch space), change the job at once with a seeded random sequence of snapshot create
-(with and without --cancel), delete and verify, startpoint set, run, jobs stop, drain, and a
-machine dying while it holds the job's lease (tests/support/torture_machine.py). Two of the
+(with and without --cancel), delete and verify, startpoint set, run, jobs stop, drain, a
+machine dying while it holds the job's lease, a container restarted in a fresh pid namespace
+with the dead holder's host name and pid, and a cut-off `jobs delete` of a second job
+followed by a new job of its name (tests/support/torture_machine.py). Two of the
 machines have their wall clocks set apart (20 s behind, 45 s ahead: the job's lease lasts
 8 s), as machines without synchronised clocks do.
 
@@ -17,7 +19,8 @@ Afterwards, from what the processes reported and what the home holds:
 - exactly the snapshots created and not deleted are listed, each verifies, and jobs started
   from a sample of them continue the job with nothing lost or doubled;
 - the job's output, read through its sink log, equals the multiset computed from the input
-  files alone.
+  files alone;
+- a job run again after its cut-off deletion starts from nothing and stays listed.
 
 The job counts every event once however often it is read, so the startpoints (each reads
 everything again) and drains change nothing a reference could not predict
@@ -78,8 +81,9 @@ pytestmark = pytest.mark.spark
 JOB = "clicks"
 MACHINES = 4
 OPERATIONS = ("create", "cancel", "delete", "verify", "startpoint", "run", "stop", "drain",
-              "crash")
-SPARK_KINDS = ("run", "drain")  # the operations that need the machine's own Spark session
+              "crash", "restart", "recreate")
+# The operations that need the machine's own Spark session.
+SPARK_KINDS = ("run", "drain", "recreate")
 SPARK_MACHINES = max(1, min(MACHINES, int(os.environ.get("SPARKPOINT_TORTURE_SPARK_MACHINES",
                                                          "2"))))
 OPS_PER_MACHINE = int(os.environ.get("SPARKPOINT_TORTURE_OPS", "3"))
@@ -226,10 +230,10 @@ def sink_files_up_to(output: Path, batch: int) -> list[str]:
 
 def lease_intervals(
     machines: list[MachineProcess],
-) -> dict[str, list[tuple[float, float, str, int, float | None]]]:
+) -> dict[str, list[tuple[float, float, str, int, float | None, str]]]:
     """Each holding of each job's lease, from the processes' logs: (taken, let go, host,
-    generation, and for a holder that died holding it the expiry it wrote), in the order
-    taken, on this machine's monotonic clock."""
+    generation, for a holder that died holding it the expiry it wrote, and how it ended), in
+    the order taken, on this machine's monotonic clock."""
     taken: dict[str, dict[str, Any]] = {}
     let_go: dict[str, dict[str, Any]] = {}
     for machine in machines:
@@ -238,14 +242,15 @@ def lease_intervals(
             (taken if line["event"] == "acquired" else let_go)[line["token"]] = line
     assert set(taken) == set(let_go), \
         f"leases taken and never let go, or the reverse: {set(taken) ^ set(let_go)}"
-    holdings: dict[str, list[tuple[float, float, str, int, float | None]]] = {}
+    holdings: dict[str, list[tuple[float, float, str, int, float | None, str]]] = {}
     for token, line in taken.items():
         died = let_go[token].get("outcome") == "died"
         # Monotonic times: the machines' processes share this machine's monotonic clock,
         # whatever their wall clocks say (one of them has its wall clock set apart).
         holdings.setdefault(line["job"], []).append(
             (line["monotonic"], let_go[token]["held_until_monotonic"], line["host"],
-             line["generation"], line["expires_monotonic"] if died else None))
+             line["generation"], line["expires_monotonic"] if died else None,
+             let_go[token]["outcome"]))
     return {job: sorted(intervals) for job, intervals in holdings.items()}
 
 
@@ -330,7 +335,7 @@ def test_four_machines_changing_one_job_at_random_leave_it_whole(
 
         # Snapshots: exactly those created and not deleted, each whole.
         created = {line["result"]["snapshot"] for line in ops if line["outcome"] == "ok"
-                   and line["op"] in ("create", "cancel", "drain", "crash")
+                   and line["op"] in ("create", "cancel", "drain", "crash", "restart")
                    and line["result"].get("snapshot")}
         deleted = {line["result"]["snapshot"] for line in ops
                    if line["op"] == "delete" and line["outcome"] == "ok"}
@@ -351,6 +356,20 @@ def test_four_machines_changing_one_job_at_random_leave_it_whole(
             assert before + after == expected, name
         timings["starts"] = time.monotonic() - starts
 
+        # A job deleted by a cut-off 'jobs delete', then run again under its name: the new
+        # job starts from nothing (every window its deleted namesake wrote, and only windows
+        # of the input), and stays listed.
+        listed_jobs = {view.record.name for view in api.jobs_list(home)}
+        for line in ops:
+            if line["op"] != "recreate" or line["outcome"] != "ok":
+                continue
+            again = line["result"]
+            old = output_rows(spark, Path(again["old_output"]))  # type: ignore[arg-type]
+            new = output_rows(spark, Path(again["output"]))  # type: ignore[arg-type]
+            assert again["new"]["first_batch"] is None, again
+            assert old and not old - new and not new - expected, again
+            assert again["job"] in again["listed_after_run"] and again["job"] in listed_jobs
+
         # Leases: one holder of a job at a time. Each interval runs from the moment its
         # holder's conditional create won to the moment before it wrote its release (or its
         # own deadline, for a lease found lost), all on this machine's clock. A taker's create
@@ -362,7 +381,9 @@ def test_four_machines_changing_one_job_at_random_leave_it_whole(
         for job, intervals in holdings.items():
             for before, after in itertools.pairwise(intervals):
                 assert before[1] <= after[0], f"{job}: two holders at once: {before}, {after}"
-                assert before[3] < after[3], f"{job}: generations out of order: {before}, {after}"
+                # A job deleted with its lease, then made anew, starts from generation 1.
+                assert before[3] < after[3] or before[5] == "deleted", \
+                    f"{job}: generations out of order: {before}, {after}"
                 # A holder that died holding the lease holds the job until its lease expires.
                 assert before[4] is None or before[4] <= after[0], \
                     f"{job}: taken before the lease of a dead holder expired: {before}, {after}"

@@ -22,6 +22,15 @@ Commands come on stdin, one JSON object a line; each is answered on stdout by li
   lease.taken), so that the lease stays until it expires and the others must wait for that.
   Its holding is written into this machine's lease log as let go when the process was seen
   dead.
+  ``restart`` is a container restarted after it died holding the job: the same dying
+  ``snapshot create``, run as pid 7 of a pid namespace of its own under the machine's
+  container host name, then the command again in a fresh namespace with that same host name
+  and pid, which must go on once the dead holder's lease expires (never refused for ever
+  because the dead run's pid is its own).
+  ``recreate`` is a ``jobs delete`` cut off, then a new job of the same name: this machine's
+  side job (``again-m<index>``) run until caught up, deleted by a process that dies at one of
+  the deletion's crash points, ``jobs list``, and the job run again into an output of its
+  own, which must start from nothing (batch 0) and stay listed.
 - ``{"do": "finish"}``: once no live lease holds the job, run it until caught up, then
   drain it.
 - ``{"do": "start_from", "snapshot": S, "job": J, "output": DIR}``: start job J from snapshot
@@ -49,12 +58,17 @@ from sparkpoint.runtime.lock import lock_holder
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.lease import LEASE_LOG_ENV, lease_seconds
 from sparkpoint.testing import clicks_for_slice
+from tests.support.faults import in_fresh_pid_namespace
 
 JOB_FILE = Path(__file__).resolve().parents[1] / "data" / "jobs" / "clicks_counted_once.py"
 QUERY_CONF = {"spark.sql.shuffle.partitions": "2"}
 # Startpoints that change nothing a reference could not predict: each reads every file the
 # job has read again (and skips none), and the job counts every event once however often it
 # is read (tests/data/jobs/clicks_counted_once.py).
+# The pid a restarted container's process has in each of its starts.
+CONTAINER_PID = 7
+# Where a cut-off 'jobs delete' of a home in a store stops (crash_points.py).
+DELETE_CUT_OFF_AT = ("jobs.delete_tombstoned", "jobs.delete_files_removed")
 REREAD_EVERYTHING: list[tuple[Any, str | None]] = [
     ("earliest", None), ("timestamp", "2001-01-01T00:00:00Z"), ("offset", '{"logOffset":-1}')]
 
@@ -99,6 +113,12 @@ class CommandRefused(SparkpointError):
     def __init__(self, code: str, exit_code: int, message: str) -> None:
         super().__init__(message)
         self.code, self.exit_code = code, exit_code
+
+
+def refusal(done: subprocess.CompletedProcess[str]) -> CommandRefused:
+    """A command's refusal, from its JSON answer (a traceback has none: it fails here)."""
+    error = json.loads(done.stdout)["error"]
+    return CommandRefused(error["code"], done.returncode, error["message"])
 
 
 class Machine:
@@ -168,33 +188,98 @@ class Machine:
             return self.drain(snapshot=name if rng.random() < 0.5 else None)
         if op == "crash":
             return self.die_holding_the_job(name)
+        if op == "restart":
+            return self.restart_after_dying(name)
+        if op == "recreate":
+            return self.recreate_after_a_cut_off_delete(name, rng)
         raise ValueError(f"unknown operation {op!r}")
 
-    def die_holding_the_job(self, name: str) -> dict[str, Any]:
+    def die_holding_the_job(self, name: str, host: str | None = None,
+                            wrap: Callable[[list[str]], list[str]] = lambda argv: argv,
+                            ) -> dict[str, Any]:
         """See ``crash`` in the module's docs. A snapshot create takes the job's lease only
         when the job is not running: otherwise it is an ordinary create (or a refusal)."""
-        host = f"{os.environ.get('SPARKPOINT_HOST', 'machine')}-died-{name}"
-        done = subprocess.run(
-            [sys.executable, "-m", "sparkpoint.cli.main", "--home", self.home.location,
-             "snapshot", "create", self.job, name, "--json"],
-            capture_output=True, text=True, timeout=300,
-            env=dict(os.environ, SPARKPOINT_HOST=host, **{CRASH_ENV: "lease.taken"}))
-        seen_dead, seen_dead_monotonic = time.time(), time.monotonic()
-        log(done.stderr)
+        host = host or f"{os.environ.get('SPARKPOINT_HOST', 'machine')}-died-{name}"
+        done = self.cli(["snapshot", "create", self.job, name], host, wrap,
+                        **{CRASH_ENV: "lease.taken"})
         if done.returncode == 0:
             return {"snapshot": name}
         if done.returncode != CRASH_EXIT_CODE:
-            error = json.loads(done.stdout)["error"]
-            raise CommandRefused(error["code"], done.returncode, error["message"])
+            raise refusal(done)
+        [taken] = self.seen_dead(host, None, "died")
+        return {"died_holding": taken["generation"], "expires_at": taken["expires_at"]}
+
+    def seen_dead(self, host: str, pid: int | None, outcome: str) -> list[dict[str, Any]]:
+        """The holdings a process of ``host`` (and ``pid``) that was just seen dead never let
+        go, written into this machine's lease log as let go now, with ``outcome``: ``died``
+        for a holder no one can prove gone (its lease holds until it expires), ``crashed``
+        for one whose host and pid namespace are this machine's (it is provably gone)."""
+        seen_dead, seen_dead_monotonic = time.time(), time.monotonic()
         lease_log = Path(os.environ[LEASE_LOG_ENV])
-        taken = [line for line in map(json.loads, lease_log.read_text().splitlines())
-                 if line["event"] == "acquired" and line["host"] == host]
-        assert len(taken) == 1, taken
+        lines = [json.loads(text) for text in lease_log.read_text().splitlines()]
+        # Holdings never let go: a container's earlier ones, under the same host name, were.
+        let_go = {line["token"] for line in lines if line["event"] != "acquired"}
+        taken = [line for line in lines if line["event"] == "acquired"
+                 and line["host"] == host and line["token"] not in let_go
+                 and pid in (None, line["pid"])]
+        assert taken, f"no holding of {host} ({pid}) left in {lease_log}"
         with open(lease_log, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps({**taken[0], "event": "released", "outcome": "died",
-                                     "held_until": seen_dead,
-                                     "held_until_monotonic": seen_dead_monotonic}) + "\n")
-        return {"died_holding": taken[0]["generation"], "expires_at": taken[0]["expires_at"]}
+            for line in taken:
+                handle.write(json.dumps({**line, "event": "released", "outcome": outcome,
+                                         "held_until": seen_dead,
+                                         "held_until_monotonic": seen_dead_monotonic}) + "\n")
+        return taken
+
+    def cli(self, args: list[str], host: str,
+            wrap: Callable[[list[str]], list[str]] = lambda argv: argv,
+            **env: str) -> subprocess.CompletedProcess[str]:
+        """A sparkpoint command in a process of its own, as host ``host``; its pid is the
+        answer's ``args[0]`` (not wrapped) once it ended."""
+        argv = wrap([sys.executable, "-m", "sparkpoint.cli.main", "--home",
+                     self.home.location, *args, "--json"])
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=dict(os.environ, SPARKPOINT_HOST=host, **env)) as process:
+            out, err = process.communicate(timeout=300)
+        log(err)
+        return subprocess.CompletedProcess([process.pid], process.returncode, out, err)
+
+    def restart_after_dying(self, name: str) -> dict[str, Any]:
+        """See ``restart`` in the module's docs."""
+        host = f"{os.environ.get('SPARKPOINT_HOST', 'machine')}-container"
+
+        def container(argv: list[str]) -> list[str]:
+            return in_fresh_pid_namespace(argv, pid=CONTAINER_PID)
+
+        died = self.die_holding_the_job(name, host, container)
+        if "died_holding" not in died:
+            return died  # the job was running elsewhere: nothing died holding it
+        again = self.cli(["snapshot", "create", self.job, f"{name}-r"], host, container)
+        if again.returncode != 0:
+            raise refusal(again)
+        return {**died, "snapshot": f"{name}-r"}
+
+    def recreate_after_a_cut_off_delete(self, name: str, rng: random.Random) -> dict[str, Any]:
+        """See ``recreate`` in the module's docs."""
+        job = f"again-m{self.index}"
+        # Three files at least, so that its first window is closed and written by then.
+        written = append_input(self.input, 1)
+        first = self.run(job, self.output.parent / f"{job}-{name}-old")
+        cut_at = rng.choice(DELETE_CUT_OFF_AT)
+        # Cut off on this machine (as a Ctrl-C'd delete would be): a holder here that is
+        # provably gone holds nothing.
+        deleted = self.cli(["jobs", "delete", job], os.environ["SPARKPOINT_HOST"],
+                           **{CRASH_ENV: cut_at})
+        if deleted.returncode != CRASH_EXIT_CODE:
+            raise refusal(deleted)
+        self.seen_dead(os.environ["SPARKPOINT_HOST"], deleted.args[0], "crashed")
+        listed = sorted(view.record.name for view in api.jobs_list(self.home))
+        output = self.output.parent / f"{job}-{name}-new"
+        second = self.run(job, output)
+        still = sorted(view.record.name for view in api.jobs_list(self.home))
+        return {"input": written, "job": job, "cut_off_at": cut_at, "old": first,
+                "new": second, "listed_after_delete": listed, "listed_after_run": still,
+                "old_output": str(self.output.parent / f"{job}-{name}-old"),
+                "output": str(output)}
 
     def wait_until_free(self) -> None:
         """Until no live lease holds the job (a machine that died holding it: its lease)."""

@@ -244,3 +244,20 @@ def test_the_lease_log_has_the_end_of_a_holding_that_was_lost(
         [("acquired", lease.record.token), ("released", lease.record.token)]
     assert lines[1]["outcome"] == "lost"
     assert lines[1]["held_until_monotonic"] <= lease.deadline
+
+
+def test_the_lease_log_has_the_end_of_a_holding_that_ended_with_its_job(
+    directory: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A holding that ends because its holder deleted the job (``jobs delete``, or a
+    cut-off one finished by a listing) is let go in the audit log when it ends: the lock
+    releases no lease that ended with its job, and the torture test found the holding of a
+    listing that finished a cut-off deletion never let go in the log."""
+    log = tmp_path / "leases.jsonl"
+    monkeypatch.setenv("SPARKPOINT_LEASE_LOG", str(log))
+    lease = LeaseStore(file_io(directory), directory, "j").acquire(print, length=60)
+    lease.gone_with_job()
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(line["event"], line["token"], line.get("outcome")) for line in lines] == \
+        [("acquired", lease.record.token, None), ("released", lease.record.token, "deleted")]
+    assert lines[1]["held_until_monotonic"] <= time.monotonic()

@@ -440,9 +440,11 @@ class Lease:
                 retry_at = time.monotonic() + min(RETRY_S, self.length / 3)
 
     def gone_with_job(self) -> None:
-        """The job was deleted: stop renewing, write nothing more under the lease."""
+        """The job was deleted: stop renewing, write nothing more under the lease. The
+        holding ends here, in the audit log too: nothing releases a lease that ended."""
         self.ended = True
         self._stop_renewing()
+        self._log_let_go("deleted")
         self._tell_deadline(None)
 
     def _stop_renewing(self) -> None:
