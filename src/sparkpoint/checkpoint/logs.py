@@ -17,6 +17,9 @@ from sparkpoint.errors import CheckpointFormatError
 OFFSET_LOG_VERSIONS = (1, 2)
 COMMIT_LOG_VERSIONS = (1, 2)
 NO_OFFSET = "-"
+# 9999-12-31T23:59:59Z: a watermark above any event time, the one a drain batch records
+# (Spark's own drain experiments used it).
+MAX_WATERMARK_MS = 253402300799000
 
 
 def _decode(data: bytes, path: str) -> str:

@@ -15,11 +15,13 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from sparkpoint.checkpoint.layout import Checkpoint
-from sparkpoint.checkpoint.logs import CommitLogEntry, OffsetLogEntry, compact_json
+from sparkpoint.checkpoint.logs import (
+    MAX_WATERMARK_MS,
+    CommitLogEntry,
+    OffsetLogEntry,
+    compact_json,
+)
 from sparkpoint.storage.location import remove_checksum_sibling, replace_file, write_atomic
-
-# 9999-12-31T23:59:59Z: above any event time; Spark's own drain experiments used it.
-MAX_WATERMARK_MS = 253402300799000
 
 
 class DrainBatch(BaseModel):

@@ -7,16 +7,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sparkpoint.errors import JobFileError
+from sparkpoint.spark.declarations import StatefulDeclaration
 from sparkpoint.storage.home import operator_name_problem
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-
-@dataclass
-class StatefulDeclaration:
-    name: str
-    frame: DataFrame
 
 
 @dataclass

@@ -26,6 +26,7 @@ from typing import TypeGuard
 from sparkpoint.checkpoint import hdfs_state
 from sparkpoint.checkpoint.layout import SHUFFLE_PARTITIONS_CONF, Checkpoint, OperatorDir
 from sparkpoint.checkpoint.logs import (
+    MAX_WATERMARK_MS,
     CommitLogEntry,
     OffsetLogEntry,
     SourceOffset,
@@ -38,7 +39,6 @@ from sparkpoint.checkpoint.rocksdb_state import RocksDBVersion, locate_version
 from sparkpoint.checkpoint.source_log import file_source_log_offset
 from sparkpoint.checkpoint.state_files import listed_partition, readable_partition
 from sparkpoint.crash_points import crash_point, steps
-from sparkpoint.drain.synthetic import MAX_WATERMARK_MS
 from sparkpoint.errors import BatchNotHeldError, CheckpointFormatError, StateRetentionError
 from sparkpoint.progress import track
 from sparkpoint.snapshot.manifest import (

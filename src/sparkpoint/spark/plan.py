@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sparkpoint.errors import JobFileError
-from sparkpoint.runtime.context import StatefulDeclaration
+from sparkpoint.spark.declarations import StatefulDeclaration
 from sparkpoint.spark.jvm import scala_list
 from sparkpoint.windows import NO_WINDOW, WindowSpec
 
