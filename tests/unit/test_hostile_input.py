@@ -152,7 +152,8 @@ def _invoke(world: World, args: list[str]) -> int:
 @given(name=names, as_json=st.booleans())
 def test_job_commands(world: World, name: str, as_json: bool) -> None:
     flag = ["--json"] if as_json else []
-    code = _invoke(world, ["jobs", "show", name, *flag])
+    # After '--', as a user passes a name that begins with '-' ('--help' alone shows help).
+    code = _invoke(world, ["jobs", "show", *flag, "--", name])
     if name_problem(name, "job") is not None:
         assert code == 2
     _invoke(world, ["startpoint", "list", name, *flag])
