@@ -250,3 +250,16 @@ def test_clearing_what_an_earlier_versions_start_applied_keeps_what_was_set_sinc
     assert store.get("j", "clicks") == []
     assert re.fullmatch(r"\d{20}" + re.escape(DONE_SUFFIX),
                         "".join(store.io.list_names(store._source_url("j", "clicks"))))
+
+
+def test_a_stray_file_not_named_by_a_number_is_refused_as_a_damaged_set(
+    home: Path, store: StartpointStore
+) -> None:
+    """A file no version of ``set`` names (a copy made by hand, 'notes.json') is read as a
+    set, so that a damaged one is refused naming it, never skipped or failing the listing."""
+    store.set("j", _at("earliest"))
+    stray = _source_dir(home) / "notes.json"
+    stray.write_text("remember to set the offsets")
+    with pytest.raises(CorruptRecordError) as refused:
+        store.get("j", "clicks")
+    assert refused.value.message.startswith(f"{stray}: expected a pending startpoint")
