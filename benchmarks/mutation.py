@@ -59,7 +59,8 @@ TESTS: dict[str, list[str]] = {
                          "tests/unit/test_lost_answers.py::"
                          "test_a_lease_taken_by_a_create_whose_answer_was_lost_is_held"],
     "snapshot/collection.py": ["tests/unit/test_collection_handshake.py",
-                               "tests/unit/test_remote_snapshot_crashes.py"],
+                               "tests/unit/test_remote_snapshot_crashes.py",
+                               "tests/unit/test_collection_announcements.py"],
     "snapshot/object_store.py": ["tests/unit/test_collection_handshake.py",
                                  "tests/unit/test_remote_snapshot_crashes.py",
                                  "tests/unit/test_in_store_copies.py"],

@@ -51,9 +51,6 @@ class Announcement:
     url: str
     collector: ProcessIdentity
     blobs: frozenset[str]
-    # Files of snapshot directories without a manifest (a delete's leftovers, temporary
-    # files of a cut-off publish): exact names, never a manifest.
-    leftovers: frozenset[str]
     age: float | None  # seconds on the store's clock; None when not told
 
     def over(self) -> bool:
@@ -73,8 +70,7 @@ def _parse(url: str, data: bytes, age: float | None) -> Announcement | None:
         if collector is None:
             return None
         return Announcement(url=url, collector=collector,
-                            blobs=frozenset(map(str, raw["blobs"])),
-                            leftovers=frozenset(map(str, raw.get("leftovers", []))), age=age)
+                            blobs=frozenset(map(str, raw["blobs"])), age=age)
     except (ValueError, KeyError, TypeError, AttributeError):
         return None  # cut off while written: it announced nothing it could act on
 
@@ -117,6 +113,9 @@ class Collection:
         self.io = io
         self.deadline = time.monotonic() + lease_seconds()
         self.url = join(root, COLLECTIONS_DIR, f"{uuid.uuid4().hex}.json")
+        # The leftovers (files of snapshot directories without a manifest: a delete's, a
+        # cut-off publish's temporary files) are named for whoever looks into a collection
+        # that stopped; creates read only the blobs, the one thing they may share.
         record = {**ProcessIdentity.current().to_record(), "blobs": sorted(blobs),
                   "leftovers": sorted(leftovers)}
         io.write_bytes(self.url, json.dumps(record).encode("utf-8"))
