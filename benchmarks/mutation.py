@@ -108,6 +108,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="modules relative to src/sparkpoint/ (default: %(default)s)")
     parser.add_argument("--tests", action="append", default=[], metavar="MODULE=PATH",
                         help="add a test file or test id to a module's tests (repeatable)")
+    parser.add_argument("--stores", default="",
+                        help="only the tests of these stores, e.g. 'local' (comma-separated, "
+                             "of local, s3, hdfs): a first pass in a fraction of the time, "
+                             "whose survivors are then run against every store's tests")
     parser.add_argument("--deselect", action="append", default=[], metavar="TEST_ID",
                         help="leave a test out (pytest's --deselect; repeatable)")
     parser.add_argument("--hdfs", action="store_true",
@@ -404,7 +408,11 @@ def main(argv: list[str] | None = None) -> int:
     for module, tests in chosen.items():
         pytest_args = ["-p", "no:cacheprovider"] + \
             ([] if args.deletions else ["-p", "mutation_hits"])
-        if not args.hdfs:
+        if args.stores:
+            # Only the tests of these stores (fixtures' parameters), and tests of no store.
+            left_out = sorted({"local", "s3", "hdfs"} - set(args.stores.split(",")))
+            pytest_args += ["-k", " and ".join(f"not {store}" for store in left_out)]
+        elif not args.hdfs:
             pytest_args += ["-k", "not hdfs"]
         if module not in added:
             pytest_args += ["-m", "not spark"]
