@@ -56,6 +56,7 @@ HITS_ENV = "SPARKPOINT_MUTATION_HITS"
 # Each module and the test files that guard it (in-process calls and CLI processes).
 TESTS: dict[str, list[str]] = {
     "storage/lease.py": ["tests/unit/test_job_lease.py", "tests/unit/test_lease_renewal.py",
+                         "tests/unit/test_lease_edges.py",
                          "tests/unit/test_lost_answers.py::"
                          "test_a_lease_taken_by_a_create_whose_answer_was_lost_is_held"],
     "snapshot/collection.py": ["tests/unit/test_collection_handshake.py",
