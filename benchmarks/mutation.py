@@ -56,7 +56,7 @@ HITS_ENV = "SPARKPOINT_MUTATION_HITS"
 # Each module and the test files that guard it (in-process calls and CLI processes).
 TESTS: dict[str, list[str]] = {
     "storage/lease.py": ["tests/unit/test_job_lease.py", "tests/unit/test_lease_renewal.py",
-                         "tests/unit/test_lease_edges.py",
+                         "tests/unit/test_lease_edges.py", "tests/unit/test_lease_records.py",
                          "tests/unit/test_lost_answers.py::"
                          "test_a_lease_taken_by_a_create_whose_answer_was_lost_is_held"],
     "snapshot/collection.py": ["tests/unit/test_collection_handshake.py",
@@ -113,6 +113,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="only the tests of these stores, e.g. 'local' (comma-separated, "
                              "of local, s3, hdfs): a first pass in a fraction of the time, "
                              "whose survivors are then run against every store's tests")
+    parser.add_argument("--again", type=Path, metavar="JSON",
+                        help="run only the mutants an earlier run (its --json) left alive: "
+                             "its survivors and those of the functions it did not reach")
     parser.add_argument("--deselect", action="append", default=[], metavar="TEST_ID",
                         help="leave a test out (pytest's --deselect; repeatable)")
     parser.add_argument("--hdfs", action="store_true",
@@ -186,7 +189,22 @@ def prepare(work: Path, module: str, tests: list[str], pytest_args: list[str]) -
             (mutants / name).symlink_to(REPO / name)
 
 
-def run_mutmut(work: Path, jobs: int, log: Path) -> int:
+def mutants_again(previous: Path, module: str) -> list[str]:
+    """The mutants of ``module`` an earlier run (its ``--json``) left alive: its survivors,
+    and every mutant of the functions its tests did not reach (as mutmut's patterns)."""
+    dotted = "sparkpoint." + slug(module)
+    for result in json.loads(previous.read_text()):
+        if result["module"] == module:
+            names = [survivor["mutant"] for survivor in result["survivors"]]
+            for function in result["unreached"]:
+                cls, _, method = function.rpartition(".")
+                mangled = f"xǁ{cls}ǁ{method}" if cls else f"x_{method}"
+                names.append(f"{dotted}.{mangled}__mutmut_*")
+            return names
+    raise SystemExit(f"mutation: {previous} holds no results of {module}")
+
+
+def run_mutmut(work: Path, jobs: int, log: Path, mutants: list[str] | None = None) -> int:
     hits = work / "hits"
     hits.mkdir()
     env = dict(os.environ, **{HITS_ENV: str(hits)})
@@ -197,7 +215,8 @@ def run_mutmut(work: Path, jobs: int, log: Path) -> int:
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     mutmut = Path(sys.executable).parent / "mutmut"
     with open(log, "wb") as out:
-        done = subprocess.run([str(mutmut), "run", "--max-children", str(jobs)], cwd=work,
+        done = subprocess.run([str(mutmut), "run", "--max-children", str(jobs),
+                               *(mutants or [])], cwd=work,
                               env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
     return done.returncode
 
@@ -282,13 +301,17 @@ def run_module(module: str, tests: list[str], pytest_args: list[str], args: argp
         code = 0 if (work / "mutants").is_dir() else 1
     else:
         prepare(work, module, tests, pytest_args)
-        code = run_mutmut(work, args.jobs, log)
+        again = mutants_again(args.again, module) if args.again else None
+        code = run_mutmut(work, args.jobs, log, again)
     result = ModuleResult(module, tests, round(time.monotonic() - began, 1))
     if code != 0:
         tail = log.read_text(errors="replace")[-2000:]
         result.error = f"mutmut exited {code}; see {log}:\n{tail}"
         return result
     statuses = mutmut_results(work)
+    if args.again:  # only what was run again counts
+        statuses = {name: status for name, status in statuses.items()
+                    if status != "not checked"}
     result.mutants = len(statuses)
     counts = Counter(COUNTED.get(status, status.replace(" ", "_"))
                      for status in statuses.values())

@@ -182,3 +182,82 @@ def test_a_lease_that_ended_with_its_job_writes_nothing_when_released(
     events = [(line["event"], line.get("outcome"))
               for line in map(json.loads, log.read_text().splitlines())]
     assert events == [("acquired", None), ("released", "deleted"), ("released", "ended")]
+
+
+def test_listeners_that_fail_stop_neither_the_loss_nor_the_others(directory: str) -> None:
+    """Stopping a query is best effort: a listener that raises does not keep the lease from
+    being lost, nor the other listeners from hearing of it, nor a renewal from counting."""
+    lease = _take(directory, 60)
+    heard: list[Any] = []
+    registered = False
+
+    def failing(*_args: Any) -> None:
+        if registered:
+            raise RuntimeError("the query was already gone")
+
+    lease.on_lost(failing)
+    lease.on_deadline(failing)
+    lease.on_lost(lambda: heard.append("lost"))
+    lease.on_deadline(heard.append)
+    registered = True
+    lease.renew()
+    assert heard[-1] == lease.deadline
+    lease.deadline = time.monotonic() - 1
+    with pytest.raises(LeaseLostError):
+        lease.fence()
+    assert heard[-2:] == ["lost", None]
+    lease.release()
+
+
+def test_a_renewal_tried_again_after_its_answer_was_lost_counts_from_its_first_send(
+    directory: str
+) -> None:
+    """The create landed but its answer was lost (a store error): the renewal tried again
+    finds its own generation, and the deadline runs from when it was first sent, not from
+    the retry (later: past what the store's clock allows)."""
+    lease = _take(directory, 60)
+    create = lease._create
+    sent: list[float] = []
+
+    def answer_lost_once(record: LeaseRecord) -> bool:
+        sent.append(time.monotonic())
+        made = create(record)
+        if len(sent) == 1:
+            raise OSError("connection reset")
+        return made
+
+    lease._create = answer_lost_once  # type: ignore[method-assign]
+    with pytest.raises(OSError):
+        lease.renew()
+    time.sleep(0.05)  # the retry is sent measurably later than the first attempt
+    lease.renew()
+    assert lease.record.generation == 2
+    assert lease.deadline <= sent[0] + 60 - holder_margin(60)
+    lease.release()
+
+
+def test_a_release_does_not_wait_for_ever_on_a_renewal_stuck_in_a_request(
+    directory: str
+) -> None:
+    """A renewal hangs in a request that never answers: letting go waits for it at most a
+    lease's length (by then the renewal can no longer count), then goes on."""
+    lease = _take(directory, 1.5)
+    stuck, go = threading.Event(), threading.Event()
+    create = lease._create
+
+    def hanging(record: LeaseRecord) -> bool:
+        stuck.set()
+        go.wait(120)
+        return create(record)
+
+    lease._create = hanging  # type: ignore[method-assign]
+    lease.start_renewing()
+    assert stuck.wait(30)
+    released = threading.Thread(target=lease.release)
+    released.start()
+    released.join(30)
+    try:
+        assert not released.is_alive(), "the release waited on the stuck renewal"
+    finally:
+        go.set()
+        released.join(60)

@@ -470,7 +470,14 @@ class Lease:
             self._log_let_go("lost" if self.lost.is_set() else "ended")
             self._tell_deadline(None)
             return
-        with self._lock:
+        # A renewal stuck in a request that hangs holds the lock: waited for a lease's
+        # length at most (the holder's deadline has passed by then, so the renewal can no
+        # longer count, and lets its generation go if it ever lands).
+        if not self._lock.acquire(timeout=self.length):
+            self._lose("a renewal hung in a request to the store")
+            self._log_let_go("lost")
+            return
+        try:
             try:
                 self.fence()
                 if self.store.newest() != self.record.generation:
@@ -486,6 +493,8 @@ class Lease:
                                               released.to_bytes()):
                 self.record = released
                 self.ended = True
+        finally:
+            self._lock.release()
         if self.ended:
             self.tidy()
 
