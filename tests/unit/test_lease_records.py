@@ -155,6 +155,7 @@ def test_the_audit_log_names_each_holding_and_its_deadline(
     me = ProcessIdentity.current()
     assert (acquired["host"], acquired["pid"], acquired["length"]) == (me.host, me.pid, 60)
     assert acquired["expires_monotonic"] == lease.sent + 50.0
+    assert lease.sent <= acquired["monotonic"] <= time.monotonic()  # stamped once taken
     assert before + 49 < acquired["expires_at"] < time.time() + 51
     # Let go at its own deadline (a second before the check found it lost), not now.
     assert released["held_until_monotonic"] == lease.deadline
