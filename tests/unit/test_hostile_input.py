@@ -375,3 +375,10 @@ def test_operator_names_that_could_traverse_are_refused_in_the_job(name: str) ->
 
     with pytest.raises(JobFileError, match=r"operator name .* is not valid"):
         JobContext("j").stateful(name, None)  # type: ignore[arg-type]
+
+
+def test_a_mapping_whose_key_holds_a_line_break_is_named_on_one_line(world: World) -> None:
+    """Found by the test above: YAML writes such a key ('? "\\n" : null') over several lines,
+    and the problem's line was broken in two."""
+    _check_parse(world, json.dumps({"version": 1, "sources": {}, "drop": {"\n": None}}),
+                 ".json")

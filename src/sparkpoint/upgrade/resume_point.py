@@ -166,7 +166,8 @@ def _shown(value: Any) -> str:
     """A value as the user wrote it in YAML terms."""
     if isinstance(value, dict):
         text = yaml.safe_dump(value, default_flow_style=True, width=2**31 - 1).strip()
-        return text if len(text) <= 80 else "a mapping"
+        # A key YAML cannot write on one line (a line break in it) is written over several.
+        return text if len(text) <= 80 and text.isprintable() else "a mapping"
     if isinstance(value, list):
         return "a list"
     if value is None:
