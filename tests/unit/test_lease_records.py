@@ -100,7 +100,7 @@ def test_a_record_of_an_earlier_version_holds_for_the_default_length() -> None:
 def test_a_holder_whose_lease_files_were_all_removed_has_lost_it(directory: str) -> None:
     lease = _store(directory).acquire(print, length=60)
     (Path(directory) / f"{lease.record.generation:012d}.json").unlink()
-    with pytest.raises(LeaseLostError):
+    with pytest.raises(LeaseLostError, match=r"\(generation 0 now, held by nobody\)"):
         lease.check()
 
 
