@@ -237,10 +237,13 @@ def test_a_renewal_tried_again_after_its_answer_was_lost_counts_from_its_first_s
 
 
 def test_a_release_does_not_wait_for_ever_on_a_renewal_stuck_in_a_request(
-    directory: str
+    directory: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A renewal hangs in a request that never answers: letting go waits for it at most a
-    lease's length (by then the renewal can no longer count), then goes on."""
+    lease's length (by then the renewal can no longer count), then goes on; the audit log
+    says the holding ended lost."""
+    log = tmp_path / "leases.jsonl"
+    monkeypatch.setenv("SPARKPOINT_LEASE_LOG", str(log))
     lease = _take(directory, 1.5)
     stuck, go = threading.Event(), threading.Event()
     create = lease._create
@@ -258,6 +261,9 @@ def test_a_release_does_not_wait_for_ever_on_a_renewal_stuck_in_a_request(
     released.join(30)
     try:
         assert not released.is_alive(), "the release waited on the stuck renewal"
+        assert lease.lost.is_set()
+        let_go = [json.loads(line) for line in log.read_text().splitlines()][-1]
+        assert (let_go["event"], let_go["outcome"]) == ("released", "lost")
     finally:
         go.set()
         released.join(60)

@@ -271,3 +271,13 @@ def test_a_take_whose_first_create_lost_to_a_process_that_let_go_takes_the_next(
     lease = store.acquire(print, length=60)
     assert lease.record.generation == 2
     lease.release()
+
+
+def test_the_holder_of_a_lease_is_its_live_record_or_nobody(directory: str) -> None:
+    store = _store(directory)
+    assert store.holder() is None
+    _write(directory, 1, _elsewhere())
+    live = store.holder()
+    assert live is not None and (live.host, live.pid) == ("another-machine", 4242)
+    _write(directory, 2, _elsewhere(released=True))
+    assert store.holder() is None
