@@ -310,6 +310,7 @@ class Lease:
         self._lock = threading.Lock()
         self._renewal: _Renewal | None = None
         self.ended = False
+        self._end_logged = False  # each holding is let go once in the audit log
 
     @property
     def url(self) -> str:
@@ -455,6 +456,9 @@ class Lease:
             self._thread.join(timeout=self.length)
 
     def _log_let_go(self, outcome: str) -> None:
+        if self._end_logged:
+            return
+        self._end_logged = True
         # The holder's own deadline, on the wall clock: past it, it believed it held no more.
         # The monotonic figures compare processes of one machine whatever their wall clocks.
         deadline = time.time() - max(0.0, time.monotonic() - self.deadline)
