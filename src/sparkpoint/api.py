@@ -39,10 +39,6 @@ from sparkpoint.runtime.runner import (
     plan_job,
     wait_until_stopped,
 )
-from sparkpoint.runtime.views import JobView as JobView
-from sparkpoint.runtime.views import job_view as job_view
-from sparkpoint.runtime.views import jobs_list as jobs_list
-from sparkpoint.sinks.output_check import check_output_of_existing_job, check_output_of_new_job
 from sparkpoint.snapshot import take
 from sparkpoint.snapshot.export import JobInfo
 from sparkpoint.snapshot.inspect import InspectReport, inspect_checkpoint
@@ -62,11 +58,15 @@ from sparkpoint.upgrade.batches import BatchChoice, check_first_batch
 from sparkpoint.upgrade.interrupted import (
     is_own_orphan,
 )
+from sparkpoint.upgrade.output_check import check_output_of_existing_job, check_output_of_new_job
 from sparkpoint.upgrade.pipeline import Mode, StartPipeline
 from sparkpoint.upgrade.restore import job_shape
 from sparkpoint.upgrade.resume_point import flow_mapping, read_resume_point
 from sparkpoint.upgrade.start import check_snapshots_intact, start_from_snapshots
 from sparkpoint.upgrade.validate import UpgradePlan, default_resume_point
+from sparkpoint.views import JobView as JobView
+from sparkpoint.views import job_view as job_view
+from sparkpoint.views import jobs_list as jobs_list
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

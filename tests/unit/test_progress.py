@@ -45,7 +45,7 @@ def test_summary_of_a_batch_keeps_the_offsets_spark_reported() -> None:
     assert [(op.operator, op.rows, op.bytes) for op in summary.operators] == [
         ("stateStoreSave", 10, 2048)]
     # The batch's own offsets, as Spark reported them; how far behind the job is now is
-    # measured when asked (runtime/views.py), never taken from a batch's report.
+    # measured when asked (views.py), never taken from a batch's report.
     source = summary.sources[0]
     assert (source.end_offset, source.latest_offset) == ('{"t":{"0":5,"1":7}}',
                                                          '{"t":{"0":9,"1":7}}')

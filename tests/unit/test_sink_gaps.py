@@ -16,7 +16,7 @@ from sparkpoint.sinks.gaps import (
     find_gap,
     remove_filled,
 )
-from sparkpoint.sinks.ownership import nearest_name, writes_to
+from sparkpoint.upgrade.output_ownership import nearest_name, writes_to
 
 
 def _entry(log: Path, name: str, files: list[str]) -> None:

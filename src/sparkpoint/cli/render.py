@@ -136,7 +136,7 @@ def rate_text(view: JobView) -> str:
 
 
 def lag_text(view: JobView, per_partition: bool = False) -> str:
-    """How far behind its sources the job is, measured now (``runtime/views.py``): files not
+    """How far behind its sources the job is, measured now (``views.py``): files not
     read yet of local file sources, records the broker holds past the committed batch of
     Kafka sources, '?' where it is not known. Sources are named when the job has several (or
     with ``per_partition``, which adds each Kafka partition's count); '-' when the job has no

@@ -94,7 +94,7 @@ def read_progress(job_dir: Location) -> dict[str, Any] | None:
 @dataclass(frozen=True)
 class SourceProgress:
     """A source as Spark's progress of the batch reports it. How far behind the job is now
-    is measured when asked (``runtime/views.py``), not taken from here: the latest offset
+    is measured when asked (``views.py``), not taken from here: the latest offset
     Spark reports is that of this batch's planning."""
 
     description: str

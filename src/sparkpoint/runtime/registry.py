@@ -80,6 +80,18 @@ class RunRecord(BaseModel):
     error: str | None = None
 
 
+# What a run left 'running' by a process that died is shown with.
+DIED = ("its process ended without recording the run's end (killed, crashed, or its "
+        "machine lost)")
+
+
+def ended_dead(run: RunRecord, last_batch: int | None) -> RunRecord:
+    """A run whose process died: failed, at the batch it got to."""
+    return run.model_copy(update={
+        "status": "failed", "error": run.error or DIED,
+        "last_batch": run.last_batch if run.last_batch is not None else last_batch})
+
+
 class DrainedOperator(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str

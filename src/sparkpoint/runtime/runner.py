@@ -52,9 +52,9 @@ from sparkpoint.runtime.registry import (
     OperatorRecord,
     RunRecord,
     SourceRecord,
+    ended_dead,
     now_iso,
 )
-from sparkpoint.runtime.views import ended_dead
 from sparkpoint.sinks.base import Sink
 from sparkpoint.sinks.formats import sink_for
 from sparkpoint.sources.kafka import KAFKA_KINDS

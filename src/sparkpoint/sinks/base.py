@@ -8,7 +8,7 @@ the sink the same questions: the newest batch it holds (a sink ahead of the chec
 the batches it already has), the batches it lacks up to a new checkpoint's (its history),
 the rewinds of it a cut-off command left, and how to take it back to an earlier batch
 (``--rewind-output``). Which jobs write an output (its ownership and lineage) is told from
-the jobs' records by its ``location`` (``sinks/ownership.py``).
+the jobs' records by its ``location`` (``upgrade/output_ownership.py``).
 """
 
 from __future__ import annotations

@@ -28,12 +28,12 @@ from pathlib import Path
 from sparkpoint.errors import SinkAheadError, ValidationError
 from sparkpoint.runtime.registry import JobRegistry
 from sparkpoint.runtime.runner import PlannedJob
-from sparkpoint.sinks.ownership import refuse_start_outside_lineage, start_outside_lineage
 from sparkpoint.snapshot.store import SnapshotStore
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.location import Location
 from sparkpoint.upgrade.assemble import AssembleResult, used_snapshots
 from sparkpoint.upgrade.batches import BatchChoice
+from sparkpoint.upgrade.output_ownership import refuse_start_outside_lineage, start_outside_lineage
 from sparkpoint.upgrade.restore import Resolution, build_new_checkpoint, resolve
 from sparkpoint.upgrade.resume_point import ReadResumePoint, ResumePoint
 from sparkpoint.upgrade.validate import UpgradePlan

@@ -40,11 +40,6 @@ from sparkpoint.runtime.runner import (
     held_run,
 )
 from sparkpoint.sinks.base import Sink
-from sparkpoint.sinks.ownership import (
-    lineage_of,
-    same_output,
-    writers_of,
-)
 from sparkpoint.sinks.rewind import plan_rewind
 from sparkpoint.snapshot.store import SnapshotStore, open_snapshot_store
 from sparkpoint.storage.home import Home
@@ -55,6 +50,11 @@ from sparkpoint.upgrade.interrupted import (
     is_own_orphan,
     record_sink_fill,
     roll_back,
+)
+from sparkpoint.upgrade.output_ownership import (
+    lineage_of,
+    same_output,
+    writers_of,
 )
 from sparkpoint.upgrade.pipeline import Mode, StartPipeline
 from sparkpoint.upgrade.resume_point import (

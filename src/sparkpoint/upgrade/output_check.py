@@ -21,10 +21,10 @@ from sparkpoint.runtime.registry import (
 )
 from sparkpoint.sinks.gaps import fill_gap, find_gap, is_repartition_batch
 from sparkpoint.sinks.history import finish_seeding, seed_history
-from sparkpoint.sinks.ownership import (
+from sparkpoint.sinks.rewind import finished as finished_rewinds
+from sparkpoint.upgrade.output_ownership import (
     refuse_output_with_history,
 )
-from sparkpoint.sinks.rewind import finished as finished_rewinds
 
 Echo = Callable[[str], None]
 

@@ -31,27 +31,23 @@ from sparkpoint.errors import (
 from sparkpoint.runtime import deletion
 from sparkpoint.runtime.progress import PROGRESS_FILE, ProgressSummary, read_progress
 from sparkpoint.runtime.registry import (
+    DIED,
     JOBS_LOOKED_AT_ONCE,
     TOMBSTONE,
     JobRecord,
     JobRegistry,
-    RunRecord,
     Status,
+    ended_dead,
 )
-from sparkpoint.sinks.ownership import same_output
 from sparkpoint.snapshot.inspect import operator_checks
 from sparkpoint.sources.file_input import input_files, local_directory
 from sparkpoint.sources.kafka import KAFKA_KINDS
 from sparkpoint.sources.kafka_groups import records_behind
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.location import Location
+from sparkpoint.upgrade.output_ownership import same_output
 
 Echo = Callable[[str], None]
-
-# What a run left 'running' by a process that died is shown with.
-DIED = ("its process ended without recording the run's end (killed, crashed, or its "
-        "machine lost)")
-
 
 @dataclass(frozen=True)
 class SourceLag:
@@ -233,13 +229,6 @@ def _runs_ended(record: JobRecord, status: Status, batch: int | None) -> JobReco
     if dead_last:
         update.update(status=status, error=record.error or DIED)
     return record.model_copy(update=update)
-
-
-def ended_dead(run: RunRecord, last_batch: int | None) -> RunRecord:
-    """A run whose process died: failed, at the batch it got to."""
-    return run.model_copy(update={
-        "status": "failed", "error": run.error or DIED,
-        "last_batch": run.last_batch if run.last_batch is not None else last_batch})
 
 
 def _other_records(registry: JobRegistry, job: str) -> list[JobRecord]:
