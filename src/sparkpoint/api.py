@@ -5,21 +5,14 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.drain import protocol as draining
 from sparkpoint.errors import (
-    JobFileError,
     JobRunningError,
-    NameTakenError,
-    NoCommittedBatchError,
     PreconditionError,
-    UnknownOperatorError,
     UsageError,
-    ValidationError,
 )
 from sparkpoint.recovery import recover
 from sparkpoint.rehearse.run import Rehearsal as Rehearsal
@@ -29,41 +22,34 @@ from sparkpoint.runtime.lock import job_lock
 from sparkpoint.runtime.registry import (
     DrainRecord,
     JobRegistry,
-    now_iso,
 )
 from sparkpoint.runtime.runner import (
-    CANCEL_TIMEOUT_S,
     RunOptions,
     RunResult,
     held_run,
-    plan_job,
-    wait_until_stopped,
+    stop_job,
 )
 from sparkpoint.snapshot import take
-from sparkpoint.snapshot.export import JobInfo
-from sparkpoint.snapshot.inspect import InspectReport, inspect_checkpoint
+from sparkpoint.snapshot.inspect import InspectReport, inspect_snapshot
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.past import parse_time
 from sparkpoint.snapshot.prune import PruneResult, check_prunable, prune_snapshot
 from sparkpoint.snapshot.store import Problem, Sharing, open_snapshot_store
 from sparkpoint.spark.session import DEFAULT_MASTER
-from sparkpoint.spark.version import installed_pyspark_version, require_supported_pyspark
-from sparkpoint.startpoints.protocol import apply_pending, compact_interval, source_description
-from sparkpoint.startpoints.resolve import Resolved
-from sparkpoint.startpoints.resolve import resolve as resolve_startpoints
-from sparkpoint.startpoints.store import WHOLE_SOURCE, PositionKind, Startpoint, StartpointStore
+from sparkpoint.spark.version import require_supported_pyspark
+from sparkpoint.startpoints.protocol import StartpointPreview as StartpointPreview
+from sparkpoint.startpoints.protocol import apply_pending, clear_startpoint, set_startpoint
+from sparkpoint.startpoints.store import PositionKind, Startpoint, StartpointStore
 from sparkpoint.storage.home import Home, validate_name
-from sparkpoint.upgrade.adopt import adopt, import_warning, sink_ahead
-from sparkpoint.upgrade.batches import BatchChoice, check_first_batch
+from sparkpoint.upgrade.batches import BatchChoice
+from sparkpoint.upgrade.import_plain import import_plain_checkpoint
 from sparkpoint.upgrade.interrupted import (
     is_own_orphan,
 )
 from sparkpoint.upgrade.output_check import check_output_of_existing_job, check_output_of_new_job
-from sparkpoint.upgrade.pipeline import Mode, StartPipeline
-from sparkpoint.upgrade.restore import job_shape
-from sparkpoint.upgrade.resume_point import flow_mapping, read_resume_point
-from sparkpoint.upgrade.start import check_snapshots_intact, start_from_snapshots
-from sparkpoint.upgrade.validate import UpgradePlan, default_resume_point
+from sparkpoint.upgrade.resume_point_draft import draft_resume_point
+from sparkpoint.upgrade.start import check_snapshots_intact, plan_start, start_from_snapshots
+from sparkpoint.upgrade.validate import UpgradePlan
 from sparkpoint.views import JobView as JobView
 from sparkpoint.views import job_view as job_view
 from sparkpoint.views import jobs_list as jobs_list
@@ -195,29 +181,8 @@ def plan(
         raise UsageError("give exactly one of --from-snapshot SNAP or --resume-point FILE")
     choice = BatchChoice(renumber_batches, first_batch, rewind_output)
     _needs_spark(spark)
-    # Entries that do not parse are problems of the plan, not a reason to stop: the rest of
-    # the file is still checked against the job and the snapshots in this run.
-    read = read_resume_point(resume_point) if resume_point is not None else None
-    point = read.point if read is not None else None
-    store = open_snapshot_store(home)
-    if from_snapshot is not None:
-        check_first_batch(first_batch, store.get(from_snapshot).batch_id)
-    check_snapshots_intact(store, point.snapshots() if point else [from_snapshot or ""])
-    try:
-        planned = plan_job("plan", job_file.absolute(), dict(params or {}), dict(conf or {}),
-                           master, spark, log_dir=home.logs_dir, command="plan")
-    except JobFileError as exc:
-        if read is None or not read.problems:
-            raise
-        # The job cannot be checked against: still report the file's own problems with it.
-        problems = [*read.problems, str(exc)]
-        raise ValidationError(f"{len(problems)} problems:\n  " + "\n  ".join(problems),
-                              problems=problems) from exc
-    try:
-        return StartPipeline(Mode.PLAN, home, store, planned, point, from_snapshot, choice,
-                             read=read).dry_run(echo)
-    finally:
-        planned.release()
+    return plan_start(home, job_file, params or {}, conf or {}, master, from_snapshot,
+                      resume_point, choice, spark, echo)
 
 
 def resume_point_build(
@@ -232,26 +197,7 @@ def resume_point_build(
     """The default resume point as YAML: same names resume, new ones initialize; snapshot
     operators the job lacks are listed in comments, to drop deliberately."""
     _needs_spark(spark)
-    store = open_snapshot_store(home)
-    manifest = store.get(snapshot)
-    planned = plan_job("resume-point", job_file.absolute(), dict(params or {}),
-                       dict(conf or {}), master, spark, log_dir=home.logs_dir,
-                       command="resume-point build")
-    try:
-        shape, _layouts = job_shape(planned)
-    finally:
-        planned.release()
-    point = default_resume_point(shape, snapshot, manifest)
-    names = {op.name for op in shape.operators}
-    left = [op for op in manifest.operators if op.name not in names]
-    text = f"# resume point for {job_file.name} from snapshot '{snapshot}' (job " \
-           f"'{manifest.job}', batch {manifest.batch_id})\n" + point.to_yaml(bool(left))
-    if left:
-        text += ("# state of the snapshot that no operator of the job resumes; drop it "
-                 "deliberately, or resume it under another name in state:\n# drop:\n")
-        text += "".join(f"#   - {flow_mapping(snapshot=snapshot, operator=op.name)}  "
-                        f"# {op.kind}, {op.rows} rows\n" for op in left)
-    return text
+    return draft_resume_point(home, job_file, snapshot, params or {}, conf or {}, master, spark)
 
 
 def snapshot_create(
@@ -301,44 +247,8 @@ def snapshot_import(
     those of JOB_FILE (the sparkpoint version of the same query). The checkpoint is only
     read; on any mismatch nothing is created."""
     validate_name(snapshot, "snapshot")
-    store = open_snapshot_store(home)
-    if store.exists(snapshot):
-        raise NameTakenError(
-            f"snapshot '{snapshot}' already exists; choose another name or delete it first")
-    checkpoint = Checkpoint(checkpoint_dir.absolute())
-    if not checkpoint.exists():
-        raise UsageError(
-            f"{checkpoint.root}: expected a Spark streaming checkpoint (a directory with "
-            "'metadata', 'offsets/', 'commits/'), found none; give the checkpointLocation "
-            "of the query")
-    checkpoint.require_latest_committed_batch()
-    _needs_spark(spark)
-    planned = plan_job("import", job_file.absolute(), dict(params or {}), dict(conf or {}),
-                       master, spark, log_dir=home.logs_dir,
-                       command="snapshot import")
-    try:
-        shape, _layouts = job_shape(planned)
-    finally:
-        planned.release()
-    adoption = adopt(checkpoint, shape)
-    if adoption.problems:
-        raise ValidationError(
-            f"the checkpoint does not match {job_file.name} ({len(adoption.problems)} "
-            "problem(s)); nothing was created:\n  " + "\n  ".join(adoption.problems),
-            problems=adoption.problems)
-    for note in adoption.notes:
-        echo(f"warning: {note}")
-    ahead = sink_ahead(checkpoint, planned.sink.location if planned.sink is not None else None)
-    if ahead is not None:
-        echo(f"warning: {import_warning(ahead, checkpoint, snapshot)}")
-    info = JobInfo(job=f"import:{checkpoint.root}", operator_names=adoption.operator_names,
-                   operator_windows=adoption.operator_windows, job_file=str(job_file.absolute()),
-                   params=dict(params or {}), spark_version=installed_pyspark_version(),
-                   source_names=adoption.source_names)
-    echo(f"importing {checkpoint.root} as snapshot '{snapshot}': sources "
-         + ", ".join(f"{k} -> {v}" for k, v in adoption.source_names.items())
-         + "; operators " + ", ".join(f"{k} -> {v}" for k, v in adoption.operator_names.items()))
-    return store.create(snapshot, checkpoint, info, progress=echo)
+    return import_plain_checkpoint(home, checkpoint_dir, snapshot, job_file, params or {},
+                                   conf or {}, master, spark, echo)
 
 
 def snapshot_prune(
@@ -388,19 +298,7 @@ def snapshot_inspect(home: Home, snapshot: str, operator: str | None = None,
     Reads the snapshot's files only (no JVM); the snapshot is not changed."""
     if rows < 0:
         raise UsageError(f"--rows: expected a number of rows >= 0, found {rows}")
-    store = open_snapshot_store(home)
-    manifest = store.get(snapshot)
-    if operator is not None and manifest.operator(operator) is None:
-        names = ", ".join(op.name for op in manifest.operators) or "none"
-        raise UnknownOperatorError(
-            f"snapshot '{snapshot}' has no operator '{operator}' (operators: {names}); see "
-            f"'sparkpoint snapshot show {snapshot}'")
-    checkpoint = Checkpoint(store.checkpoint_path(snapshot))
-    report = inspect_checkpoint(checkpoint, manifest.batch_id,
-                                {op.operator_id: op.name for op in manifest.operators},
-                                only=operator, sample_rows=rows)
-    report.snapshot, report.job = manifest.name, manifest.job
-    return report
+    return inspect_snapshot(open_snapshot_store(home), snapshot, operator, rows)
 
 
 def snapshot_count_rows(home: Home, snapshot: str) -> dict[str, int]:
@@ -420,20 +318,7 @@ def snapshot_delete(home: Home, snapshot: str) -> None:
 
 def jobs_stop(home: Home, job: str, wait: bool = False, echo: Echo = _quiet) -> dict[str, Any]:
     """Ask a running job to stop after its last committed batch; with ``wait``, until it has."""
-    registry = JobRegistry(home)
-    record = registry.get(job)
-    status = record.effective_status()
-    if status != "running":
-        raise PreconditionError(f"job '{job}' is not running ({status}); there is nothing to "
-                                "stop")
-    registry.request_stop(job)
-    echo(f"asked job '{job}' ({record.describe_process()}) to stop after its last committed "
-         "batch")
-    if wait:
-        record = wait_until_stopped(registry, job, CANCEL_TIMEOUT_S, record)
-        status = record.effective_status()
-    return {"job": job, "status": status, "stopped": status != "running",
-            "batch": registry.checkpoint(job).latest_committed_batch()}
+    return stop_job(home, job, wait, echo)
 
 
 def jobs_delete(home: Home, job: str) -> dict[str, Any]:
@@ -470,22 +355,6 @@ def drain(
         return draining.drain_held(home, job, snapshot, spark, echo, build, recovered.drain)
 
 
-@dataclass(frozen=True)
-class StartpointPreview:
-    job: str
-    source: str
-    startpoints: list[Startpoint]
-    resolved: Resolved
-    stored: bool
-    stateful_operators: list[str]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"job": self.job, "source": self.source, "stored": self.stored,
-                "startpoints": [s.model_dump(mode="json") for s in self.startpoints],
-                "resolves_to": self.resolved.to_dict(),
-                "state_not_rewound": self.stateful_operators}
-
-
 def startpoint_set(
     home: Home, job: str, source: str, kind: PositionKind, value: str | None = None,
     partition: str | None = None, dry_run: bool = False,
@@ -493,26 +362,7 @@ def startpoint_set(
     """Store where ``source`` starts at the job's next start (once), after resolving it now
     to refuse positions the source cannot take; ``dry_run`` stores nothing."""
     validate_name(source, "source")
-    registry = JobRegistry(home)
-    record = registry.get(job)
-    info = source_description(record, source)
-    checkpoint = registry.checkpoint(job)
-    if not checkpoint.exists() or checkpoint.latest_committed_batch() is None:
-        raise NoCommittedBatchError(
-            f"job '{job}' has no committed batch yet; a new job starts where its source options "
-            "say (e.g. startingOffsets); set startpoints once it has run")
-    store = StartpointStore(home)
-    new = Startpoint(source=source, partition=partition or WHOLE_SOURCE, kind=kind,
-                     value=value, set_at=now_iso())
-    kept = [] if new.partition == WHOLE_SOURCE else [
-        s for s in store.get(job, source) if s.partition != new.partition]
-    merged = [*kept, new]
-    resolved = resolve_startpoints(info, merged, checkpoint, compact_interval(record))
-    if not dry_run:
-        # At the home's URL: no lease needed, see startpoints/store.py.
-        merged[-1] = store.set(job, new)
-    return StartpointPreview(job, source, merged, resolved, not dry_run,
-                             [op.name for op in record.operators])
+    return set_startpoint(home, job, source, kind, value, partition, dry_run)
 
 
 def startpoint_list(home: Home, job: str) -> dict[str, list[Startpoint]]:
@@ -522,12 +372,4 @@ def startpoint_list(home: Home, job: str) -> dict[str, list[Startpoint]]:
 
 def startpoint_clear(home: Home, job: str, source: str) -> None:
     validate_name(source, "source")
-    record = JobRegistry(home).get(job)
-    cleared = StartpointStore(home).clear(job, source)
-    if not cleared:
-        pending = ", ".join(StartpointStore(home).all(job)) or "none"
-        source_description(record, source)  # an unknown source says so first
-        raise PreconditionError(
-            f"job '{job}' has no startpoint for source '{source}' (pending: {pending})")
-
-
+    clear_startpoint(home, job, source)

@@ -25,6 +25,7 @@ from sparkpoint.errors import (
     JobFileError,
     JobRunningError,
     KafkaOffsetsDeletedError,
+    PreconditionError,
     SparkpointError,
     SparkQueryError,
 )
@@ -611,3 +612,21 @@ def wait_until_stopped(registry: JobRegistry, job: str, timeout_s: float,
                 " it may be inside a long batch: retry, or stop it with Ctrl-C there"
             )
         time.sleep(0.2)
+
+
+def stop_job(home: Home, job: str, wait: bool, echo: Callable[[str], None]) -> dict[str, Any]:
+    """Ask a running job to stop after its last committed batch; with ``wait``, until it has."""
+    registry = JobRegistry(home)
+    record = registry.get(job)
+    status = record.effective_status()
+    if status != "running":
+        raise PreconditionError(f"job '{job}' is not running ({status}); there is nothing to "
+                                "stop")
+    registry.request_stop(job)
+    echo(f"asked job '{job}' ({record.describe_process()}) to stop after its last committed "
+         "batch")
+    if wait:
+        record = wait_until_stopped(registry, job, CANCEL_TIMEOUT_S, record)
+        status = record.effective_status()
+    return {"job": job, "status": status, "stopped": status != "running",
+            "batch": registry.checkpoint(job).latest_committed_batch()}

@@ -25,8 +25,10 @@ from sparkpoint.checkpoint.providers import StateProvider
 from sparkpoint.checkpoint.rocksdb_keys import KeyEncoding
 from sparkpoint.checkpoint.state_files import readable_partition
 from sparkpoint.checkpoint.unsafe_row import read_field, read_fields
+from sparkpoint.errors import UnknownOperatorError
 from sparkpoint.progress import track
 from sparkpoint.snapshot.manifest import operator_kind
+from sparkpoint.snapshot.store import SnapshotStore
 
 # flatMapGroupsWithState's "no timeout set" (GroupStateImpl.NO_TIMESTAMP).
 NO_TIMEOUT = -1
@@ -287,3 +289,21 @@ def operator_checks(checkpoint: Checkpoint, names: Mapping[int, str]) -> list[di
                          f"{operator.operator_name}_{operator.operator_id}")
         checks.append({"operator": name, "kind": kind, **check(operator, kind).to_dict()})
     return checks
+
+
+def inspect_snapshot(store: SnapshotStore, snapshot: str, operator: str | None,
+                     rows: int) -> InspectReport:
+    """What the snapshot's state holds (the one operator named, or all), with ``rows``
+    decoded rows per operator; an operator the snapshot lacks is refused by name."""
+    manifest = store.get(snapshot)
+    if operator is not None and manifest.operator(operator) is None:
+        names = ", ".join(op.name for op in manifest.operators) or "none"
+        raise UnknownOperatorError(
+            f"snapshot '{snapshot}' has no operator '{operator}' (operators: {names}); see "
+            f"'sparkpoint snapshot show {snapshot}'")
+    checkpoint = Checkpoint(store.checkpoint_path(snapshot))
+    report = inspect_checkpoint(checkpoint, manifest.batch_id,
+                                {op.operator_id: op.name for op in manifest.operators},
+                                only=operator, sample_rows=rows)
+    report.snapshot, report.job = manifest.name, manifest.job
+    return report

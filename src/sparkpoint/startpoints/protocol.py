@@ -15,8 +15,8 @@ from __future__ import annotations
 import base64
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
-from typing import TYPE_CHECKING, Literal
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,14 +24,19 @@ from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.sink_log import latest_batch
 from sparkpoint.checkpoint.source_log import DEFAULT_SOURCE_COMPACT_INTERVAL
 from sparkpoint.crash_points import crash_point
-from sparkpoint.errors import KafkaOffsetsDeletedError, PreconditionError, UnknownSourceError
+from sparkpoint.errors import (
+    KafkaOffsetsDeletedError,
+    NoCommittedBatchError,
+    PreconditionError,
+    UnknownSourceError,
+)
 from sparkpoint.runtime.registry import AppliedStartpoint, JobRecord, JobRegistry, now_iso
 from sparkpoint.runtime.runner import RunOptions, run_job
 from sparkpoint.sources.positions import SourceDescription
 from sparkpoint.startpoints.apply import apply, require_applicable
 from sparkpoint.startpoints.resolve import Resolved
 from sparkpoint.startpoints.resolve import resolve as resolve_startpoints
-from sparkpoint.startpoints.store import Startpoint, StartpointStore
+from sparkpoint.startpoints.store import WHOLE_SOURCE, PositionKind, Startpoint, StartpointStore
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.location import Location, remove_checksum_sibling
 from sparkpoint.storage.records import read_record, remove_record, write_record
@@ -214,3 +219,57 @@ def recover(home: Home, job: str, echo: Echo) -> bool:
          "resolved then)")
     finish_startpoints(home, job, intent, echo)
     return True
+
+
+@dataclass(frozen=True)
+class StartpointPreview:
+    job: str
+    source: str
+    startpoints: list[Startpoint]
+    resolved: Resolved
+    stored: bool
+    stateful_operators: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"job": self.job, "source": self.source, "stored": self.stored,
+                "startpoints": [s.model_dump(mode="json") for s in self.startpoints],
+                "resolves_to": self.resolved.to_dict(),
+                "state_not_rewound": self.stateful_operators}
+
+
+def set_startpoint(home: Home, job: str, source: str, kind: PositionKind, value: str | None,
+                   partition: str | None, dry_run: bool) -> StartpointPreview:
+    """Store where ``source`` starts at the job's next start (once), after resolving it now
+    to refuse positions the source cannot take; ``dry_run`` stores nothing."""
+    registry = JobRegistry(home)
+    record = registry.get(job)
+    info = source_description(record, source)
+    checkpoint = registry.checkpoint(job)
+    if not checkpoint.exists() or checkpoint.latest_committed_batch() is None:
+        raise NoCommittedBatchError(
+            f"job '{job}' has no committed batch yet; a new job starts where its source options "
+            "say (e.g. startingOffsets); set startpoints once it has run")
+    store = StartpointStore(home)
+    new = Startpoint(source=source, partition=partition or WHOLE_SOURCE, kind=kind,
+                     value=value, set_at=now_iso())
+    kept = [] if new.partition == WHOLE_SOURCE else [
+        s for s in store.get(job, source) if s.partition != new.partition]
+    merged = [*kept, new]
+    resolved = resolve_startpoints(info, merged, checkpoint, compact_interval(record))
+    if not dry_run:
+        # At the home's URL: no lease needed, see startpoints/store.py.
+        merged[-1] = store.set(job, new)
+    return StartpointPreview(job, source, merged, resolved, not dry_run,
+                             [op.name for op in record.operators])
+
+
+def clear_startpoint(home: Home, job: str, source: str) -> None:
+    """Remove the pending startpoints of ``source``; none pending is refused, naming those
+    that are."""
+    record = JobRegistry(home).get(job)
+    store = StartpointStore(home)
+    if not store.clear(job, source):
+        pending = ", ".join(store.all(job)) or "none"
+        source_description(record, source)  # an unknown source says so first
+        raise PreconditionError(
+            f"job '{job}' has no startpoint for source '{source}' (pending: {pending})")

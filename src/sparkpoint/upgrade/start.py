@@ -23,10 +23,12 @@ from sparkpoint.checkpoint.sink_log import (
 )
 from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import (
+    JobFileError,
     JobRunningError,
     NameTakenError,
     SnapshotDamagedError,
     SparkpointError,
+    ValidationError,
 )
 from sparkpoint.runtime.lock import holder_of, job_lock
 from sparkpoint.runtime.registry import (
@@ -38,6 +40,7 @@ from sparkpoint.runtime.runner import (
     RunOptions,
     RunResult,
     held_run,
+    plan_job,
 )
 from sparkpoint.sinks.base import Sink
 from sparkpoint.sinks.rewind import plan_rewind
@@ -62,7 +65,9 @@ from sparkpoint.upgrade.resume_point import (
     ResumeSource,
     ResumeState,
     load_resume_point,
+    read_resume_point,
 )
+from sparkpoint.upgrade.validate import UpgradePlan
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -278,3 +283,34 @@ def _lineage_outputs_named(registry: JobRegistry, store: SnapshotStore,
     return outputs
 
 
+
+
+def plan_start(home: Home, job_file: Path, params: Mapping[str, str], conf: Mapping[str, str],
+               master: str | None, from_snapshot: str | None, resume_point: Path | None,
+               choice: BatchChoice, spark: SparkSession | None, echo: Echo) -> UpgradePlan:
+    """The start's dry run: what would resume, initialize or be dropped, the batch ids the job
+    would continue with, and every problem. Starts no query and writes only scratch files,
+    including Spark's own restart check."""
+    # Entries that do not parse are problems of the plan, not a reason to stop: the rest of
+    # the file is still checked against the job and the snapshots in this run.
+    read = read_resume_point(resume_point) if resume_point is not None else None
+    point = read.point if read is not None else None
+    store = open_snapshot_store(home)
+    if from_snapshot is not None:
+        check_first_batch(choice.first_batch, store.get(from_snapshot).batch_id)
+    check_snapshots_intact(store, point.snapshots() if point else [from_snapshot or ""])
+    try:
+        planned = plan_job("plan", job_file.absolute(), dict(params), dict(conf), master, spark,
+                           log_dir=home.logs_dir, command="plan")
+    except JobFileError as exc:
+        if read is None or not read.problems:
+            raise
+        # The job cannot be checked against: still report the file's own problems with it.
+        problems = [*read.problems, str(exc)]
+        raise ValidationError(f"{len(problems)} problems:\n  " + "\n  ".join(problems),
+                              problems=problems) from exc
+    try:
+        return StartPipeline(Mode.PLAN, home, store, planned, point, from_snapshot, choice,
+                             read=read).dry_run(echo)
+    finally:
+        planned.release()

@@ -1,0 +1,72 @@
+"""``snapshot import``: a checkpoint that plain Spark wrote adopted as a snapshot, its sources
+and operators named after those of the sparkpoint version of the same query. The checkpoint
+is only read; on any mismatch nothing is created (``upgrade/adopt.py`` says what matches)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sparkpoint.checkpoint.layout import Checkpoint
+from sparkpoint.errors import NameTakenError, UsageError, ValidationError
+from sparkpoint.runtime.runner import plan_job
+from sparkpoint.snapshot.export import JobInfo
+from sparkpoint.snapshot.manifest import Manifest
+from sparkpoint.snapshot.store import open_snapshot_store
+from sparkpoint.spark.version import installed_pyspark_version, require_supported_pyspark
+from sparkpoint.storage.home import Home
+from sparkpoint.upgrade.adopt import adopt, import_warning, sink_ahead
+from sparkpoint.upgrade.restore import job_shape
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+Echo = Callable[[str], None]
+
+
+def import_plain_checkpoint(
+    home: Home, checkpoint_dir: Path, snapshot: str, job_file: Path,
+    params: Mapping[str, str], conf: Mapping[str, str], master: str | None,
+    spark: SparkSession | None, echo: Echo,
+) -> Manifest:
+    """The snapshot ``snapshot`` of the plain checkpoint in ``checkpoint_dir``, checked against
+    ``job_file`` planned with ``params`` and ``conf``."""
+    store = open_snapshot_store(home)
+    if store.exists(snapshot):
+        raise NameTakenError(
+            f"snapshot '{snapshot}' already exists; choose another name or delete it first")
+    checkpoint = Checkpoint(checkpoint_dir.absolute())
+    if not checkpoint.exists():
+        raise UsageError(
+            f"{checkpoint.root}: expected a Spark streaming checkpoint (a directory with "
+            "'metadata', 'offsets/', 'commits/'), found none; give the checkpointLocation "
+            "of the query")
+    checkpoint.require_latest_committed_batch()
+    if spark is None:  # sparkpoint starts Spark itself: an untested pyspark is refused first
+        require_supported_pyspark()
+    planned = plan_job("import", job_file.absolute(), dict(params), dict(conf), master, spark,
+                       log_dir=home.logs_dir, command="snapshot import")
+    try:
+        shape, _layouts = job_shape(planned)
+    finally:
+        planned.release()
+    adoption = adopt(checkpoint, shape)
+    if adoption.problems:
+        raise ValidationError(
+            f"the checkpoint does not match {job_file.name} ({len(adoption.problems)} "
+            "problem(s)); nothing was created:\n  " + "\n  ".join(adoption.problems),
+            problems=adoption.problems)
+    for note in adoption.notes:
+        echo(f"warning: {note}")
+    ahead = sink_ahead(checkpoint, planned.sink.location if planned.sink is not None else None)
+    if ahead is not None:
+        echo(f"warning: {import_warning(ahead, checkpoint, snapshot)}")
+    info = JobInfo(job=f"import:{checkpoint.root}", operator_names=adoption.operator_names,
+                   operator_windows=adoption.operator_windows, job_file=str(job_file.absolute()),
+                   params=dict(params), spark_version=installed_pyspark_version(),
+                   source_names=adoption.source_names)
+    echo(f"importing {checkpoint.root} as snapshot '{snapshot}': sources "
+         + ", ".join(f"{k} -> {v}" for k, v in adoption.source_names.items())
+         + "; operators " + ", ".join(f"{k} -> {v}" for k, v in adoption.operator_names.items()))
+    return store.create(snapshot, checkpoint, info, progress=echo)
