@@ -31,7 +31,7 @@ from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE, CRASH_POINTS
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.stores import file_io
 from sparkpoint.testing import expected_hourly_counts, output_rows, write_clicks
-from tests.conftest import EXAMPLES, SHUFFLE_PARTITIONS
+from tests.conftest import EXAMPLES, SHUFFLE_PARTITIONS, s3a_jars
 from tests.integration.test_drain import JOB as DRAIN_JOB
 from tests.integration.test_drain import expected_all_windows
 from tests.integration.test_startpoints import JOB as PASSTHROUGH_JOB
@@ -40,7 +40,6 @@ from tests.support.cli import Result, sparkpoint
 from tests.support.s3 import S3Server
 
 JOB = EXAMPLES / "clicks_job.py"
-S3A_JARS = Path(__file__).resolve().parents[2] / ".cache" / "s3a" / "lib"
 pytestmark = pytest.mark.spark
 
 # A start that keeps the snapshot's partitions copies its state inside the store; the
@@ -53,10 +52,7 @@ STATE_SUFFIXES = (".sst", ".zip", ".changelog", ".delta", ".snapshot")
 
 
 def _s3a_jars() -> str:
-    jars = sorted(str(jar) for jar in S3A_JARS.glob("*.jar"))
-    if not jars:
-        pytest.fail(f"no s3a jars in {S3A_JARS}: run scripts/test-deps.sh")
-    return ",".join(jars)
+    return s3a_jars()
 
 
 def _crash(home: Home, point: str, machine: Path, *args: str) -> Result:

@@ -22,22 +22,18 @@ from sparkpoint.storage.fileio import join
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.stores import file_io
 from sparkpoint.testing import Click, expected_hourly_counts, output_rows, write_clicks
-from tests.conftest import EXAMPLES, SHUFFLE_PARTITIONS
+from tests.conftest import EXAMPLES, SHUFFLE_PARTITIONS, s3a_jars
 from tests.support.cli import sparkpoint
 from tests.support.cli import sparkpoint as run_cli
 from tests.support.s3 import S3Server
 
 JOB = EXAMPLES / "clicks_job.py"
 TIMERS = Path(__file__).resolve().parents[1] / "data" / "jobs" / "timers.py"
-S3A_JARS = Path(__file__).resolve().parents[2] / ".cache" / "s3a" / "lib"
 pytestmark = pytest.mark.spark
 
 
 def _s3a_jars() -> str:
-    jars = sorted(str(jar) for jar in S3A_JARS.glob("*.jar"))
-    if not jars:
-        pytest.fail(f"no s3a jars in {S3A_JARS}: run scripts/test-deps.sh")
-    return ",".join(jars)
+    return s3a_jars()
 
 
 def _run_args(job: str, inp: Path, out: Path) -> list[str]:
