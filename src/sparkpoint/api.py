@@ -30,6 +30,7 @@ from sparkpoint.runtime.runner import (
     stop_job,
 )
 from sparkpoint.snapshot import take
+from sparkpoint.snapshot.diff import SnapshotDiff, check_operator, diff_snapshots
 from sparkpoint.snapshot.inspect import InspectReport, inspect_snapshot
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.past import parse_time
@@ -276,6 +277,36 @@ def snapshot_prune(
     session = spark or create_session(master, {}, "sparkpoint:prune",
                                       log_file=new_log_file(home.logs_dir, "prune"))
     return prune_snapshot(home, store, session, snapshot, new_snapshot, operator, where, echo)
+
+
+def snapshot_diff(
+    home: Home,
+    a: str,
+    b: str,
+    operator: str | None = None,
+    rows: int = 0,
+    spark: SparkSession | None = None,
+    echo: Echo = _quiet,
+    master: str | None = None,
+) -> SnapshotDiff:
+    """Per operator (matched by name): the keys only in snapshot A, only in B, and in both
+    with other values, counted by Spark's state reader, with up to ``rows`` examples of each.
+    Both snapshots are only read. ``master``: the Spark master of the session made when
+    ``spark`` is not given."""
+    from sparkpoint.runtime.runner import new_log_file
+    from sparkpoint.spark.session import create_session
+
+    validate_name(a, "snapshot")
+    validate_name(b, "snapshot")
+    if rows < 0:
+        raise UsageError(f"--rows: expected a number of rows >= 0, found {rows}")
+    store = open_snapshot_store(home)
+    check_operator(store.get(a), store.get(b), operator)
+    check_snapshots_intact(store, [a, b])
+    _needs_spark(spark)
+    session = spark or create_session(master, {}, "sparkpoint:diff",
+                                      log_file=new_log_file(home.logs_dir, "diff"))
+    return diff_snapshots(store, session, a, b, operator, rows, echo)
 
 
 def snapshot_list(home: Home, job: str | None = None) -> list[Manifest]:

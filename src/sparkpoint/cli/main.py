@@ -496,6 +496,27 @@ def snapshot_prune(ctx: click.Context, name: str, new_name: str, operator: str, 
         f"{render.human_bytes(result.bytes_after)}"))
 
 
+@snapshot.command("diff")
+@click.argument("a")
+@click.argument("b")
+@click.option("--operator", default=None, metavar="NAME", help="Only this stateful operator.")
+@click.option("--rows", type=click.IntRange(min=0), default=0, metavar="N",
+              help="Also show up to N keys of each kind: only in A, only in B, changed.")
+@click.option("--master", default=None,
+              help="Spark master URL the comparison runs on (default local[2]).")
+@json_option
+@click.pass_context
+@handle_errors
+def snapshot_diff(ctx: click.Context, a: str, b: str, operator: str | None, rows: int,
+                  master: str | None, as_json: bool) -> Output:
+    """What differs between the state of snapshots A and B, per operator (matched by name):
+    keys only in A, only in B, and in both with other values, counted by Spark's state
+    reader; a stream-stream join's buffered rows per side. Both snapshots are only read."""
+    diff = api.snapshot_diff(_home(ctx), a, b, operator=operator, rows=rows, echo=_echo,
+                             master=master)
+    return Output(diff.to_dict(), lambda: render.diff_text(diff))
+
+
 @snapshot.command("list")
 @click.option("--job", default=None, help="Only this job's snapshots.")
 @json_option

@@ -11,9 +11,11 @@ from sparkpoint.api import JobView, StartpointPreview
 from sparkpoint.checkpoint.operators import schema_ddl
 from sparkpoint.checkpoint.retained import iso_utc
 from sparkpoint.runtime.registry import DrainRecord
+from sparkpoint.snapshot.diff import SnapshotDiff
 from sparkpoint.snapshot.inspect import InspectReport, OperatorReport
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.snapshot.store import Problem, Sharing
+from sparkpoint.spark.state_diff import PartDiff
 from sparkpoint.upgrade.batches import BatchNumbering
 from sparkpoint.upgrade.validate import UpgradePlan
 
@@ -398,3 +400,38 @@ def startpoint_text(preview: StartpointPreview) -> str:
         out.append("note: state is not rewound; operators keep their state: "
                    + ", ".join(preview.stateful_operators))
     return "\n".join(out)
+
+
+def _diff_part(part: PartDiff) -> list[str]:
+    unit = "keys" if part.part == "keys" else part.part
+    counts = (f"  {unit}: {part.only_in_a} only in A, {part.only_in_b} only in B, "
+              + (f"{part.changed} with other values, " if part.part == "keys" else "")
+              + f"{part.same} alike")
+    lines = [counts]
+    if part.value_columns_only_in_a:
+        lines.append(f"    value columns only in A: {', '.join(part.value_columns_only_in_a)}")
+    if part.value_columns_only_in_b:
+        lines.append(f"    value columns only in B: {', '.join(part.value_columns_only_in_b)}")
+    for kind, label in (("only_in_a", "only in A"), ("only_in_b", "only in B"),
+                        ("changed", "other values")):
+        for example in part.examples.get(kind, []):
+            shown = "  ".join(f"{side}={json.dumps(value, sort_keys=True)}"
+                              for side, value in example.items())
+            lines.append(f"    {label}: {shown}")
+    return lines
+
+
+def diff_text(diff: SnapshotDiff) -> str:
+    """``snapshot diff``: one block per operator."""
+    lines = [f"A: snapshot '{diff.a.name}' (job '{diff.a.job}', batch {diff.a.batch_id})",
+             f"B: snapshot '{diff.b.name}' (job '{diff.b.job}', batch {diff.b.batch_id})"]
+    for op in diff.operators:
+        if not op.in_b:
+            lines.append(f"{op.name} ({op.kind}): only in A ({op.rows_a} rows)")
+        elif not op.in_a:
+            lines.append(f"{op.name} ({op.kind}): only in B ({op.rows_b} rows)")
+        else:
+            lines.append(f"{op.name} ({op.kind})" + (f": {op.note}" if op.note else ""))
+            for part in op.parts:
+                lines.extend(_diff_part(part))
+    return "\n".join(lines)
