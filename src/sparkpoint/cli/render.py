@@ -403,8 +403,7 @@ def startpoint_text(preview: StartpointPreview) -> str:
 
 
 def _diff_part(part: PartDiff) -> list[str]:
-    unit = "keys" if part.part == "keys" else part.part
-    counts = (f"  {unit}: {part.only_in_a} only in A, {part.only_in_b} only in B, "
+    counts = (f"  {part.part}: {part.only_in_a} only in A, {part.only_in_b} only in B, "
               + (f"{part.changed} with other values, " if part.part == "keys" else "")
               + f"{part.same} alike")
     lines = [counts]
