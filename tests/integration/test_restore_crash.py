@@ -1,7 +1,8 @@
 """`run --from-snapshot` killed at each of its crash points: the next run of the same command
 rolls back what was left, says so, and produces exactly what an uninterrupted start does.
 
-Every start repartitions HDFS state (2 -> 3 partitions) so that the repartition points fire.
+Every start repartitions HDFS state (2 -> 3 partitions) and moves it to the RocksDB provider
+so that the repartition and provider move points fire.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any
 import pytest
 
 from sparkpoint import api
-from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER
+from sparkpoint.checkpoint.layout import Checkpoint
+from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
 from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE, CRASH_POINTS
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import expected_hourly_counts, output_rows, write_clicks
@@ -28,6 +30,9 @@ RESTORE_POINTS = sorted(name for name in CRASH_POINTS if name.startswith("restor
 # Crash points after the new checkpoint is renamed into place.
 PUBLISHED_AT = {"restore.published", "restore.sink_seeded"}
 CONF = {"spark.sql.streaming.stateStore.providerClass": HDFS_PROVIDER}
+# The new jobs ask for the other provider: their state is moved.
+NEW_CONF = {"spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+            "spark.sql.shuffle.partitions": "3"}
 pytestmark = pytest.mark.spark
 
 
@@ -51,8 +56,7 @@ def snapshotted(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Snapsho
     assert manifest.shuffle_partitions == 2
     events += write_clicks(inp, range(3, 6))
     api.run(home, JOB, "reference", params={"input": str(inp), "output": str(root / "ref")},
-            conf={**CONF, "spark.sql.shuffle.partitions": "3"}, from_snapshot="snap",
-            until_caught_up=True, spark=spark)
+            conf=NEW_CONF, from_snapshot="snap", until_caught_up=True, spark=spark)
     reference = output_rows(spark, root / "ref")
     assert reference, "the start from the snapshot emitted nothing: the input is too small"
     assert output_rows(spark, root / "v1") + reference == expected_hourly_counts(events)
@@ -61,7 +65,8 @@ def snapshotted(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Snapsho
 
 def test_every_restore_step_has_a_crash_point() -> None:
     assert {"restore.job_locked", "restore.assembled", "restore.repartitioned",
-            "restore.published", "restore.hdfs_partition_moved"} <= set(RESTORE_POINTS)
+            "restore.provider_moved", "restore.published",
+            "restore.hdfs_partition_moved"} <= set(RESTORE_POINTS)
 
 
 @pytest.mark.parametrize("point", RESTORE_POINTS)
@@ -73,8 +78,8 @@ def test_crashed_start_from_snapshot_is_rolled_back_and_redone(
     out = root / f"out_{job}"
     command = ["run", str(JOB), "--job", job, "--from-snapshot", "snap",
                "--param", f"input={snapshotted.inp}", "--param", f"output={out}",
-               "--conf", f"spark.sql.streaming.stateStore.providerClass={HDFS_PROVIDER}",
-               "--conf", "spark.sql.shuffle.partitions=3", "--until-caught-up"]
+               *[arg for key, value in NEW_CONF.items() for arg in ("--conf", f"{key}={value}")],
+               "--until-caught-up"]
 
     monkeypatch.setenv(CRASH_ENV, point)
     crashed = sparkpoint(home, *command)
@@ -93,13 +98,15 @@ def test_crashed_start_from_snapshot_is_rolled_back_and_redone(
     # CLI's, and the suite spares a JVM's start per point).
     said: list[str] = []
     api.run(home, JOB, job, params={"input": str(snapshotted.inp), "output": str(out)},
-            conf={**CONF, "spark.sql.shuffle.partitions": "3"}, from_snapshot="snap",
-            until_caught_up=True, spark=spark, echo=said.append)
+            conf=NEW_CONF, from_snapshot="snap", until_caught_up=True, spark=spark,
+            echo=said.append)
     assert any("interrupted" in line for line in said), said
     job_dir = home.job_dir(job)
     leftovers = [p.name for p in job_dir.iterdir() if p.name.endswith((".tmp", ".restoring"))]
     assert leftovers == []
     assert api.job_view(home, job).record.lineage.from_snapshot == "snap"
+    rebuilt = Checkpoint(home.checkpoint_dir(job))
+    assert rebuilt.provider(rebuilt.require_latest_committed_batch()) == ROCKSDB_PROVIDER
     rows = output_rows(spark, out)
     assert rows == snapshotted.reference  # nothing lost, nothing twice
     assert output_rows(spark, root / "v1") + rows == snapshotted.everything

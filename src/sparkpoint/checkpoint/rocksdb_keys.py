@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkpoint.checkpoint.unsafe_row import join_rows
+from sparkpoint.checkpoint.unsafe_row import join_rows, split_row
 from sparkpoint.errors import CheckpointFormatError
 
 ENCODING_VERSION = 0
@@ -62,3 +62,23 @@ class KeyEncoding:
         rest = strip_version(raw[_LENGTH_BYTES + length:], "key remainder", where)
         return join_rows([(prefix, fields[:self.prefix_columns]),
                           (rest, fields[self.prefix_columns:])], str(where))
+
+    def encode(self, key: bytes, where: Path) -> bytes:
+        """The key as Spark's RocksDB provider stores it, from one ``UnsafeRow`` of all its
+        columns (the inverse of :meth:`decode`)."""
+        version = bytes([ENCODING_VERSION])
+        if self.prefix_columns == 0:
+            return version + key
+        fields = list(self.key_fields)
+        if not 0 < self.prefix_columns <= len(fields):
+            raise CheckpointFormatError(
+                f"{where}: the operator metadata gives numColsPrefixKey={self.prefix_columns} "
+                f"for a key of {len(fields)} columns; expected 1..{len(fields)}")
+        prefix, rest = split_row(key, fields, self.prefix_columns, str(where))
+        return (len(version + prefix).to_bytes(_LENGTH_BYTES, "little") + version + prefix
+                + version + rest)
+
+
+def encode_value(value: bytes) -> bytes:
+    """A value as Spark's RocksDB provider stores it (``SingleValueStateEncoder``)."""
+    return bytes([ENCODING_VERSION]) + value

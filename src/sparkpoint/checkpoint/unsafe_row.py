@@ -75,15 +75,30 @@ def join_rows(parts: list[tuple[bytes, list[dict[str, Any]]]], where: str = "row
     """One ``UnsafeRow`` holding the fields of ``parts`` (rows with their fields) in order,
     as Spark's ``JoinedRow`` projected back into an ``UnsafeRow`` holds them: fixed-width
     slots copied, variable-length data moved after the new slots (8-byte aligned)."""
-    count = sum(len(fields) for _row, fields in parts)
+    return _project([(row, fields, range(len(fields))) for row, fields in parts], where)
+
+
+def split_row(row: bytes, fields: list[dict[str, Any]], at: int,
+              where: str = "row") -> tuple[bytes, bytes]:
+    """``row``'s first ``at`` fields and its other fields as two ``UnsafeRow``s, as Spark's
+    projections of a key into its prefix and the rest write them (the inverse of
+    :func:`join_rows`)."""
+    return (_project([(row, fields, range(at))], where),
+            _project([(row, fields, range(at, len(fields)))], where))
+
+
+def _project(parts: list[tuple[bytes, list[dict[str, Any]], range]], where: str) -> bytes:
+    """One ``UnsafeRow`` of the chosen fields of each part's row, in order."""
+    count = sum(len(chosen) for _row, _fields, chosen in parts)
     bitset_len = ((count + 63) // 64) * 8
     nulls = 0
     slots = bytearray(8 * count)
     tail = bytearray()
     index = 0
-    for row, fields in parts:
+    for row, fields, chosen in parts:
         bitset = _check_size(row, len(fields), where)
-        for own, spark_field in enumerate(fields):
+        for own in chosen:
+            spark_field = fields[own]
             word = int.from_bytes(row[(own // 64) * 8:(own // 64) * 8 + 8], "little")
             slot = row[bitset + 8 * own:bitset + 8 * own + 8]
             if word >> (own % 64) & 1:

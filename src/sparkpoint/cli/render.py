@@ -313,7 +313,7 @@ def plan_text(plan: UpgradePlan) -> str:
     # Columns are as wide as their longest entry, so long derived names keep rows aligned.
     names = [row.name for row in plan.sources] + [row.name for row in plan.operators]
     name_width = max([24, *map(len, names)])
-    actions = [row.action for row in plan.sources] + [row.action for row in plan.operators]
+    actions = [row.action for row in plan.sources] + [row.shown_action for row in plan.operators]
     action_width = max([10, *map(len, actions)])
     origins = [f"{op.origin['snapshot']}/{op.origin['operator']}" if op.origin else "-"
                for op in plan.operators]
@@ -332,8 +332,10 @@ def plan_text(plan: UpgradePlan) -> str:
     out.append("operators:")
     for op, origin in zip(plan.operators, origins, strict=True):
         mark = "" if op.compatible else "  INCOMPATIBLE"
-        out.append(f"  {op.name:{name_width}} {op.action:{action_width}} "
+        out.append(f"  {op.name:{name_width}} {op.shown_action:{action_width}} "
                    f"{origin:{origin_width}} {op.reason}{mark}")
+        out.extend(f"  {'':{name_width}} {'':{action_width}} - {change}"
+                   for change in op.changes)
     if plan.batches is not None:
         out.append(f"batches: {batches_text(plan.batches)}")
     for warning in plan.warnings:

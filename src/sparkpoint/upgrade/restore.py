@@ -21,7 +21,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from sparkpoint.checkpoint import hdfs_state
-from sparkpoint.checkpoint.layout import CHECKPOINT_FORMAT_CONF, SHUFFLE_PARTITIONS_CONF, Checkpoint
+from sparkpoint.checkpoint.layout import (
+    CHECKPOINT_FORMAT_CONF,
+    PROVIDER_CONF,
+    SHUFFLE_PARTITIONS_CONF,
+    Checkpoint,
+)
 from sparkpoint.checkpoint.providers import HDFS_BACKED, ROCKSDB, StateProvider, provider_named
 from sparkpoint.checkpoint.schema_paths import relocate_schema_paths
 from sparkpoint.crash_points import crash_point
@@ -68,6 +73,7 @@ from sparkpoint.upgrade.assemble import (
 from sparkpoint.upgrade.batches import BatchChoice, SinkInfo, number_batches
 from sparkpoint.upgrade.hdfs_repartition import repartition_hdfs_state
 from sparkpoint.upgrade.interrupted import clear_intent, record_intent, staging_prefix
+from sparkpoint.upgrade.provider_move import asked_provider, move_problems, move_state_provider
 from sparkpoint.upgrade.resume_point import ReadResumePoint, ResumePoint
 from sparkpoint.upgrade.rocksdb_repartition import repartition_rocksdb_state
 from sparkpoint.upgrade.validate import (
@@ -121,6 +127,10 @@ class Resolution:
     positions: dict[str, ResolvedPosition] = field(default_factory=dict)
     # The sink already holds batches the new job would run (a refusal, not a bad plan).
     sink_problem: str | None = None
+    # The snapshots' state store provider and the one the new job asks for (the same
+    # object: no move).
+    provider: StateProvider = ROCKSDB
+    new_provider: StateProvider = ROCKSDB
 
 
 def job_shape(planned: PlannedJob) -> tuple[JobShape, dict[str, NewOperatorLayout]]:
@@ -182,7 +192,8 @@ def resolve(
             continue
         if target is not None and store.copies_into(target) \
                 and shape.partitions in (None, manifest.shuffle_partitions) \
-                and planned.conf.get(CHECKPOINT_FORMAT_CONF) is None:
+                and planned.conf.get(CHECKPOINT_FORMAT_CONF) is None \
+                and planned.conf.get(PROVIDER_CONF) in (None, manifest.state_store_provider):
             directory, in_store = store.local_dir_without_state(name)
             resolution.snapshots[name] = UsedSnapshot(manifest, directory, in_store)
         else:
@@ -193,6 +204,8 @@ def resolve(
             f"the snapshots {', '.join(used)} come from different state store providers "
             f"({', '.join(sorted(p.rsplit('.', 1)[-1] for p in providers))}); resume from "
             "snapshots of one provider")
+    elif providers:
+        _plan_provider_move(resolution, store, planned.conf)
     _number_batches(resolution, planned, choice or BatchChoice())
     counts = {s.manifest.shuffle_partitions for s in resolution.snapshots.values()}
     listed_counts = ", ".join(str(c) for c in sorted(c or 0 for c in counts))
@@ -201,6 +214,31 @@ def resolve(
             f"the snapshots {', '.join(used)} have different partition counts "
             f"({listed_counts}); create them with one spark.sql.shuffle.partitions")
     return resolution
+
+
+def _plan_provider_move(resolution: Resolution, store: SnapshotStore,
+                        conf: Mapping[str, str]) -> None:
+    """The provider the new job's state is in: the snapshots', or the one the job's own
+    settings name, every resumed operator then migrated to it (upgrade/provider_move.py)."""
+    name, used = next(iter(resolution.snapshots.items()))
+    resolution.provider = provider_named(used.manifest.state_store_provider, f"snapshot '{name}'")
+    try:
+        resolution.new_provider = asked_provider(conf, resolution.provider)
+    except SparkpointError as exc:
+        resolution.plan.problems.append(str(exc))
+        return
+    source, target = resolution.provider, resolution.new_provider
+    if target is source:
+        return
+    resumed = [row for row in resolution.plan.operators if row.action == "resume"]
+    recorded = Checkpoint(store.logs_path(name)).offsets(used.manifest.batch_id).conf
+    asked_format = conf.get(CHECKPOINT_FORMAT_CONF)
+    resolution.plan.problems.extend(move_problems(
+        source, target, recorded, {row.name: row.kind or "" for row in resumed},
+        int(asked_format) if asked_format in ("1", "2") else None))
+    for row in resumed:
+        row.changes.append(f"state store provider: {source.label} -> {target.label} (every "
+                           "key and value rewritten in the new provider's files)")
 
 
 def _number_batches(resolution: Resolution, planned: PlannedJob, choice: BatchChoice) -> None:
@@ -304,7 +342,7 @@ def _empty_state_writer(
 def _asked_state_format(conf: Mapping[str, str], provider: StateProvider) -> int | None:
     """The state format the job's own settings ask for (Spark itself keeps a restarted
     query in the format of its latest commit, whatever the setting says); None: keep the
-    snapshot's."""
+    snapshot's. ``provider``: the one the new job's state will be in."""
     value = conf.get(CHECKPOINT_FORMAT_CONF)
     if value is None:
         return None
@@ -390,9 +428,12 @@ def build_new_checkpoint(
         raise ValidationError("the resume point has problems:\n  " + "\n  ".join(plan.problems))
     if target.exists() and any(target.iterdir()):
         raise NameTakenError(f"{target}: a checkpoint already exists; choose a new job name")
-    provider = provider_named(next(
-        (s.manifest.state_store_provider for s in resolution.snapshots.values()),
-        ROCKSDB.class_name), "the snapshots")
+    provider, new_provider = resolution.provider, resolution.new_provider
+    state_format = _asked_state_format(planned.conf, new_provider)
+    if new_provider is not provider and state_format is None:
+        # The state is moved in format v1 (the HDFS provider has no other); a move to
+        # RocksDB comes from the HDFS provider's v1.
+        state_format = 1
     if publish and isinstance(target, Path):
         # Beside the target, so that publishing is one rename and an interrupted start's
         # debris is found (and rolled back) by the next one.
@@ -410,7 +451,7 @@ def build_new_checkpoint(
                                      _empty_state_writer(planned, provider, scratch / "empty"),
                                      resolution.positions,
                                      batches.checkpoint_batch if batches is not None else None,
-                                     _asked_state_format(planned.conf, provider))
+                                     state_format)
         if result.batch_id is None:
             return result
         # transformWithState's schema paths name the snapshot's job's checkpoint, which may be
@@ -422,11 +463,12 @@ def build_new_checkpoint(
         wanted = resolution.shape.partitions
         moved = wanted is not None and result.partitions is not None \
             and wanted != result.partitions
-        if moved:
+        if moved or new_provider is not provider:
             # Every way of moving the state runs Spark tasks on the staging copy: asked before
             # the state is fetched into it.
             require_driver_disk(planned.spark, staging)
-        if result.in_store and (moved or not isinstance(target, StorePath) or not publish):
+        if result.in_store and (moved or new_provider is not provider
+                                or not isinstance(target, StorePath) or not publish):
             # The state is read here (a repartition), or it is not published into the store.
             fetch_into_place({staging / rel: url for rel, url in result.in_store.items()})
             result = AssembleResult(result.batch_id, result.partitions)
@@ -437,6 +479,13 @@ def build_new_checkpoint(
             result = AssembleResult(batch, wanted)
             if publish:
                 crash_point("restore.repartitioned")
+        if new_provider is not provider and result.batch_id is not None:
+            keys = move_state_provider(staging, result.batch_id, provider, new_provider,
+                                       planned.spark)
+            echo(f"moved the state from the {provider.label} provider to {new_provider.label} "
+                 f"({keys} keys, as Spark tasks)")
+            if publish:
+                crash_point("restore.provider_moved")
         verdict = restart_problem(planned.spark, planned.writer._df,
                                   output_mode(planned.writer), staging)
         if verdict is not None:

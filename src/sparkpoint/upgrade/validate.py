@@ -86,10 +86,19 @@ class OperatorRow:
     operator_id: int | None = None
     kind: str | None = None
     repartition: tuple[int, int] | None = None
+    # How a resumed operator's state is rewritten before the job starts (each a rule and
+    # what it applies to); empty: resumed as it is.
+    changes: list[str] = field(default_factory=list)
+
+    @property
+    def shown_action(self) -> str:
+        """The action users see: a resumed operator whose state is rewritten is migrated."""
+        return "migrate" if self.action == "resume" and self.changes else self.action
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "action": self.action, "from": self.origin,
+        return {"name": self.name, "action": self.shown_action, "from": self.origin,
                 "compatible": self.compatible, "reason": self.reason,
+                "changes": list(self.changes),
                 "operator_id": self.operator_id, "kind": self.kind}
 
 
