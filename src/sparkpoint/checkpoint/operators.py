@@ -107,6 +107,22 @@ class OperatorMetadata:
         return OperatorMetadata(self.version, json.dumps(obj, separators=(",", ":")))
 
 
+# SchemaV2Writer.MAX_UTF_CHUNK_SIZE: characters per writeUTF of a schema's JSON.
+_UTF_CHUNK = 65535
+
+
+def _java_utf(text: str) -> bytes:
+    """``DataOutputStream.writeUTF``: a two-byte length, then modified UTF-8 (NUL as two
+    bytes, supplementary characters as two encoded surrogates)."""
+    units = text.encode("utf-16-le")
+    code_units = struct.unpack(f"<{len(units) // 2}H", units)
+    raw = "".join(map(chr, code_units)).encode("utf-8", "surrogatepass") \
+        .replace(b"\x00", b"\xc0\x80")
+    if len(raw) > 0xFFFF:
+        raise ValueError(f"a writeUTF string holds at most 65535 bytes, found {len(raw)}")
+    return struct.pack(">H", len(raw)) + raw
+
+
 def _read_java_utf(data: bytes, pos: int, path: str) -> tuple[str, int]:
     """Read a ``DataOutputStream.writeUTF`` string (length-prefixed modified UTF-8)."""
     if pos + 2 > len(data):
@@ -175,6 +191,19 @@ class StateSchemaFile:
 
     def to_bytes(self) -> bytes:
         return self.raw
+
+    @classmethod
+    def build(cls, key_schema: dict[str, Any], value_schema: dict[str, Any]) -> StateSchemaFile:
+        """Schema file v2 of a store, as Spark's ``SchemaV2Writer`` writes it: ``writeUTF("v2")``,
+        then the key's and the value's JSON each as a chunk count and chunks of at most 65535
+        characters, each written by ``writeUTF``."""
+        texts = [json.dumps(schema, separators=(",", ":")) for schema in (key_schema,
+                                                                           value_schema)]
+        data = _java_utf("v2")
+        for text in texts:
+            chunks = [text[i:i + _UTF_CHUNK] for i in range(0, len(text), _UTF_CHUNK)] or [""]
+            data += struct.pack(">i", len(chunks)) + b"".join(map(_java_utf, chunks))
+        return cls(2, texts[0], texts[1], data)
 
     @property
     def key_schema(self) -> dict[str, Any]:

@@ -100,7 +100,7 @@ def move_problems(source: StateProvider, target: StateProvider,
 
 
 @dataclass(frozen=True)
-class _RocksDbTemplate:
+class RocksDbTemplate:
     """What every RocksDB version written here takes from the empty version Spark's own
     provider committed: its settings (OPTIONS file) and metadata fields."""
 
@@ -108,7 +108,7 @@ class _RocksDbTemplate:
     metadata: dict[str, Any]
 
 
-def _rocksdb_template(spark: SparkSession, scratch: Path) -> _RocksDbTemplate:
+def rocksdb_template(spark: SparkSession, scratch: Path) -> RocksDbTemplate:
     found = rocksdb_writer.writer_version()
     session = spark_rocksdb_version(spark)
     if found != session:
@@ -119,7 +119,7 @@ def _rocksdb_template(spark: SparkSession, scratch: Path) -> _RocksDbTemplate:
     zip_path = write_empty_rocksdb_version(spark, ROCKSDB.class_name, scratch)
     partition_dir = zip_path.parent
     metadata = read_zip_metadata(zip_path)
-    return _RocksDbTemplate(rocksdb_writer.options_text(partition_dir, 1),
+    return RocksDbTemplate(rocksdb_writer.options_text(partition_dir, 1),
                             {k: v for k, v in metadata.items() if k != "sstFiles"})
 
 
@@ -133,7 +133,7 @@ def move_state_provider(checkpoint: Path, batch: int, source: StateProvider,
     template = None
     with tempfile.TemporaryDirectory(prefix="sparkpoint-empty-rocksdb-") as scratch:
         if target is ROCKSDB:
-            template = _rocksdb_template(spark, Path(scratch))
+            template = rocksdb_template(spark, Path(scratch))
         moved = 0
         for operator in ckpt.operators(batch):
             for store in operator.stores():
@@ -147,7 +147,7 @@ def move_state_provider(checkpoint: Path, batch: int, source: StateProvider,
 
 
 def _move_store(spark: SparkSession, operator: OperatorDir, store: StoreLayout, version: int,
-                source: StateProvider, template: _RocksDbTemplate | None) -> int:
+                source: StateProvider, template: RocksDbTemplate | None) -> int:
     op_dir = operator.local_path
     encoding = operator.key_encoding(store)
     move = functools.partial(_move_partitions, op_dir=op_dir, store=store, version=version,
@@ -163,13 +163,13 @@ def _move_store(spark: SparkSession, operator: OperatorDir, store: StoreLayout, 
 
 def _move_partitions(partition: int, op_dir: Path, store: StoreLayout, version: int,
                      encoding: KeyEncoding, from_rocksdb: bool,
-                     template: _RocksDbTemplate | None) -> int:
+                     template: RocksDbTemplate | None) -> int:
     """A task: one partition's version moved to the other provider's files; its key count."""
     check_here(op_dir)
     partition_dir = store.partition_dir(op_dir, partition)
     if from_rocksdb:
         rows = dict(ROCKSDB.read_pairs(partition_dir, version, encoding))
-        _remove_state_files(partition_dir)
+        state_files_removed(partition_dir)
         hdfs_state.write_snapshot(partition_dir, version, rows)
         return len(rows)
     import pyarrow as pa
@@ -184,7 +184,7 @@ def _move_partitions(partition: int, op_dir: Path, store: StoreLayout, version: 
     return len(pairs)
 
 
-def _remove_state_files(partition_dir: Path) -> None:
+def state_files_removed(partition_dir: Path) -> None:
     """Every file of one provider in the partition (its schema files, ``_metadata``, kept)."""
     for entry in partition_dir.iterdir():
         if entry.name == "_metadata":

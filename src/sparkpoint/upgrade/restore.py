@@ -76,6 +76,7 @@ from sparkpoint.upgrade.interrupted import clear_intent, record_intent, staging_
 from sparkpoint.upgrade.provider_move import asked_provider, move_problems, move_state_provider
 from sparkpoint.upgrade.resume_point import ReadResumePoint, ResumePoint
 from sparkpoint.upgrade.rocksdb_repartition import repartition_rocksdb_state
+from sparkpoint.upgrade.state_migration import migrate_operators
 from sparkpoint.upgrade.validate import (
     DEFAULT_ENCODING,
     ENCODING_CONF,
@@ -193,7 +194,8 @@ def resolve(
         if target is not None and store.copies_into(target) \
                 and shape.partitions in (None, manifest.shuffle_partitions) \
                 and planned.conf.get(CHECKPOINT_FORMAT_CONF) is None \
-                and planned.conf.get(PROVIDER_CONF) in (None, manifest.state_store_provider):
+                and planned.conf.get(PROVIDER_CONF) in (None, manifest.state_store_provider) \
+                and not any(row.reshaped for row in plan.operators):
             directory, in_store = store.local_dir_without_state(name)
             resolution.snapshots[name] = UsedSnapshot(manifest, directory, in_store)
         else:
@@ -463,12 +465,13 @@ def build_new_checkpoint(
         wanted = resolution.shape.partitions
         moved = wanted is not None and result.partitions is not None \
             and wanted != result.partitions
-        if moved or new_provider is not provider:
+        reshaped = any(row.reshaped for row in plan.operators)
+        rewritten = moved or new_provider is not provider or reshaped
+        if rewritten:
             # Every way of moving the state runs Spark tasks on the staging copy: asked before
             # the state is fetched into it.
             require_driver_disk(planned.spark, staging)
-        if result.in_store and (moved or new_provider is not provider
-                                or not isinstance(target, StorePath) or not publish):
+        if result.in_store and (rewritten or not isinstance(target, StorePath) or not publish):
             # The state is read here (a repartition), or it is not published into the store.
             fetch_into_place({staging / rel: url for rel, url in result.in_store.items()})
             result = AssembleResult(result.batch_id, result.partitions)
@@ -486,6 +489,13 @@ def build_new_checkpoint(
                  f"({keys} keys, as Spark tasks)")
             if publish:
                 crash_point("restore.provider_moved")
+        if reshaped and result.batch_id is not None:
+            keys = migrate_operators(planned.spark, staging, result.batch_id, plan.operators,
+                                     resolution.shape, new_provider)
+            echo(f"migrated the state of the operators whose state changed ({keys} keys, as "
+                 "Spark tasks)")
+            if publish:
+                crash_point("restore.state_migrated")
         verdict = restart_problem(planned.spark, planned.writer._df,
                                   output_mode(planned.writer), staging)
         if verdict is not None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from sparkpoint.snapshot.manifest import Manifest, OperatorEntry, operator_kind
 from sparkpoint.upgrade.batches import BatchNumbering
+from sparkpoint.upgrade.migration_rules import store_widenings, stripped
 from sparkpoint.upgrade.resume_point import (
     InitializeSource,
     InitializeState,
@@ -89,6 +90,8 @@ class OperatorRow:
     # How a resumed operator's state is rewritten before the job starts (each a rule and
     # what it applies to); empty: resumed as it is.
     changes: list[str] = field(default_factory=list)
+    # The state is rewritten into another schema (upgrade/state_migration.py).
+    reshaped: bool = False
 
     @property
     def shown_action(self) -> str:
@@ -122,20 +125,6 @@ class UpgradePlan:
                 "batches": self.batches.to_dict() if self.batches is not None else None}
 
 
-def _strip(spark_type: Any) -> Any:
-    """A Spark JSON type with nullability and metadata removed: what must stay equal."""
-    if isinstance(spark_type, dict):
-        kind = spark_type.get("type")
-        if kind == "struct":
-            return ("struct", tuple((f["name"], _strip(f["type"])) for f in spark_type["fields"]))
-        if kind == "array":
-            return ("array", _strip(spark_type["elementType"]))
-        if kind == "map":
-            return ("map", _strip(spark_type["keyType"]), _strip(spark_type["valueType"]))
-        return kind
-    return spark_type
-
-
 def _describe(schema: dict[str, Any]) -> str:
     from sparkpoint.checkpoint.operators import schema_ddl
 
@@ -143,14 +132,30 @@ def _describe(schema: dict[str, Any]) -> str:
 
 
 def compatibility(old: OperatorEntry, new: NewOperator) -> str | None:
-    """Why ``new`` cannot take ``old``'s state, or None when it can."""
-    reasons = incompatibilities(old, new)
+    """Why ``new`` cannot take ``old``'s state, or None when it can (migrated, maybe)."""
+    reasons = incompatibilities(old, new, migrating=True)
     return reasons[0] if reasons else None
 
 
-def incompatibilities(old: OperatorEntry, new: NewOperator) -> list[str]:
+def state_changes(old: OperatorEntry, new: NewOperator) -> list[str]:
+    """What a start migrates in ``old``'s state for ``new`` (upgrade/migration_rules.py):
+    empty when it resumes as it is or cannot be migrated (:func:`incompatibilities` says
+    why)."""
+    if old.spark_operator_name != new.spark_operator_name or len(old.stores) != 1 \
+            or len(new.stores) != 1 or old.stores[0].name != new.stores[0].name:
+        return []
+    was, now = old.stores[0], new.stores[0]
+    return store_widenings(was.key_schema, was.value_schema, now.key_schema,
+                           now.value_schema) or []
+
+
+def incompatibilities(old: OperatorEntry, new: NewOperator,
+                      migrating: bool = False) -> list[str]:
     """Every reason ``new`` cannot take ``old``'s state (a changed kind alone: the schemas
-    of another kind of operator say nothing more)."""
+    of another kind of operator say nothing more). ``migrating``: what a start migrates
+    (:func:`state_changes`) is no reason."""
+    if migrating and state_changes(old, new):
+        return []
     if old.spark_operator_name != new.spark_operator_name:
         return [f"operator kind changed: snapshot has {old.kind} ({old.spark_operator_name}), "
                 f"the job has {new.kind} ({new.spark_operator_name})"]
@@ -162,12 +167,12 @@ def incompatibilities(old: OperatorEntry, new: NewOperator) -> list[str]:
             continue
         label = "" if store.name == "default" else f" of store {store.name}"
         if store.key_schema is not None and target.key_schema is not None and \
-                _strip(store.key_schema) != _strip(target.key_schema):
+                stripped(store.key_schema) != stripped(target.key_schema):
             reasons.append(
                 f"key schema{label} changed: snapshot has ({_describe(store.key_schema)}), "
                 f"the job has ({_describe(target.key_schema)})")
         if store.value_schema is not None and target.value_schema is not None and \
-                _strip(store.value_schema) != _strip(target.value_schema):
+                stripped(store.value_schema) != stripped(target.value_schema):
             reasons.append(
                 f"value schema{label} changed (a different aggregate or state type): "
                 f"snapshot has ({_describe(store.value_schema)}), the job has "
@@ -319,7 +324,9 @@ def validate(
             plan.warnings.append(unchecked)
         rows = "?" if old.rows is None else str(old.rows)
         reason = f"state of {entry_snapshot}/{old_name} ({rows} rows)"
-        row = OperatorRow(op.name, "resume", origin, True, reason, op.operator_id, op.kind)
+        changes = state_changes(old, op)
+        row = OperatorRow(op.name, "resume", origin, True, reason, op.operator_id, op.kind,
+                          changes=changes, reshaped=bool(changes))
         if job.partitions is not None and old.partitions != job.partitions:
             row.repartition = (old.partitions, job.partitions)
             row.reason += f", repartitioned from {old.partitions} to {job.partitions} partitions"

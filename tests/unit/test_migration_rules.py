@@ -1,6 +1,6 @@
-"""The pieces of a state store provider move that need no Spark: keys encoded as Spark's
-RocksDB provider stores them (the inverse of the reader's decoding) and the refusals `plan`
-gives for state one of the providers cannot hold."""
+"""The pieces of state migrations that need no Spark: keys encoded as Spark's RocksDB
+provider stores them (the inverse of the reader's decoding), the refusals `plan` gives for
+state one of the providers cannot hold, and which schema changes are widenings."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from sparkpoint.checkpoint.providers import HDFS_BACKED, ROCKSDB
 from sparkpoint.checkpoint.rocksdb_keys import KeyEncoding, encode_value
 from sparkpoint.checkpoint.unsafe_row import split_row
+from sparkpoint.upgrade.migration_rules import store_widenings, widens
 from sparkpoint.upgrade.provider_move import move_problems
 
 FIELDS: list[dict[str, Any]] = [
@@ -100,3 +101,39 @@ def test_state_one_provider_cannot_hold_is_refused_by_name(
 def test_no_move_no_problem() -> None:
     assert move_problems(ROCKSDB, ROCKSDB, {"spark.sql.streaming.stateStore.encodingFormat":
                                             "avro"}, {"t": "transformWithStateExec"}, 2) == []
+
+
+@pytest.mark.parametrize(("old", "new", "widened"), [
+    ("integer", "long", True), ("byte", "short", True), ("short", "long", True),
+    ("float", "double", True), ("decimal(10,2)", "decimal(12,2)", True),
+    ("decimal(10,2)", "decimal(12,4)", True),
+    ("long", "integer", False), ("double", "float", False), ("integer", "double", False),
+    ("decimal(10,2)", "decimal(10,3)", False), ("decimal(10,2)", "decimal(10,2)", False),
+    ("string", "long", False), ({"type": "struct", "fields": []}, "long", False),
+])
+def test_only_casts_that_keep_every_value_are_widenings(old: Any, new: Any,
+                                                        widened: bool) -> None:
+    assert widens(old, new) is widened
+
+
+def _struct(*fields: tuple[str, Any]) -> dict[str, Any]:
+    return {"type": "struct", "fields": [{"name": n, "type": t, "nullable": True,
+                                          "metadata": {}} for n, t in fields]}
+
+
+def test_a_store_is_migrated_only_when_every_difference_is_a_widening() -> None:
+    key = _struct(("window", _struct(("start", "timestamp"), ("end", "timestamp"))),
+                  ("user_id", "integer"))
+    wide_key = _struct(("window", _struct(("start", "timestamp"), ("end", "timestamp"))),
+                       ("user_id", "long"))
+    value = _struct(("count", "long"), ("max", "integer"))
+    assert store_widenings(key, value, key, value) == []
+    assert store_widenings(key, value, wide_key, _struct(("count", "long"), ("max", "long"))) \
+        == ["key column user_id: integer -> long (widened by Spark's cast; keys placed in the "
+            "partitions Spark's hash gives them)",
+            "value column max: integer -> long (widened by Spark's cast)"]
+    # Renamed, added, narrowed: not a widening.
+    assert store_widenings(key, value, _struct(("user", "long")), value) is None
+    assert store_widenings(key, value, key, _struct(("count", "long"), ("max", "integer"),
+                                                    ("sum", "long"))) is None
+    assert store_widenings(wide_key, value, key, value) is None

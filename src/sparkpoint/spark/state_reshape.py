@@ -1,0 +1,81 @@
+"""Rewrite one state store of an operator into a new shape as one Spark job: Spark's state
+reader decodes every key and value, Spark SQL computes the new key and value columns
+(casts, for widened columns), Spark's own hash places each new key in its partition, Spark's
+encoder gives the new rows' ``UnsafeRow`` bytes (``UnsafeRowBytes``, sparkpoint's jar), and
+one Python task per new partition writes that partition's store with the rows it receives.
+The driver moves no state bytes.
+
+The partition is ``pmod(hash(clustering columns), n)``: ``hash`` is Spark's ``Murmur3Hash``
+with seed 42, the expression of the ``HashPartitioning`` a stateful operator's input is
+clustered by (``StatefulOpClusteredDistribution``), over the same columns; so a key widened
+from int to bigint, whose hash differs, lands where the new job's shuffle sends its rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sparkpoint.spark.state_prune import UNSAFE_ROW_BYTES
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+
+_PARTITION, _KEY, _VALUE = "__sparkpoint_partition", "__sparkpoint_key", "__sparkpoint_value"
+_WRITTEN_SCHEMA = "partition int, rows long"
+
+# A task's writer: (partition, its keys, its values as UnsafeRow bytes) -> nothing.
+PartitionWriter = Callable[[int, "pa.Array", "pa.Array"], None]
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def reshape_store(spark: SparkSession, checkpoint: Path, batch: int, operator_id: int,
+                  key_sql: str, key_type: dict[str, Any], value_sql: str,
+                  value_type: dict[str, Any], clustered: list[str], partitions: int,
+                  write: PartitionWriter) -> dict[int, int]:
+    """Rewrite the operator's state at ``batch`` (its only store): the new key is
+    ``key_sql`` cast to ``key_type``, the new value ``value_sql`` cast to ``value_type``
+    (Spark SQL over the state reader's ``key`` and ``value`` structs; a cast from struct to
+    struct goes field by field, by position), each new key placed in one of ``partitions``
+    by its ``clustered`` columns; ``write`` runs in the tasks, once per partition that
+    receives rows. Returns the rows written per partition."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import _parse_datatype_json_value
+
+    old = (spark.read.format("statestore").option("batchId", batch)
+           .option("operatorId", operator_id).load(str(checkpoint)))
+    shaped = old.select(F.expr(key_sql).cast(_parse_datatype_json_value(key_type)).alias(_KEY),
+                        F.expr(value_sql).cast(_parse_datatype_json_value(value_type))
+                        .alias(_VALUE))
+    hashed = ", ".join(f"{_KEY}.{_quoted(name)}" for name in clustered)
+    jvm = spark._jvm
+    assert jvm is not None
+    functions = {}
+    for column in (_KEY, _VALUE):
+        function = f"__sparkpoint_{column.strip('_')}_bytes"
+        spark._jsparkSession.udf().register(
+            function, getattr(jvm, UNSAFE_ROW_BYTES)(shaped.schema[column].dataType.json()),
+            jvm.org.apache.spark.sql.types.DataTypes.BinaryType)
+        functions[column] = function
+    # No clustering columns (a global aggregation): Spark keeps the state in partition 0.
+    placed = F.expr(f"pmod(hash({hashed}), {partitions})") if clustered else F.lit(0)
+    encoded = shaped.select(
+        placed.cast("int").alias(_PARTITION),
+        F.call_function(functions[_KEY], F.col(_KEY)).alias("key"),
+        F.call_function(functions[_VALUE], F.col(_VALUE)).alias("value"))
+
+    def write_group(table: pa.Table) -> pa.Table:
+        partition = int(table.column(_PARTITION)[0].as_py())
+        write(partition, table.column("key").combine_chunks(),
+              table.column("value").combine_chunks())
+        return pa.table({"partition": pa.array([partition], pa.int32()),
+                         "rows": pa.array([table.num_rows], pa.int64())})
+
+    written = encoded.groupBy(_PARTITION).applyInArrow(write_group, _WRITTEN_SCHEMA).collect()
+    return {int(row["partition"]): int(row["rows"]) for row in written}

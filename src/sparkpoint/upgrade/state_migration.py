@@ -1,0 +1,144 @@
+"""Migrate the state of resumed operators whose state schema changed in a way
+upgrade/migration_rules.py migrates (columns widened), in the staging checkpoint of a start,
+after any repartition and provider move and before Spark's restart check.
+
+Each operator's store is rewritten by one Spark job (spark/state_reshape.py: Spark's state
+reader, Spark's cast, Spark's hash, Spark's ``UnsafeRow`` encoder); each task writes its new
+partition's version ``batch + 1`` under ``<operator>/.migrating/`` in the provider's files
+(HDFS-backed: one snapshot file; RocksDB: one SST committed as Spark commits a version, with
+the settings of an empty version Spark's provider wrote). Then, on the driver, each
+partition's old files are replaced by the new ones (an empty version where no key landed)
+and the store's schema file is written for the new schema, byte for byte as Spark writes it,
+so that Spark's schema check on restart compares the new job with the migrated state.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sparkpoint.checkpoint import hdfs_state, rocksdb_writer
+from sparkpoint.checkpoint.layout import Checkpoint, OperatorDir, StoreLayout
+from sparkpoint.checkpoint.operators import StateSchemaFile
+from sparkpoint.checkpoint.providers import ROCKSDB, StateProvider
+from sparkpoint.checkpoint.rocksdb_keys import KeyEncoding, encode_value
+from sparkpoint.errors import CheckpointFormatError
+from sparkpoint.progress import phase
+from sparkpoint.spark.driver_disk import check_here
+from sparkpoint.spark.state_reshape import reshape_store
+from sparkpoint.storage.local import write_atomic
+from sparkpoint.upgrade.hdfs_repartition import partition_key_fields, run_tasks
+from sparkpoint.upgrade.provider_move import RocksDbTemplate, rocksdb_template, state_files_removed
+from sparkpoint.upgrade.validate import JobShape, OperatorRow
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+
+_MIGRATING = ".migrating"
+
+
+@dataclass(frozen=True)
+class _Written:
+    """Where and how a task writes its new partition (picklable: it goes to the tasks)."""
+
+    operator_dir: Path
+    store: StoreLayout
+    version: int
+    keys: KeyEncoding
+    rocksdb: RocksDbTemplate | None
+
+    def partition_dir(self, partition: int) -> Path:
+        return self.store.partition_dir(self.operator_dir / _MIGRATING, partition)
+
+
+def _write_partition(partition: int, keys: pa.Array, values: pa.Array,
+                     written: _Written) -> None:
+    """A task: one new partition's version from its rows (``UnsafeRow`` bytes)."""
+    check_here(written.operator_dir)
+    _write_version(written, written.partition_dir(partition), keys.to_pylist(),
+                   values.to_pylist())
+
+
+def _write_version(written: _Written, directory: Path, keys: list[bytes],
+                   values: list[bytes]) -> None:
+    if written.rocksdb is None:
+        hdfs_state.write_snapshot(directory, written.version, dict(zip(keys, values,
+                                                                       strict=True)))
+        return
+    import pyarrow as pa
+
+    pairs = sorted((written.keys.encode(key, directory), encode_value(value))
+                   for key, value in zip(keys, values, strict=True))
+    rocksdb_writer.write_sorted(directory, written.version,
+                                pa.array([k for k, _v in pairs], pa.binary()),
+                                pa.array([v for _k, v in pairs], pa.binary()),
+                                written.rocksdb.options, written.rocksdb.metadata)
+
+
+def migrate_operators(spark: SparkSession, checkpoint: Path, batch: int,
+                      rows: list[OperatorRow], shape: JobShape,
+                      provider: StateProvider) -> int:
+    """Migrate every resumed operator of ``rows`` with changes; returns the keys written."""
+    migrated = [row for row in rows if row.action == "resume" and row.reshaped
+                and row.operator_id is not None]
+    if not migrated:
+        return 0
+    operators = {op.operator_id: op for op in Checkpoint(checkpoint).operators(batch)}
+    planned = {op.name: op for op in shape.operators}
+    keys = 0
+    with tempfile.TemporaryDirectory(prefix="sparkpoint-empty-rocksdb-") as scratch:
+        template = rocksdb_template(spark, Path(scratch)) if provider is ROCKSDB else None
+        for row in migrated:
+            assert row.operator_id is not None
+            operator = operators.get(row.operator_id)
+            new = planned[row.name]
+            if operator is None or len(new.stores) != 1 or len(operator.stores()) != 1:
+                raise CheckpointFormatError(
+                    f"{checkpoint}: expected operator {row.operator_id} ({row.name}) with one "
+                    "state store to migrate, found none or several")
+            store = new.stores[0]
+            if store.key_schema is None or store.value_schema is None:
+                raise CheckpointFormatError(
+                    f"operator '{row.name}': expected the new job's state schema from Spark's "
+                    "planner, found none")
+            keys += _migrate_operator(spark, checkpoint, batch, operator, store.key_schema,
+                                      store.value_schema, template)
+    return keys
+
+
+def _migrate_operator(spark: SparkSession, checkpoint: Path, batch: int,
+                      operator: OperatorDir, key_schema: dict[str, Any],
+                      value_schema: dict[str, Any], template: RocksDbTemplate | None) -> int:
+    [layout] = operator.stores()
+    prefix = operator.key_encoding(layout).prefix_columns
+    key_fields = list(key_schema["fields"])
+    clustered = [f["name"] for f in partition_key_fields(operator.operator_name, layout.name,
+                                                         prefix, key_fields)]
+    op_dir = operator.local_path
+    written = _Written(op_dir, layout, batch + 1, KeyEncoding(prefix, tuple(key_fields)),
+                       template)
+    shutil.rmtree(op_dir / _MIGRATING, ignore_errors=True)
+    with phase(f"migrate: {operator.operator_name} (Spark tasks)"):
+        counts = run_tasks(op_dir, lambda: reshape_store(
+            spark, checkpoint, batch, operator.operator_id, "key", key_schema, "value",
+            value_schema, clustered, operator.partitions,
+            functools.partial(_write_partition, written=written)))
+    for partition in range(operator.partitions):
+        target = layout.partition_dir(op_dir, partition)
+        state_files_removed(target)
+        fresh = written.partition_dir(partition)
+        if partition in counts and fresh.is_dir():
+            for entry in fresh.iterdir():
+                os.rename(entry, target / entry.name)
+        else:
+            _write_version(written, target, [], [])
+    shutil.rmtree(op_dir / _MIGRATING)
+    schema = layout.partition_dir(op_dir, 0) / "_metadata" / "schema"
+    write_atomic(schema, StateSchemaFile.build(key_schema, value_schema).to_bytes())
+    return sum(counts.values())
