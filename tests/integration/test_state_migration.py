@@ -27,8 +27,10 @@ from sparkpoint.storage.home import Home
 from sparkpoint.testing import USERS, Click, clicks_for_slice, output_rows
 from tests.conftest import REPO
 from tests.support.cli import sparkpoint
+from tests.support.spark_examples import Line, expected_windowed_word_counts, write_lines
 
-JOB = REPO / "tests" / "data" / "jobs" / "widened_ids.py"
+EXAMPLES_JOBS = REPO / "tests" / "data" / "jobs"
+JOB = EXAMPLES_JOBS / "widened_ids.py"
 pytestmark = pytest.mark.spark
 
 
@@ -136,3 +138,71 @@ def test_ids_widened_to_bigint_keep_the_state_of_both_operators(
     assert checkpoint.provider(checkpoint.require_latest_committed_batch()) == provider
     assert output_rows(spark, tmp_path / "v1") + output_rows(spark, tmp_path / "v2") \
         == expected(events)
+
+
+GROWN = EXAMPLES_JOBS / "spark_example_wordcount_grown.py"
+
+
+def _windows_of(line: Line) -> list[tuple[dt.datetime, dt.datetime, str]]:
+    """The (start, end, word) sliding windows (10 s every 5 s) each word of ``line`` is in."""
+    epoch_ms = int(line.timestamp.timestamp() * 1000)
+    found = []
+    start = epoch_ms - epoch_ms % 5000
+    while start > epoch_ms - 10_000:
+        begin = dt.datetime.fromtimestamp(start / 1000, dt.UTC).replace(tzinfo=None)
+        found.extend((begin, begin + dt.timedelta(seconds=10), word) for word in line.words())
+        start -= 5000
+    return found
+
+
+def test_the_windowed_word_count_gains_two_aggregates_and_keeps_its_counts(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Spark's windowed word count, then the version with sum(length(word)) and
+    max(timestamp) added: the counts go on from the old state, the new aggregates hold what
+    the new version saw (null where it saw no row of the window)."""
+    home, inp = Home(tmp_path / "home"), tmp_path / "input"
+    before = write_lines(inp, range(0, 3))
+    old_params = {"input": str(inp), "output": str(tmp_path / "v1")}
+    conf = {"spark.sql.shuffle.partitions": "3"}
+    api.run(home, EXAMPLES_JOBS / "spark_example_wordcount.py", "counts", params=old_params,
+            conf=conf, until_caught_up=True, spark=spark)
+    manifest = api.snapshot_create(home, "counts", "before-growth")
+    [entry] = manifest.operators
+    assert entry.aggregates is not None
+    assert [a.function for a in entry.aggregates] == ["count(1)"]
+    after = write_lines(inp, range(3, 6))
+    params = {"input": str(inp), "output": str(tmp_path / "v2")}
+
+    plan = api.plan(home, GROWN, params=params, conf=conf, from_snapshot="before-growth",
+                    spark=spark)
+    assert plan.ok, plan.problems
+    [row] = plan.to_dict()["operators"]
+    assert row["action"] == "migrate"
+    assert row["changes"] == [
+        f"aggregate sum(length(word)) added: starts as if it had seen no row before the "
+        f"switch (CAST(NULL AS BIGINT)) in each of the {entry.rows} keys",
+        f"aggregate max(timestamp) added: starts as if it had seen no row before the switch "
+        f"(CAST(NULL AS TIMESTAMP)) in each of the {entry.rows} keys"]
+
+    api.run(home, GROWN, "grown", params=params, conf=conf, from_snapshot="before-growth",
+            until_caught_up=True, spark=spark)
+    api.drain(home, "grown", spark=spark)
+
+    old_rows = output_rows(spark, tmp_path / "v1")
+    new_rows = output_rows(spark, tmp_path / "v2")
+    # The count: one job over all the input, each window emitted once.
+    assert old_rows + Counter({row[:4]: n for row, n in new_rows.items()}) \
+        == expected_windowed_word_counts(before + after)
+    # The new aggregates: what the new version saw of each window it emitted.
+    letters: dict[tuple[Any, ...], int] = {}
+    latest: dict[tuple[Any, ...], dt.datetime] = {}
+    for line in after:
+        for window in _windows_of(line):
+            letters[window] = letters.get(window, 0) + len(window[2])
+            stamp = line.timestamp.astimezone(dt.UTC).replace(tzinfo=None)
+            latest[window] = max(latest.get(window, stamp), stamp)
+    assert {row[:3]: row[4:] for row in new_rows} == {
+        row[:3]: (letters.get(row[:3]), latest.get(row[:3])) for row in new_rows}
+    assert any(row[4] is None for row in new_rows), "no window of the old version was emitted"
+    assert any(row[4] is not None for row in new_rows)

@@ -10,10 +10,16 @@ from typing import Any
 
 import pytest
 
+from sparkpoint.aggregates import AggregateState, BufferColumn
 from sparkpoint.checkpoint.providers import HDFS_BACKED, ROCKSDB
 from sparkpoint.checkpoint.rocksdb_keys import KeyEncoding, encode_value
 from sparkpoint.checkpoint.unsafe_row import split_row
-from sparkpoint.upgrade.migration_rules import store_widenings, widens
+from sparkpoint.upgrade.migration_rules import (
+    AggregateMove,
+    aggregate_move,
+    store_widenings,
+    widens,
+)
 from sparkpoint.upgrade.provider_move import move_problems
 
 FIELDS: list[dict[str, Any]] = [
@@ -137,3 +143,51 @@ def test_a_store_is_migrated_only_when_every_difference_is_a_widening() -> None:
     assert store_widenings(key, value, key, _struct(("count", "long"), ("max", "integer"),
                                                     ("sum", "long"))) is None
     assert store_widenings(wide_key, value, key, value) is None
+
+
+def _agg(function: str, *buffer: tuple[str, str], initial: tuple[str, ...] | None = ("x",),
+         ) -> AggregateState:
+    return AggregateState(function=function, initial=initial, buffer=tuple(
+        BufferColumn(name=n, type=t) for n, t in buffer))
+
+
+COUNT = _agg("count(1)", ("count", "long"), initial=("0L",))
+AVG = _agg("avg(n)", ("sum", "double"), ("count", "long"), initial=("0.0D", "0L"))
+MAX = _agg("max(ts)", ("max", "timestamp"), initial=("CAST(NULL AS TIMESTAMP)",))
+
+
+def _value(*aggregates: AggregateState) -> dict[str, Any]:
+    return _struct(*[(c.name, c.type) for a in aggregates for c in a.buffer])
+
+
+def test_aggregates_added_removed_and_reordered_take_their_columns_by_function() -> None:
+    move = aggregate_move((COUNT, AVG), (MAX, AVG), _value(COUNT, AVG), _value(MAX, AVG), 7)
+    assert isinstance(move, AggregateMove)
+    # max starts at its initial value; avg's two columns come from old positions 1 and 2.
+    assert move.old_column == (None, 1, 2)
+    assert move.initial == ("CAST(NULL AS TIMESTAMP)", None, None)
+    assert move.changes == (
+        "aggregate max(ts) added: starts as if it had seen no row before the switch "
+        "(CAST(NULL AS TIMESTAMP)) in each of the 7 keys",
+        "aggregate count(1) removed: its state is dropped")
+    reordered = aggregate_move((COUNT, AVG), (AVG, COUNT), _value(COUNT, AVG),
+                               _value(AVG, COUNT), None)
+    assert isinstance(reordered, AggregateMove)
+    assert reordered.old_column == (1, 2, 0)
+    assert reordered.changes == ("aggregates reordered: avg(n), count(1)",)
+
+
+def test_aggregate_changes_that_cannot_be_migrated_are_named() -> None:
+    listed = _agg("collect_list(n)", ("buf", "binary"), initial=None)
+    assert aggregate_move((COUNT,), (COUNT, listed), _value(COUNT), _value(COUNT, listed),
+                          1) == ("aggregate collect_list(n) added: its buffer is an object "
+                                 "Spark serializes, with no initial value to start it from")
+    narrowed = _agg("count(1)", ("count", "integer"))
+    assert "changed type from long to integer" in str(
+        aggregate_move((COUNT, AVG), (narrowed,), _value(COUNT, AVG), _value(narrowed), 1))
+    # A value that is not the buffers one after the other (state format 1) is not moved.
+    assert "state format" in str(aggregate_move((COUNT,), (MAX,), _struct(("k", "string"),
+                                                ("count", "long")), _value(MAX), 1))
+    # Unknown or unchanged functions: nothing to say here.
+    assert aggregate_move(None, (COUNT,), _value(COUNT), _value(COUNT), 1) is None
+    assert aggregate_move((COUNT,), (COUNT,), _value(COUNT), _value(COUNT), 1) is None

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic import ValidationError as PydanticValidationError
 
+from sparkpoint.aggregates import AggregateState
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.errors import CorruptRecordError, UnknownJobError
 from sparkpoint.runtime.lock import fence, holds
@@ -48,6 +49,9 @@ class OperatorRecord(BaseModel):
     # The event-time window its keys hold; None: not known (recorded by an older version,
     # or a session gap computed per row).
     window: WindowSpec | None = None
+    # An aggregation's functions in its state's order (sparkpoint.aggregates); None: not an
+    # aggregation, or recorded by an older version.
+    aggregates: tuple[AggregateState, ...] | None = None
 
 
 class SourceRecord(BaseModel):
@@ -205,6 +209,9 @@ class JobRecord(BaseModel):
 
     def operator_windows(self) -> dict[int, WindowSpec | None]:
         return {op.operator_id: op.window for op in self.operators}
+
+    def operator_aggregates(self) -> dict[int, tuple[AggregateState, ...] | None]:
+        return {op.operator_id: op.aggregates for op in self.operators}
 
 
 class JobRegistry:

@@ -495,7 +495,8 @@ def _execute(held: HeldRun, on_started: Callable[[StreamingQuery], None] | None)
     record.operators = [
         OperatorRecord(name=op.name, operator_id=op.operator_id,
                        spark_operator_name=op.spark_operator_name,
-                       named_by_user=op.named_by_user, window=op.window)
+                       named_by_user=op.named_by_user, window=op.window,
+                       aggregates=op.aggregates)
         for op in planned.operators
     ]
     record.output = planned.sink.location if planned.sink is not None else None

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeGuard
 
+from sparkpoint.aggregates import AggregateState
 from sparkpoint.checkpoint import hdfs_state
 from sparkpoint.checkpoint.layout import SHUFFLE_PARTITIONS_CONF, Checkpoint, OperatorDir
 from sparkpoint.checkpoint.logs import (
@@ -124,6 +125,9 @@ class JobInfo:
     spark_version: str
     # Per Spark operator id, the window its keys hold (see sparkpoint.windows).
     operator_windows: Mapping[int, WindowSpec | None] = field(default_factory=dict)
+    # Per Spark operator id, an aggregation's functions (see sparkpoint.aggregates).
+    operator_aggregates: Mapping[int, tuple[AggregateState, ...] | None] = \
+        field(default_factory=dict)
     # Names for the checkpoint's sources ('0', '1' ... in a checkpoint written without
     # source names): the snapshot holds them named (offsets v2, sources/<name>), as a
     # sparkpoint job writes them. Empty: the names the checkpoint has.
@@ -499,6 +503,7 @@ def _export_batch(
                 rows=rows,
                 bytes=state_bytes,
                 window=info.operator_windows.get(operator.operator_id),
+                aggregates=info.operator_aggregates.get(operator.operator_id),
             )
         )
 

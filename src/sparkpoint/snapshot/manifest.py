@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
+from sparkpoint.aggregates import AggregateState
 from sparkpoint.errors import SnapshotDamagedError
 from sparkpoint.storage.local import checksum_of
 from sparkpoint.windows import WindowSpec
@@ -122,6 +123,9 @@ class OperatorEntry(_Strict):
     # The event-time window of its keys when the snapshot was taken; None in manifests of
     # older versions (then a window change cannot be checked).
     window: WindowSpec | None = None
+    # An aggregation's functions in its state's order; None: not an aggregation, or not
+    # recorded (then an aggregate added or removed cannot be migrated).
+    aggregates: tuple[AggregateState, ...] | None = None
 
 
 class Manifest(_Strict):

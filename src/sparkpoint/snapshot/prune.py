@@ -492,6 +492,8 @@ def prune_snapshot(
             job=manifest.job,
             operator_names={entry.operator_id: entry.name for entry in manifest.operators},
             operator_windows={entry.operator_id: entry.window for entry in manifest.operators},
+            operator_aggregates={entry.operator_id: entry.aggregates
+                                 for entry in manifest.operators},
             job_file=manifest.job_file,
             params=dict(manifest.params),
             spark_version=manifest.spark_version,

@@ -38,7 +38,8 @@ def snapshot_job(home: Home, job: str, name: str, echo: Echo,
     registry = JobRegistry(home)
     record = registry.get(job)
     info = JobInfo(job=job, operator_names=record.operator_names(),
-                   operator_windows=record.operator_windows(), job_file=record.job_file,
+                   operator_windows=record.operator_windows(),
+                   operator_aggregates=record.operator_aggregates(), job_file=record.job_file,
                    params=record.params, spark_version=installed_pyspark_version(),
                    state_rows=read_state_rows(home.job_dir(job)))
     checkpoint = registry.checkpoint(job)

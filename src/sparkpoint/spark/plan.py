@@ -11,11 +11,13 @@ columns below dedupes.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sparkpoint.aggregates import AggregateState, BufferColumn
 from sparkpoint.errors import JobFileError
 from sparkpoint.spark.declarations import StatefulDeclaration
 from sparkpoint.spark.jvm import scala_list
@@ -35,6 +37,9 @@ class PlannedOperator:
     named_by_user: bool
     # None: the operator has a window sparkpoint cannot read (a gap computed per row).
     window: WindowSpec | None = NO_WINDOW
+    # An aggregation's functions in the order its state value holds their buffers; None for
+    # other operators (and aggregations whose state value is laid out otherwise).
+    aggregates: tuple[AggregateState, ...] | None = None
 
 
 def _children(node: Any) -> list[Any]:
@@ -191,6 +196,35 @@ def _window(node: Any) -> WindowSpec | None:
     return NO_WINDOW
 
 
+_AGGREGATE_EXECS = ("HashAggregateExec", "ObjectHashAggregateExec", "SortAggregateExec")
+_WRAPPERS = ("WholeStageCodegenExec", "InputAdapter")
+
+
+def _aggregates(node: Any) -> tuple[AggregateState, ...] | None:
+    """A ``StateStoreSaveExec``'s aggregate functions, from the partial-merge aggregate below
+    it whose output (keys, then every function's buffer) is what the state stores."""
+    if str(node.shortName()) != "stateStoreSave":
+        return None
+    child = node.child()
+    while _class(child) in _WRAPPERS:
+        child = child.child()
+    if _class(child) not in _AGGREGATE_EXECS:
+        return None
+    found = []
+    for expression in scala_list(child.aggregateExpressions()):
+        function = expression.aggregateFunction()
+        buffer = tuple(BufferColumn(name=str(a.name()), type=json.loads(str(a.dataType().json())))
+                       for a in scala_list(function.aggBufferAttributes()))
+        try:
+            initial: tuple[str, ...] | None = tuple(
+                str(value.sql()) for value in scala_list(function.initialValues()))
+        except Exception:  # py4j: an imperative aggregate has no initialValues
+            initial = None
+        found.append(AggregateState(function=str(function.sql()), buffer=buffer,
+                                    initial=initial))
+    return tuple(found)
+
+
 def _executed_plan(frame: DataFrame) -> Any:
     return frame._jdf.queryExecution().queryExecutionForExplain().executedPlan()
 
@@ -212,6 +246,7 @@ def stateful_operators(
                 "spark_operator_name": str(node.shortName()),
                 "signature": _signature(node),
                 "window": _window(node),
+                "aggregates": _aggregates(node),
                 "name": None,
             }
         )
@@ -254,6 +289,7 @@ def stateful_operators(
                 name=name,
                 named_by_user=named,
                 window=op["window"],
+                aggregates=op["aggregates"],
             )
         )
     return result

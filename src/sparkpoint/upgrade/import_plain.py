@@ -63,7 +63,9 @@ def import_plain_checkpoint(
     if ahead is not None:
         echo(f"warning: {import_warning(ahead, checkpoint, snapshot)}")
     info = JobInfo(job=f"import:{checkpoint.root}", operator_names=adoption.operator_names,
-                   operator_windows=adoption.operator_windows, job_file=str(job_file.absolute()),
+                   operator_windows=adoption.operator_windows,
+                   operator_aggregates={op.operator_id: op.aggregates for op in shape.operators},
+                   job_file=str(job_file.absolute()),
                    params=dict(params), spark_version=installed_pyspark_version(),
                    source_names=adoption.source_names)
     echo(f"importing {checkpoint.root} as snapshot '{snapshot}': sources "

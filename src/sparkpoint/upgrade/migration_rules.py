@@ -6,12 +6,20 @@ type is widened (byte, short, int to a longer integer; float to double; a decima
 for at least as many digits on each side of the point) is migrated by Spark's own cast; any
 other difference is left to the checks that call it incompatible. Stateful operators with
 more than one store (stream-stream joins) are not migrated here.
+
+An aggregation whose functions are recorded (sparkpoint.aggregates) for both the snapshot
+and the new job is migrated when it adds, removes or reorders aggregate functions: each new
+buffer column comes from the old value's column of the same function (widened where its
+type is) or starts at the function's own initial value, Spark's SQL of it.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
+
+from sparkpoint.aggregates import AggregateState
 
 _INTEGERS = ("byte", "short", "integer", "long")
 _DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
@@ -83,3 +91,71 @@ def store_widenings(old_key: dict[str, Any] | None, old_value: dict[str, Any] | 
                           if part == "key" else ")")
                        for name, was, now in widened)
     return changes
+
+
+@dataclass(frozen=True)
+class AggregateMove:
+    """How an aggregation's new state value is made from its old one: per new buffer
+    column, the old value's column it takes (by position) or the SQL of its initial value."""
+
+    old_column: tuple[int | None, ...]
+    initial: tuple[str | None, ...]
+    changes: tuple[str, ...]
+
+
+def _buffer_types(aggregates: tuple[AggregateState, ...]) -> list[Any]:
+    return [stripped(column.type) for state in aggregates for column in state.buffer]
+
+
+def aggregate_move(old: tuple[AggregateState, ...] | None,
+                   new: tuple[AggregateState, ...] | None,
+                   old_value: dict[str, Any] | None, new_value: dict[str, Any] | None,
+                   keys: int | None) -> AggregateMove | str | None:
+    """The move of an aggregation's state value to the new job's aggregates (added ones
+    start from their initial buffer values, removed ones are dropped, kept ones move to
+    their new position and may be widened); a reason when the functions differ in a way
+    that cannot be migrated; None when the functions are not both known or are the same.
+    ``keys``: the state's keys, for `plan` to say how many an added aggregate starts in."""
+    if old is None or new is None or old_value is None or new_value is None:
+        return None
+    if [a.function for a in old] == [a.function for a in new]:
+        return None
+    if _buffer_types(old) != [stripped(f["type"]) for f in old_value.get("fields", [])] or \
+            _buffer_types(new) != [stripped(f["type"]) for f in new_value.get("fields", [])]:
+        return ("the state value is not the aggregates' buffers one after the other (an "
+                "aggregation state format other than Spark's version 2)")
+    starts = {}
+    position = 0
+    for state in old:
+        starts[state.function] = position
+        position += len(state.buffer)
+    by_function = {state.function: state for state in old}
+    columns: list[int | None] = []
+    initial: list[str | None] = []
+    changes = []
+    count = "?" if keys is None else str(keys)
+    for state in new:
+        was = by_function.get(state.function)
+        if was is not None:
+            for index, (before, now) in enumerate(zip(was.buffer, state.buffer, strict=True)):
+                if stripped(before.type) != stripped(now.type) and \
+                        not widens(before.type, now.type):
+                    return (f"aggregate {state.function}: its buffer column {now.name} changed "
+                            f"type from {before.type} to {now.type}")
+                columns.append(starts[state.function] + index)
+                initial.append(None)
+            continue
+        if state.initial is None:
+            return (f"aggregate {state.function} added: its buffer is an object Spark "
+                    "serializes, with no initial value to start it from")
+        columns.extend([None] * len(state.buffer))
+        initial.extend(state.initial)
+        changes.append(f"aggregate {state.function} added: starts as if it had seen no row "
+                       f"before the switch ({', '.join(state.initial)}) in each of the "
+                       f"{count} keys")
+    kept = [state.function for state in new if state.function in by_function]
+    changes.extend(f"aggregate {state.function} removed: its state is dropped"
+                   for state in old if state.function not in kept)
+    if kept != [state.function for state in old if state.function in kept]:
+        changes.append(f"aggregates reordered: {', '.join(kept)}")
+    return AggregateMove(tuple(columns), tuple(initial), tuple(changes))

@@ -38,7 +38,7 @@ from sparkpoint.errors import (
     ValidationError,
 )
 from sparkpoint.progress import phase
-from sparkpoint.snapshot.manifest import Manifest
+from sparkpoint.snapshot.manifest import Manifest, OperatorEntry
 from sparkpoint.snapshot.store import SnapshotStore
 from sparkpoint.sources.positions import (
     ResolvedPosition,
@@ -146,7 +146,7 @@ def job_shape(planned: PlannedJob) -> tuple[JobShape, dict[str, NewOperatorLayou
         operators.append(NewOperator(
             name=op.name, operator_id=op.operator_id, spark_operator_name=op.spark_operator_name,
             stores=tuple(NewStore(s.name, s.key_schema, s.value_schema) for s in stores),
-            named_by_user=op.named_by_user, window=op.window,
+            named_by_user=op.named_by_user, window=op.window, aggregates=op.aggregates,
         ))
         layouts[op.name] = NewOperatorLayout(
             operator_id=op.operator_id,
@@ -341,6 +341,18 @@ def _empty_state_writer(
     return writers[provider.class_name]
 
 
+def _resumed_entries(resolution: Resolution) -> dict[str, OperatorEntry]:
+    """The snapshot's entry of every resumed operator, by the new job's name of it."""
+    found = {}
+    for row in resolution.plan.operators:
+        if row.action == "resume" and row.origin is not None:
+            entry = resolution.snapshots[row.origin["snapshot"]].manifest.operator(
+                row.origin["operator"])
+            if entry is not None:
+                found[row.name] = entry
+    return found
+
+
 def _asked_state_format(conf: Mapping[str, str], provider: StateProvider) -> int | None:
     """The state format the job's own settings ask for (Spark itself keeps a restarted
     query in the format of its latest commit, whatever the setting says); None: keep the
@@ -491,7 +503,7 @@ def build_new_checkpoint(
                 crash_point("restore.provider_moved")
         if reshaped and result.batch_id is not None:
             keys = migrate_operators(planned.spark, staging, result.batch_id, plan.operators,
-                                     resolution.shape, new_provider)
+                                     resolution.shape, new_provider, _resumed_entries(resolution))
             echo(f"migrated the state of the operators whose state changed ({keys} keys, as "
                  "Spark tasks)")
             if publish:

@@ -18,6 +18,7 @@ import functools
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,10 +30,12 @@ from sparkpoint.checkpoint.providers import ROCKSDB, StateProvider
 from sparkpoint.checkpoint.rocksdb_keys import KeyEncoding, encode_value
 from sparkpoint.errors import CheckpointFormatError
 from sparkpoint.progress import phase
+from sparkpoint.snapshot.manifest import OperatorEntry
 from sparkpoint.spark.driver_disk import check_here
 from sparkpoint.spark.state_reshape import reshape_store
 from sparkpoint.storage.local import write_atomic
 from sparkpoint.upgrade.hdfs_repartition import partition_key_fields, run_tasks
+from sparkpoint.upgrade.migration_rules import AggregateMove, aggregate_move
 from sparkpoint.upgrade.provider_move import RocksDbTemplate, rocksdb_template, state_files_removed
 from sparkpoint.upgrade.validate import JobShape, OperatorRow
 
@@ -82,9 +85,11 @@ def _write_version(written: _Written, directory: Path, keys: list[bytes],
 
 
 def migrate_operators(spark: SparkSession, checkpoint: Path, batch: int,
-                      rows: list[OperatorRow], shape: JobShape,
-                      provider: StateProvider) -> int:
-    """Migrate every resumed operator of ``rows`` with changes; returns the keys written."""
+                      rows: list[OperatorRow], shape: JobShape, provider: StateProvider,
+                      old_operators: Mapping[str, OperatorEntry]) -> int:
+    """Migrate every resumed operator of ``rows`` whose state changes schema
+    (``old_operators``: the snapshot's entry of each, by the new job's name); returns the
+    keys written."""
     migrated = [row for row in rows if row.action == "resume" and row.reshaped
                 and row.operator_id is not None]
     if not migrated:
@@ -107,13 +112,35 @@ def migrate_operators(spark: SparkSession, checkpoint: Path, batch: int,
                 raise CheckpointFormatError(
                     f"operator '{row.name}': expected the new job's state schema from Spark's "
                     "planner, found none")
+            old = old_operators[row.name]
+            move = aggregate_move(old.aggregates, new.aggregates, old.stores[0].value_schema,
+                                  store.value_schema, old.rows)
+            value_sql = _value_sql(move, old.stores[0].value_schema) \
+                if isinstance(move, AggregateMove) else "value"
             keys += _migrate_operator(spark, checkpoint, batch, operator, store.key_schema,
-                                      store.value_schema, template)
+                                      value_sql, store.value_schema, template)
     return keys
 
 
+def _value_sql(move: AggregateMove, old_value: dict[str, Any] | None) -> str:
+    """Spark SQL of the new state value (a struct, cast to the new schema by position): each
+    column the old value's column at its position, or the aggregate's initial value. The old
+    value is first cast to a struct of positional names (``c0``, ``c1`` ...): buffer names
+    repeat (two ``count`` columns)."""
+    from pyspark.sql.types import _parse_datatype_json_value
+
+    fields = (old_value or {}).get("fields", [])
+    positional = ",".join(
+        f"c{index}:{_parse_datatype_json_value(field['type']).simpleString()}"
+        for index, field in enumerate(fields))
+    old = f"CAST(value AS struct<{positional}>)"
+    parts = [f"{old}.c{column}" if column is not None else str(initial)
+             for column, initial in zip(move.old_column, move.initial, strict=True)]
+    return f"struct({', '.join(parts)})"
+
+
 def _migrate_operator(spark: SparkSession, checkpoint: Path, batch: int,
-                      operator: OperatorDir, key_schema: dict[str, Any],
+                      operator: OperatorDir, key_schema: dict[str, Any], value_sql: str,
                       value_schema: dict[str, Any], template: RocksDbTemplate | None) -> int:
     [layout] = operator.stores()
     prefix = operator.key_encoding(layout).prefix_columns
@@ -126,7 +153,7 @@ def _migrate_operator(spark: SparkSession, checkpoint: Path, batch: int,
     shutil.rmtree(op_dir / _MIGRATING, ignore_errors=True)
     with phase(f"migrate: {operator.operator_name} (Spark tasks)"):
         counts = run_tasks(op_dir, lambda: reshape_store(
-            spark, checkpoint, batch, operator.operator_id, "key", key_schema, "value",
+            spark, checkpoint, batch, operator.operator_id, "key", key_schema, value_sql,
             value_schema, clustered, operator.partitions,
             functools.partial(_write_partition, written=written)))
     for partition in range(operator.partitions):

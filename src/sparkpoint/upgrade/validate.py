@@ -11,9 +11,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkpoint.aggregates import AggregateState
 from sparkpoint.snapshot.manifest import Manifest, OperatorEntry, operator_kind
 from sparkpoint.upgrade.batches import BatchNumbering
-from sparkpoint.upgrade.migration_rules import store_widenings, stripped
+from sparkpoint.upgrade.migration_rules import (
+    AggregateMove,
+    aggregate_move,
+    store_widenings,
+    stripped,
+)
 from sparkpoint.upgrade.resume_point import (
     InitializeSource,
     InitializeState,
@@ -49,6 +55,8 @@ class NewOperator:
     stores: tuple[NewStore, ...] = ()
     named_by_user: bool = True
     window: WindowSpec | None = NO_WINDOW  # None: a window sparkpoint cannot read
+    # An aggregation's functions in its state's order (sparkpoint.aggregates).
+    aggregates: tuple[AggregateState, ...] | None = None
 
     @property
     def kind(self) -> str:
@@ -137,14 +145,34 @@ def compatibility(old: OperatorEntry, new: NewOperator) -> str | None:
     return reasons[0] if reasons else None
 
 
+def _single_stores(old: OperatorEntry, new: NewOperator) -> tuple[Any, NewStore] | None:
+    if old.spark_operator_name != new.spark_operator_name or len(old.stores) != 1 \
+            or len(new.stores) != 1 or old.stores[0].name != new.stores[0].name:
+        return None
+    return old.stores[0], new.stores[0]
+
+
+def _aggregate_move(old: OperatorEntry, new: NewOperator) -> AggregateMove | str | None:
+    stores = _single_stores(old, new)
+    if stores is None:
+        return None
+    was, now = stores
+    return aggregate_move(old.aggregates, new.aggregates, was.value_schema, now.value_schema,
+                          old.rows)
+
+
 def state_changes(old: OperatorEntry, new: NewOperator) -> list[str]:
     """What a start migrates in ``old``'s state for ``new`` (upgrade/migration_rules.py):
     empty when it resumes as it is or cannot be migrated (:func:`incompatibilities` says
     why)."""
-    if old.spark_operator_name != new.spark_operator_name or len(old.stores) != 1 \
-            or len(new.stores) != 1 or old.stores[0].name != new.stores[0].name:
+    stores = _single_stores(old, new)
+    if stores is None:
         return []
-    was, now = old.stores[0], new.stores[0]
+    was, now = stores
+    move = _aggregate_move(old, new)
+    if isinstance(move, AggregateMove):
+        keys = store_widenings(was.key_schema, None, now.key_schema, None)
+        return [] if keys is None else keys + list(move.changes)
     return store_widenings(was.key_schema, was.value_schema, now.key_schema,
                            now.value_schema) or []
 
@@ -153,9 +181,13 @@ def incompatibilities(old: OperatorEntry, new: NewOperator,
                       migrating: bool = False) -> list[str]:
     """Every reason ``new`` cannot take ``old``'s state (a changed kind alone: the schemas
     of another kind of operator say nothing more). ``migrating``: what a start migrates
-    (:func:`state_changes`) is no reason."""
+    (:func:`state_changes`) is no reason, and an aggregate change that cannot be migrated
+    is named."""
     if migrating and state_changes(old, new):
         return []
+    refused = _aggregate_move(old, new) if migrating else None
+    if isinstance(refused, str):
+        return [f"aggregates changed and cannot be migrated: {refused}"]
     if old.spark_operator_name != new.spark_operator_name:
         return [f"operator kind changed: snapshot has {old.kind} ({old.spark_operator_name}), "
                 f"the job has {new.kind} ({new.spark_operator_name})"]
