@@ -3,6 +3,7 @@ entry; compatibility by name, kind, key and value schema (field names included).
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sparkpoint.aggregates import AggregateState, BufferColumn
 from sparkpoint.errors import ValidationError
 from sparkpoint.snapshot.manifest import Manifest, OperatorEntry, SourceEntry, StoreEntry
 from sparkpoint.upgrade.resume_point import ResumePoint, load_resume_point, parse_resume_point
@@ -139,6 +141,28 @@ def test_changed_aggregate_is_a_value_schema_change() -> None:
         _new("dedup", 1, "dedupe", DEDUP_KEY, DUMMY)), 2)
     plan = validate(job, default_resume_point(job, "s1", S1), {"s1": S1})
     assert any("value schema changed" in p for p in plan.problems)
+
+
+def test_an_aggregate_added_to_a_snapshot_that_does_not_record_its_own_says_what_to_do(
+) -> None:
+    count = AggregateState(function="count(1)", initial=("0L",),
+                           buffer=(BufferColumn(name="count", type="long"),))
+    total = AggregateState(function="sum(n)", initial=("CAST(NULL AS BIGINT)",),
+                           buffer=(BufferColumn(name="sum", type="long"),))
+    grown = dataclasses.replace(_new("counts", 0, "stateStoreSave", AGG_KEY,
+                                     _struct(("count", "long"), ("sum", "long"))),
+                                aggregates=(count, total))
+    job = JobShape((NewSource("clicks"),), (grown, _new("dedup", 1, "dedupe", DEDUP_KEY,
+                                                        DUMMY)), 2)
+    plan = validate(job, default_resume_point(job, "s1", S1), {"s1": S1})
+    assert any("value schema changed" in p and "snapshot the old job again" in p
+               for p in plan.problems), plan.problems
+    # Recorded in the snapshot, the same change is migrated.
+    recorded = S1.model_copy(update={"operators": [
+        S1.operators[0].model_copy(update={"aggregates": (count,)}), S1.operators[1]]})
+    plan = validate(job, default_resume_point(job, "s1", recorded), {"s1": recorded})
+    assert plan.ok, plan.problems
+    assert [row.shown_action for row in plan.operators] == ["migrate", "resume"]
 
 
 def test_field_names_matter_for_same_typed_keys() -> None:

@@ -208,8 +208,17 @@ def incompatibilities(old: OperatorEntry, new: NewOperator,
             reasons.append(
                 f"value schema{label} changed (a different aggregate or state type): "
                 f"snapshot has ({_describe(store.value_schema)}), the job has "
-                f"({_describe(target.value_schema)})")
+                f"({_describe(target.value_schema)})" + _unrecorded(old, new))
     return reasons
+
+
+def _unrecorded(old: OperatorEntry, new: NewOperator) -> str:
+    """What to do when an aggregation's change could be migrated but the snapshot does not
+    say which aggregates its state holds."""
+    if old.aggregates is not None or new.aggregates is None:
+        return ""
+    return ("; the snapshot does not record the aggregates its state holds (taken by an "
+            "older sparkpoint): snapshot the old job again to have them migrated")
 
 
 def window_change(old: OperatorEntry, new: NewOperator) -> str | None:
