@@ -17,6 +17,7 @@ from sparkpoint.checkpoint.unsafe_row import split_row
 from sparkpoint.upgrade.migration_rules import (
     AggregateMove,
     aggregate_move,
+    dedupe_projection,
     store_widenings,
     widens,
 )
@@ -191,3 +192,18 @@ def test_aggregate_changes_that_cannot_be_migrated_are_named() -> None:
     # Unknown or unchanged functions: nothing to say here.
     assert aggregate_move(None, (COUNT,), _value(COUNT), _value(COUNT), 1) is None
     assert aggregate_move((COUNT,), (COUNT,), _value(COUNT), _value(COUNT), 1) is None
+
+
+def test_a_dedupe_losing_key_columns_is_projected_and_collapsed() -> None:
+    old = _struct(("event_id", "integer"), ("ts", "timestamp"), ("source", "string"))
+    assert dedupe_projection("dedupe", old, _struct(("event_id", "long"), ("source", "string"))) \
+        == ["key columns ts removed: keys projected onto (event_id, source), keys that become "
+            "equal collapsed into one (the latest expiry kept)",
+            "key column event_id: integer -> long (widened by Spark's cast; keys placed in the "
+            "partitions Spark's hash gives them)"]
+    # Reordered, renamed, nothing removed, or not a dedupe: not this change.
+    assert dedupe_projection("dedupe", old, _struct(("source", "string"),
+                                                    ("event_id", "integer"))) is None
+    assert dedupe_projection("dedupe", old, _struct(("id", "integer"))) is None
+    assert dedupe_projection("dedupe", old, old) is None
+    assert dedupe_projection("stateStoreSave", old, _struct(("event_id", "integer"))) is None

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
-_PARTITION, _KEY, _VALUE = "__sparkpoint_partition", "__sparkpoint_key", "__sparkpoint_value"
+# The new key and value take the old ones' column names: ``collapse`` reads ``value``.
+_PARTITION, _KEY, _VALUE = "__sparkpoint_partition", "key", "value"
 _WRITTEN_SCHEMA = "partition int, rows long"
 
 # A task's writer: (partition, its keys, its values as UnsafeRow bytes) -> nothing.
@@ -37,13 +38,15 @@ def _quoted(name: str) -> str:
 def reshape_store(spark: SparkSession, checkpoint: Path, batch: int, operator_id: int,
                   key_sql: str, key_type: dict[str, Any], value_sql: str,
                   value_type: dict[str, Any], clustered: list[str], partitions: int,
-                  write: PartitionWriter) -> dict[int, int]:
+                  write: PartitionWriter, collapse: str | None = None) -> dict[int, int]:
     """Rewrite the operator's state at ``batch`` (its only store): the new key is
     ``key_sql`` cast to ``key_type``, the new value ``value_sql`` cast to ``value_type``
     (Spark SQL over the state reader's ``key`` and ``value`` structs; a cast from struct to
     struct goes field by field, by position), each new key placed in one of ``partitions``
     by its ``clustered`` columns; ``write`` runs in the tasks, once per partition that
-    receives rows. Returns the rows written per partition."""
+    receives rows. ``collapse``: new keys may repeat (columns were removed), and this SQL
+    aggregate of ``value`` gives the one value each keeps. Returns the rows written per
+    partition."""
     import pyarrow as pa
     from pyspark.sql import functions as F
     from pyspark.sql.types import _parse_datatype_json_value
@@ -53,12 +56,14 @@ def reshape_store(spark: SparkSession, checkpoint: Path, batch: int, operator_id
     shaped = old.select(F.expr(key_sql).cast(_parse_datatype_json_value(key_type)).alias(_KEY),
                         F.expr(value_sql).cast(_parse_datatype_json_value(value_type))
                         .alias(_VALUE))
+    if collapse is not None:
+        shaped = shaped.groupBy(_KEY).agg(F.expr(collapse).alias(_VALUE))
     hashed = ", ".join(f"{_KEY}.{_quoted(name)}" for name in clustered)
     jvm = spark._jvm
     assert jvm is not None
     functions = {}
     for column in (_KEY, _VALUE):
-        function = f"__sparkpoint_{column.strip('_')}_bytes"
+        function = f"__sparkpoint_{column}_bytes"
         spark._jsparkSession.udf().register(
             function, getattr(jvm, UNSAFE_ROW_BYTES)(shaped.schema[column].dataType.json()),
             jvm.org.apache.spark.sql.types.DataTypes.BinaryType)

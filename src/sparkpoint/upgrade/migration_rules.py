@@ -159,3 +159,30 @@ def aggregate_move(old: tuple[AggregateState, ...] | None,
     if kept != [state.function for state in old if state.function in kept]:
         changes.append(f"aggregates reordered: {', '.join(kept)}")
     return AggregateMove(tuple(columns), tuple(initial), tuple(changes))
+
+
+_DEDUPES = ("dedupe", "dedupeWithinWatermark")
+
+
+def dedupe_projection(operator_name: str, old_key: dict[str, Any] | None,
+                      new_key: dict[str, Any] | None) -> list[str] | None:
+    """What `plan` says of a dedupe whose new key is the old key with columns removed (the
+    rest in the same order, maybe widened): each old key is projected onto the new columns
+    and keys that become equal are collapsed into one (an event id seen under any removed
+    column's value counts as seen). None: not such a change."""
+    if operator_name not in _DEDUPES or old_key is None or new_key is None:
+        return None
+    old_fields = old_key.get("fields", [])
+    new_names = [f["name"] for f in new_key.get("fields", [])]
+    kept = [f for f in old_fields if f["name"] in new_names]
+    if [f["name"] for f in kept] != new_names or len(kept) == len(old_fields):
+        return None
+    widened = widened_columns({"fields": kept}, new_key)
+    if widened is None:
+        return None
+    removed = [f["name"] for f in old_fields if f["name"] not in new_names]
+    return [f"key columns {', '.join(removed)} removed: keys projected onto "
+            f"({', '.join(new_names)}), keys that become equal collapsed into one "
+            "(the latest expiry kept)"] + [
+        f"key column {name}: {was} -> {now} (widened by Spark's cast; keys placed in the "
+        "partitions Spark's hash gives them)" for name, was, now in widened]

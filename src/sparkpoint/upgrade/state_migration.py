@@ -35,7 +35,7 @@ from sparkpoint.spark.driver_disk import check_here
 from sparkpoint.spark.state_reshape import reshape_store
 from sparkpoint.storage.local import write_atomic
 from sparkpoint.upgrade.hdfs_repartition import partition_key_fields, run_tasks
-from sparkpoint.upgrade.migration_rules import AggregateMove, aggregate_move
+from sparkpoint.upgrade.migration_rules import AggregateMove, aggregate_move, dedupe_projection
 from sparkpoint.upgrade.provider_move import RocksDbTemplate, rocksdb_template, state_files_removed
 from sparkpoint.upgrade.validate import JobShape, OperatorRow
 
@@ -117,8 +117,17 @@ def migrate_operators(spark: SparkSession, checkpoint: Path, batch: int,
                                   store.value_schema, old.rows)
             value_sql = _value_sql(move, old.stores[0].value_schema) \
                 if isinstance(move, AggregateMove) else "value"
+            key_sql, collapse = "key", None
+            if dedupe_projection(old.spark_operator_name, old.stores[0].key_schema,
+                                 store.key_schema) is not None:
+                # The key's remaining columns, by name; equal keys keep the latest expiry
+                # (dropDuplicatesWithinWatermark's value; dropDuplicates' is empty).
+                key_sql = "struct(" + ", ".join(
+                    f"key.`{field['name']}`" for field in store.key_schema["fields"]) + ")"
+                collapse = "max(value)"
             keys += _migrate_operator(spark, checkpoint, batch, operator, store.key_schema,
-                                      value_sql, store.value_schema, template)
+                                      key_sql, value_sql, store.value_schema, template,
+                                      collapse)
     return keys
 
 
@@ -140,8 +149,9 @@ def _value_sql(move: AggregateMove, old_value: dict[str, Any] | None) -> str:
 
 
 def _migrate_operator(spark: SparkSession, checkpoint: Path, batch: int,
-                      operator: OperatorDir, key_schema: dict[str, Any], value_sql: str,
-                      value_schema: dict[str, Any], template: RocksDbTemplate | None) -> int:
+                      operator: OperatorDir, key_schema: dict[str, Any], key_sql: str,
+                      value_sql: str, value_schema: dict[str, Any],
+                      template: RocksDbTemplate | None, collapse: str | None) -> int:
     [layout] = operator.stores()
     prefix = operator.key_encoding(layout).prefix_columns
     key_fields = list(key_schema["fields"])
@@ -153,9 +163,9 @@ def _migrate_operator(spark: SparkSession, checkpoint: Path, batch: int,
     shutil.rmtree(op_dir / _MIGRATING, ignore_errors=True)
     with phase(f"migrate: {operator.operator_name} (Spark tasks)"):
         counts = run_tasks(op_dir, lambda: reshape_store(
-            spark, checkpoint, batch, operator.operator_id, "key", key_schema, value_sql,
+            spark, checkpoint, batch, operator.operator_id, key_sql, key_schema, value_sql,
             value_schema, clustered, operator.partitions,
-            functools.partial(_write_partition, written=written)))
+            functools.partial(_write_partition, written=written), collapse))
     for partition in range(operator.partitions):
         target = layout.partition_dir(op_dir, partition)
         state_files_removed(target)

@@ -17,6 +17,7 @@ from sparkpoint.upgrade.batches import BatchNumbering
 from sparkpoint.upgrade.migration_rules import (
     AggregateMove,
     aggregate_move,
+    dedupe_projection,
     store_widenings,
     stripped,
 )
@@ -169,6 +170,9 @@ def state_changes(old: OperatorEntry, new: NewOperator) -> list[str]:
     if stores is None:
         return []
     was, now = stores
+    projected = dedupe_projection(old.spark_operator_name, was.key_schema, now.key_schema)
+    if projected is not None and stripped(was.value_schema) == stripped(now.value_schema):
+        return projected
     move = _aggregate_move(old, new)
     if isinstance(move, AggregateMove):
         keys = store_widenings(was.key_schema, None, now.key_schema, None)

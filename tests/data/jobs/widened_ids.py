@@ -1,7 +1,8 @@
 """Unique events per hour and user, with the highest score: ids and scores typed by the
 ``id_type`` param (INT, then BIGINT when the ids outgrow int), the change of type users make
 to a running job. Both operators' state holds the type: the dedupe's key (event_id) and the
-aggregation's key (user_id) and value (the max buffer)."""
+aggregation's key (user_id) and value (the max buffer). ``dedupe_on``: the dedupe's columns
+(``event_id,ts``; a later version drops ``ts``)."""
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -16,7 +17,8 @@ def build(spark: SparkSession, ctx: sp.JobContext):  # type: ignore[no-untyped-d
               .json(ctx.require_param("input")))
     unique = ctx.stateful(
         "dedup_events",
-        events.withWatermark("ts", "10 minutes").dropDuplicates(["event_id", "ts"]))
+        events.withWatermark("ts", "10 minutes")
+        .dropDuplicates(ctx.param("dedupe_on", "event_id,ts").split(",")))
     hourly = ctx.stateful(
         "hourly_scores",
         unique.groupBy(F.window("ts", "1 hour"), "user_id")
