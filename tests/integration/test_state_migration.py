@@ -166,8 +166,10 @@ def test_the_windowed_word_count_gains_two_aggregates_and_keeps_its_counts(
     spark: Any, tmp_path: Path
 ) -> None:
     """Spark's windowed word count, then the version with sum(length(word)) and
-    max(timestamp) added: the counts go on from the old state, the new aggregates hold what
-    the new version saw (null where it saw no row of the window)."""
+    max(timestamp) added: the counts go on from the old state; the letters are declared in
+    the resume point from the old state (`set: {sum: count * length(word)}`), so they count
+    every row; the latest timestamp starts empty, so it holds what the new version saw
+    (null where it saw no row of the window)."""
     home, inp = Home(tmp_path / "home"), tmp_path / "input"
     before = write_lines(inp, range(0, 3))
     old_params = {"input": str(inp), "output": str(tmp_path / "v1")}
@@ -192,7 +194,24 @@ def test_the_windowed_word_count_gains_two_aggregates_and_keeps_its_counts(
         f"aggregate max(timestamp) added: starts as if it had seen no row before the switch "
         f"(CAST(NULL AS TIMESTAMP)) in each of the {entry.rows} keys"]
 
-    api.run(home, GROWN, "grown", params=params, conf=conf, from_snapshot="before-growth",
+    # Declared columns are checked by Spark, every problem at once.
+    wrong = _resume_point(tmp_path / "wrong.yaml", {"sum": "count * nope", "max": "word",
+                                                     "letters": "1"})
+    checked = api.plan(home, GROWN, params=params, conf=conf, resume_point=wrong, spark=spark)
+    problems = "\n".join(checked.problems)
+    for fragment in ("state.windowed_counts.set.letters: the new state has no column "
+                     "'letters' (its columns: count, sum, max)",
+                     "state.windowed_counts.set.sum: Spark cannot evaluate 'count * nope'",
+                     "state.windowed_counts.set.max: 'word' gives string, the new state's "
+                     "column is timestamp; cast it"):
+        assert fragment in problems, problems
+
+    declared = _resume_point(tmp_path / "rp.yaml", {"sum": "count * length(word)"})
+    plan = api.plan(home, GROWN, params=params, conf=conf, resume_point=declared, spark=spark)
+    assert plan.ok, plan.problems
+    [row] = plan.to_dict()["operators"]
+    assert row["changes"][-1] == "value column sum set to count * length(word)"
+    api.run(home, GROWN, "grown", params=params, conf=conf, resume_point=declared,
             until_caught_up=True, spark=spark)
     api.drain(home, "grown", spark=spark)
 
@@ -201,15 +220,24 @@ def test_the_windowed_word_count_gains_two_aggregates_and_keeps_its_counts(
     # The count: one job over all the input, each window emitted once.
     assert old_rows + Counter({row[:4]: n for row, n in new_rows.items()}) \
         == expected_windowed_word_counts(before + after)
-    # The new aggregates: what the new version saw of each window it emitted.
+    # The letters of every row (declared from the old counts), the latest timestamp the
+    # new version saw (Spark's initial null before the switch).
     letters: dict[tuple[Any, ...], int] = {}
     latest: dict[tuple[Any, ...], dt.datetime] = {}
-    for line in after:
+    for line in before + after:
         for window in _windows_of(line):
             letters[window] = letters.get(window, 0) + len(window[2])
-            stamp = line.timestamp.astimezone(dt.UTC).replace(tzinfo=None)
-            latest[window] = max(latest.get(window, stamp), stamp)
+            if line in after:
+                stamp = line.timestamp.astimezone(dt.UTC).replace(tzinfo=None)
+                latest[window] = max(latest.get(window, stamp), stamp)
     assert {row[:3]: row[4:] for row in new_rows} == {
         row[:3]: (letters.get(row[:3]), latest.get(row[:3])) for row in new_rows}
-    assert any(row[4] is None for row in new_rows), "no window of the old version was emitted"
-    assert any(row[4] is not None for row in new_rows)
+    assert any(row[5] is None for row in new_rows), "no window of the old version was emitted"
+    assert any(row[5] is not None for row in new_rows)
+
+
+def _resume_point(path: Path, declared: dict[str, str]) -> Path:
+    path.write_text(json.dumps({"version": 1, "sources": {
+        "lines": {"mode": "resume", "snapshot": "before-growth"}}, "state": {
+        "windowed_counts": {"mode": "resume", "snapshot": "before-growth", "set": declared}}}))
+    return path

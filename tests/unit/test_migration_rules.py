@@ -15,8 +15,11 @@ from sparkpoint.checkpoint.providers import HDFS_BACKED, ROCKSDB
 from sparkpoint.checkpoint.rocksdb_keys import KeyEncoding, encode_value
 from sparkpoint.checkpoint.unsafe_row import split_row
 from sparkpoint.upgrade.migration_rules import (
+    STATE_COLUMNS,
     AggregateMove,
     aggregate_move,
+    column_labels,
+    declared_value,
     dedupe_projection,
     store_widenings,
     widens,
@@ -207,3 +210,24 @@ def test_a_dedupe_losing_key_columns_is_projected_and_collapsed() -> None:
     assert dedupe_projection("dedupe", old, _struct(("id", "integer"))) is None
     assert dedupe_projection("dedupe", old, old) is None
     assert dedupe_projection("stateStoreSave", old, _struct(("event_id", "integer"))) is None
+
+
+def test_repeated_column_names_get_labels_and_state_reader_names_are_avoided() -> None:
+    assert column_labels(_struct(("sum", "double"), ("count", "long"), ("count", "long"),
+                                 ("value", "long"))) == ["sum", "count", "count_2", "value"]
+    assert column_labels(_struct(("value", "long")), STATE_COLUMNS) == ["value_2"]
+
+
+def test_declared_columns_others_by_name_and_what_is_left_undefined() -> None:
+    key = _struct(("user", "string"))
+    old = _struct(("count", "long"), ("max", "integer"))
+    new = _struct(("count", "long"), ("max", "long"), ("sum", "double"))
+    found = declared_value(key, old, new, {"sum": "count * 2.5"}, None, "state.t.set")
+    assert found.columns == ("`count`", "`max`", "(count * 2.5)")
+    assert found.changes == ("value column sum set to count * 2.5",)
+    assert found.problems == ()
+    missing = declared_value(key, old, new, {"total": "1"}, None, "state.t.set")
+    assert missing.problems == (
+        "state.t.set.total: the new state has no column 'total' (its columns: count, max, sum)",
+        "state.t.set: the new state's column sum (double) is not defined: add sum: <SQL over "
+        "the old state's columns: user, count, max>")

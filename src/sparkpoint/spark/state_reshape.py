@@ -13,6 +13,7 @@ from int to bigint, whose hash differs, lands where the new job's shuffle sends 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,14 +39,16 @@ def _quoted(name: str) -> str:
 def reshape_store(spark: SparkSession, checkpoint: Path, batch: int, operator_id: int,
                   key_sql: str, key_type: dict[str, Any], value_sql: str,
                   value_type: dict[str, Any], clustered: list[str], partitions: int,
-                  write: PartitionWriter, collapse: str | None = None) -> dict[int, int]:
+                  write: PartitionWriter, collapse: str | None = None,
+                  labels: list[tuple[str, str]] | None = None) -> dict[int, int]:
     """Rewrite the operator's state at ``batch`` (its only store): the new key is
     ``key_sql`` cast to ``key_type``, the new value ``value_sql`` cast to ``value_type``
     (Spark SQL over the state reader's ``key`` and ``value`` structs; a cast from struct to
     struct goes field by field, by position), each new key placed in one of ``partitions``
     by its ``clustered`` columns; ``write`` runs in the tasks, once per partition that
     receives rows. ``collapse``: new keys may repeat (columns were removed), and this SQL
-    aggregate of ``value`` gives the one value each keeps. Returns the rows written per
+    aggregate of ``value`` gives the one value each keeps. ``labels``: columns the SQL may
+    also read, each (name, SQL over ``key`` and ``value``). Returns the rows written per
     partition."""
     import pyarrow as pa
     from pyspark.sql import functions as F
@@ -53,6 +56,8 @@ def reshape_store(spark: SparkSession, checkpoint: Path, batch: int, operator_id
 
     old = (spark.read.format("statestore").option("batchId", batch)
            .option("operatorId", operator_id).load(str(checkpoint)))
+    if labels:
+        old = old.select("key", "value", *[F.expr(sql).alias(name) for name, sql in labels])
     shaped = old.select(F.expr(key_sql).cast(_parse_datatype_json_value(key_type)).alias(_KEY),
                         F.expr(value_sql).cast(_parse_datatype_json_value(value_type))
                         .alias(_VALUE))
@@ -84,3 +89,24 @@ def reshape_store(spark: SparkSession, checkpoint: Path, batch: int, operator_id
 
     written = encoded.groupBy(_PARTITION).applyInArrow(write_group, _WRITTEN_SCHEMA).collect()
     return {int(row["partition"]): int(row["rows"]) for row in written}
+
+
+def sql_types(spark: SparkSession, readable: list[tuple[str, Any]],
+              expressions: dict[str, str]) -> dict[str, Any]:
+    """Spark's JSON type of each SQL expression analysed over columns ``readable`` (name and
+    Spark's JSON type; no row is read), or the first line of Spark's refusal as text."""
+    from pyspark.sql.types import StructField, StructType, _parse_datatype_json_value
+
+    frame = spark.createDataFrame([], StructType([
+        StructField(name, _parse_datatype_json_value(spark_type))
+        for name, spark_type in readable]))
+    found: dict[str, Any] = {}
+    for name, sql in expressions.items():
+        try:
+            data_type = frame.selectExpr(sql).schema.fields[0].dataType
+        except Exception as exc:  # PySpark's AnalysisException or ParseException
+            text = str(exc).strip()
+            found[name] = text.splitlines()[0] if text else type(exc).__name__
+            continue
+        found[name] = {"json": json.loads(data_type.json())}
+    return found

@@ -186,3 +186,73 @@ def dedupe_projection(operator_name: str, old_key: dict[str, Any] | None,
             "(the latest expiry kept)"] + [
         f"key column {name}: {was} -> {now} (widened by Spark's cast; keys placed in the "
         "partitions Spark's hash gives them)" for name, was, now in widened]
+
+
+# The state reader's own columns: a state column of one of these names is read as NAME_2.
+STATE_COLUMNS = ("key", "value")
+
+
+def column_labels(schema: dict[str, Any] | None, taken: tuple[str, ...] = ()) -> list[str]:
+    """The names by which `plan` lists a state's columns and ``set:`` reads and writes them:
+    each column's own name, a repeated one (two aggregates' ``count``) suffixed ``_2``,
+    ``_3`` ... in order; ``taken``: names already used (the key's, for the value)."""
+    labels: list[str] = []
+    used = set(taken)
+    for field in (schema or {}).get("fields", []):
+        label, n = field["name"], 1
+        while label in used:
+            n += 1
+            label = f"{field['name']}_{n}"
+        used.add(label)
+        labels.append(label)
+    return labels
+
+
+@dataclass(frozen=True)
+class DeclaredValue:
+    """A new state value whose columns are each Spark SQL over the old state's columns by
+    label (:func:`column_labels`), with what `plan` says and what it finds wrong."""
+
+    columns: tuple[str, ...]
+    changes: tuple[str, ...]
+    problems: tuple[str, ...]
+
+
+def declared_value(old_key: dict[str, Any] | None, old_value: dict[str, Any] | None,
+                   new_value: dict[str, Any] | None, declared: dict[str, str],
+                   move: AggregateMove | None, where: str) -> DeclaredValue:
+    """The new value of a resumed store with ``set:`` columns (``where``: the entry's path,
+    ``state.NAME.set``): a declared column is its SQL; another one is the old column the
+    aggregates' move gives it, its function's initial value, or the old column of its label;
+    one that none of these defines is a problem naming what to add."""
+    key_labels = column_labels(old_key, STATE_COLUMNS)
+    old_labels = column_labels(old_value, (*STATE_COLUMNS, *key_labels))
+    old_types = dict(zip(old_labels, [f["type"] for f in (old_value or {}).get("fields", [])],
+                         strict=True))
+    new_fields = (new_value or {}).get("fields", [])
+    new_labels = column_labels(new_value)
+    readable = ", ".join(key_labels + old_labels) or "none"
+    problems = [f"{where}.{name}: the new state has no column {name!r} (its columns: "
+                f"{', '.join(new_labels) or 'none'})" for name in declared
+                if name not in new_labels]
+    columns: list[str] = []
+    changes: list[str] = []
+    for index, (label, field) in enumerate(zip(new_labels, new_fields, strict=True)):
+        if label in declared:
+            columns.append(f"({declared[label]})")
+            changes.append(f"value column {label} set to {declared[label]}")
+        elif move is not None and move.old_column[index] is not None:
+            columns.append(f"`{old_labels[move.old_column[index] or 0]}`")
+        elif move is not None and move.initial[index] is not None:
+            columns.append(str(move.initial[index]))
+        elif label in old_types and (stripped(old_types[label]) == stripped(field["type"])
+                                     or widens(old_types[label], field["type"])):
+            columns.append(f"`{label}`")
+        else:
+            columns.append("NULL")
+            problems.append(
+                f"{where}: the new state's column {label} ({stripped(field['type'])}) is not "
+                f"defined: add {label}: <SQL over the old state's columns: {readable}>")
+    if move is not None:
+        changes[:0] = move.changes
+    return DeclaredValue(tuple(columns), tuple(changes), tuple(problems))

@@ -76,7 +76,7 @@ from sparkpoint.upgrade.interrupted import clear_intent, record_intent, staging_
 from sparkpoint.upgrade.provider_move import asked_provider, move_problems, move_state_provider
 from sparkpoint.upgrade.resume_point import ReadResumePoint, ResumePoint
 from sparkpoint.upgrade.rocksdb_repartition import repartition_rocksdb_state
-from sparkpoint.upgrade.state_migration import migrate_operators
+from sparkpoint.upgrade.state_migration import declared_sql_problems, migrate_operators
 from sparkpoint.upgrade.validate import (
     DEFAULT_ENCODING,
     ENCODING_CONF,
@@ -208,6 +208,10 @@ def resolve(
             "snapshots of one provider")
     elif providers:
         _plan_provider_move(resolution, store, planned.conf)
+    if any(row.declared is not None for row in plan.operators):
+        plan.problems.extend(declared_sql_problems(planned.spark, plan.operators,
+                                                   _resumed_entries(plan, manifests),
+                                                   resolution.shape))
     _number_batches(resolution, planned, choice or BatchChoice())
     counts = {s.manifest.shuffle_partitions for s in resolution.snapshots.values()}
     listed_counts = ", ".join(str(c) for c in sorted(c or 0 for c in counts))
@@ -341,13 +345,14 @@ def _empty_state_writer(
     return writers[provider.class_name]
 
 
-def _resumed_entries(resolution: Resolution) -> dict[str, OperatorEntry]:
+def _resumed_entries(plan: UpgradePlan,
+                     manifests: Mapping[str, Manifest | None]) -> dict[str, OperatorEntry]:
     """The snapshot's entry of every resumed operator, by the new job's name of it."""
     found = {}
-    for row in resolution.plan.operators:
-        if row.action == "resume" and row.origin is not None:
-            entry = resolution.snapshots[row.origin["snapshot"]].manifest.operator(
-                row.origin["operator"])
+    for row in plan.operators:
+        manifest = manifests.get(row.origin["snapshot"]) if row.origin is not None else None
+        if row.action == "resume" and row.origin is not None and manifest is not None:
+            entry = manifest.operator(row.origin["operator"])
             if entry is not None:
                 found[row.name] = entry
     return found
@@ -503,7 +508,9 @@ def build_new_checkpoint(
                 crash_point("restore.provider_moved")
         if reshaped and result.batch_id is not None:
             keys = migrate_operators(planned.spark, staging, result.batch_id, plan.operators,
-                                     resolution.shape, new_provider, _resumed_entries(resolution))
+                                     resolution.shape, new_provider,
+                                     _resumed_entries(plan, {name: used.manifest for name, used
+                                                             in resolution.snapshots.items()}))
             echo(f"migrated the state of the operators whose state changed ({keys} keys, as "
                  "Spark tasks)")
             if publish:

@@ -92,6 +92,9 @@ class ResumeState(_Strict):
     snapshot: SnapshotName
     operator: OperatorName | None = Field(default=None,
                                           description="name in the snapshot (default: same)")
+    set: dict[str, str] | None = Field(
+        default=None, description="new state value columns, each a Spark SQL expression over "
+        "the old state's key and value columns")
 
 
 class InitializeState(_Strict):

@@ -32,12 +32,20 @@ from sparkpoint.errors import CheckpointFormatError
 from sparkpoint.progress import phase
 from sparkpoint.snapshot.manifest import OperatorEntry
 from sparkpoint.spark.driver_disk import check_here
-from sparkpoint.spark.state_reshape import reshape_store
+from sparkpoint.spark.state_reshape import reshape_store, sql_types
 from sparkpoint.storage.local import write_atomic
 from sparkpoint.upgrade.hdfs_repartition import partition_key_fields, run_tasks
-from sparkpoint.upgrade.migration_rules import AggregateMove, aggregate_move, dedupe_projection
+from sparkpoint.upgrade.migration_rules import (
+    STATE_COLUMNS,
+    AggregateMove,
+    aggregate_move,
+    column_labels,
+    dedupe_projection,
+    stripped,
+    widens,
+)
 from sparkpoint.upgrade.provider_move import RocksDbTemplate, rocksdb_template, state_files_removed
-from sparkpoint.upgrade.validate import JobShape, OperatorRow
+from sparkpoint.upgrade.validate import JobShape, OperatorRow, declared_state
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -117,6 +125,11 @@ def migrate_operators(spark: SparkSession, checkpoint: Path, batch: int,
                                   store.value_schema, old.rows)
             value_sql = _value_sql(move, old.stores[0].value_schema) \
                 if isinstance(move, AggregateMove) else "value"
+            labels = None
+            if row.declared is not None:
+                declared = declared_state(old, new, row.declared, f"state.{row.name}.set")
+                value_sql = f"struct({', '.join(declared.columns)})"
+                labels = state_labels(old.stores[0].key_schema, old.stores[0].value_schema)
             key_sql, collapse = "key", None
             if dedupe_projection(old.spark_operator_name, old.stores[0].key_schema,
                                  store.key_schema) is not None:
@@ -127,8 +140,31 @@ def migrate_operators(spark: SparkSession, checkpoint: Path, batch: int,
                 collapse = "max(value)"
             keys += _migrate_operator(spark, checkpoint, batch, operator, store.key_schema,
                                       key_sql, value_sql, store.value_schema, template,
-                                      collapse)
+                                      collapse, labels)
     return keys
+
+
+def _positional(column: str, schema: dict[str, Any] | None) -> str:
+    """``column`` (a struct) cast to a struct of the same types with names ``c0``, ``c1``
+    ...: buffer names repeat (two ``count`` columns), positions do not."""
+    from pyspark.sql.types import _parse_datatype_json_value
+
+    fields = (schema or {}).get("fields", [])
+    positional = ",".join(
+        f"c{index}:{_parse_datatype_json_value(field['type']).simpleString()}"
+        for index, field in enumerate(fields))
+    return f"CAST({column} AS struct<{positional}>)"
+
+
+def state_labels(key: dict[str, Any] | None,
+                 value: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """Every column of the old state by its label (migration_rules.column_labels), as Spark
+    SQL over the state reader's ``key`` and ``value``."""
+    key_labels = column_labels(key, STATE_COLUMNS)
+    value_labels = column_labels(value, (*STATE_COLUMNS, *key_labels))
+    return ([(label, f"{_positional('key', key)}.c{i}") for i, label in enumerate(key_labels)]
+            + [(label, f"{_positional('value', value)}.c{i}")
+               for i, label in enumerate(value_labels)])
 
 
 def _value_sql(move: AggregateMove, old_value: dict[str, Any] | None) -> str:
@@ -136,13 +172,7 @@ def _value_sql(move: AggregateMove, old_value: dict[str, Any] | None) -> str:
     column the old value's column at its position, or the aggregate's initial value. The old
     value is first cast to a struct of positional names (``c0``, ``c1`` ...): buffer names
     repeat (two ``count`` columns)."""
-    from pyspark.sql.types import _parse_datatype_json_value
-
-    fields = (old_value or {}).get("fields", [])
-    positional = ",".join(
-        f"c{index}:{_parse_datatype_json_value(field['type']).simpleString()}"
-        for index, field in enumerate(fields))
-    old = f"CAST(value AS struct<{positional}>)"
+    old = _positional("value", old_value)
     parts = [f"{old}.c{column}" if column is not None else str(initial)
              for column, initial in zip(move.old_column, move.initial, strict=True)]
     return f"struct({', '.join(parts)})"
@@ -151,7 +181,8 @@ def _value_sql(move: AggregateMove, old_value: dict[str, Any] | None) -> str:
 def _migrate_operator(spark: SparkSession, checkpoint: Path, batch: int,
                       operator: OperatorDir, key_schema: dict[str, Any], key_sql: str,
                       value_sql: str, value_schema: dict[str, Any],
-                      template: RocksDbTemplate | None, collapse: str | None) -> int:
+                      template: RocksDbTemplate | None, collapse: str | None,
+                      labels: list[tuple[str, str]] | None = None) -> int:
     [layout] = operator.stores()
     prefix = operator.key_encoding(layout).prefix_columns
     key_fields = list(key_schema["fields"])
@@ -165,7 +196,7 @@ def _migrate_operator(spark: SparkSession, checkpoint: Path, batch: int,
         counts = run_tasks(op_dir, lambda: reshape_store(
             spark, checkpoint, batch, operator.operator_id, key_sql, key_schema, value_sql,
             value_schema, clustered, operator.partitions,
-            functools.partial(_write_partition, written=written), collapse))
+            functools.partial(_write_partition, written=written), collapse, labels))
     for partition in range(operator.partitions):
         target = layout.partition_dir(op_dir, partition)
         state_files_removed(target)
@@ -179,3 +210,43 @@ def _migrate_operator(spark: SparkSession, checkpoint: Path, batch: int,
     schema = layout.partition_dir(op_dir, 0) / "_metadata" / "schema"
     write_atomic(schema, StateSchemaFile.build(key_schema, value_schema).to_bytes())
     return sum(counts.values())
+
+
+def declared_sql_problems(spark: SparkSession, rows: list[OperatorRow],
+                          old_operators: Mapping[str, OperatorEntry],
+                          shape: JobShape) -> list[str]:
+    """What Spark finds wrong with each ``set:`` column: its SQL analysed over the old
+    state's columns (by label), its type the new column's, a widening of it, or null."""
+    planned = {op.name: op for op in shape.operators}
+    problems = []
+    for row in rows:
+        old = old_operators.get(row.name)
+        new = planned.get(row.name)
+        if row.declared is None or old is None or new is None or len(old.stores) != 1 \
+                or len(new.stores) != 1:
+            continue
+        key, value = old.stores[0].key_schema, old.stores[0].value_schema
+        key_labels = column_labels(key, STATE_COLUMNS)
+        readable = [*zip(key_labels, [f["type"] for f in (key or {}).get("fields", [])],
+                         strict=True),
+                    *zip(column_labels(value, (*STATE_COLUMNS, *key_labels)),
+                         [f["type"] for f in (value or {}).get("fields", [])], strict=True)]
+        new_value = new.stores[0].value_schema or {}
+        wanted = dict(zip(column_labels(new_value),
+                          [f["type"] for f in new_value.get("fields", [])], strict=True))
+        found = sql_types(spark, readable, {label: sql for label, sql in row.declared.items()
+                                            if label in wanted})
+        for label, result in found.items():
+            where, sql = f"state.{row.name}.set.{label}", row.declared[label]
+            if isinstance(result, str):
+                problems.append(f"{where}: Spark cannot evaluate {sql!r} over the old state's "
+                                f"columns ({', '.join(name for name, _t in readable)}): "
+                                f"{result}")
+                continue
+            got = result["json"]
+            if got == "void" or stripped(got) == stripped(wanted[label]) \
+                    or widens(got, wanted[label]):
+                continue
+            problems.append(f"{where}: {sql!r} gives {stripped(got)}, the new state's column "
+                            f"is {stripped(wanted[label])}; cast it")
+    return problems

@@ -16,7 +16,9 @@ from sparkpoint.snapshot.manifest import Manifest, OperatorEntry, operator_kind
 from sparkpoint.upgrade.batches import BatchNumbering
 from sparkpoint.upgrade.migration_rules import (
     AggregateMove,
+    DeclaredValue,
     aggregate_move,
+    declared_value,
     dedupe_projection,
     store_widenings,
     stripped,
@@ -101,6 +103,8 @@ class OperatorRow:
     changes: list[str] = field(default_factory=list)
     # The state is rewritten into another schema (upgrade/state_migration.py).
     reshaped: bool = False
+    # The resume point's ``set:`` of the operator: new value columns as Spark SQL.
+    declared: dict[str, str] | None = None
 
     @property
     def shown_action(self) -> str:
@@ -140,9 +144,9 @@ def _describe(schema: dict[str, Any]) -> str:
     return schema_ddl(schema)
 
 
-def compatibility(old: OperatorEntry, new: NewOperator) -> str | None:
+def compatibility(old: OperatorEntry, new: NewOperator, declared: bool = False) -> str | None:
     """Why ``new`` cannot take ``old``'s state, or None when it can (migrated, maybe)."""
-    reasons = incompatibilities(old, new, migrating=True)
+    reasons = incompatibilities(old, new, migrating=True, declared=declared)
     return reasons[0] if reasons else None
 
 
@@ -181,12 +185,35 @@ def state_changes(old: OperatorEntry, new: NewOperator) -> list[str]:
                            now.value_schema) or []
 
 
+def declared_state(old: OperatorEntry, new: NewOperator, declared: dict[str, str],
+                   where: str) -> DeclaredValue:
+    """The new value of an operator whose resume point entry declares ``set:`` columns."""
+    stores = _single_stores(old, new)
+    if stores is None:
+        return DeclaredValue((), (), (f"{where}: set: applies to operators with one state "
+                                      f"store; '{new.name}' has {len(new.stores)}",))
+    was, now = stores
+    move = _aggregate_move(old, new)
+    keys = store_widenings(was.key_schema, None, now.key_schema, None)
+    found = declared_value(was.key_schema, was.value_schema, now.value_schema, declared,
+                           move if isinstance(move, AggregateMove) else None, where)
+    if keys is None:
+        return DeclaredValue(found.columns, found.changes, (
+            *found.problems, f"{where}: set: defines value columns; the key changed "
+            f"(snapshot has ({_describe(was.key_schema or {})}), the job has "
+            f"({_describe(now.key_schema or {})}))"))
+    return DeclaredValue(found.columns, (*keys, *found.changes), found.problems)
+
+
 def incompatibilities(old: OperatorEntry, new: NewOperator,
-                      migrating: bool = False) -> list[str]:
+                      migrating: bool = False, declared: bool = False) -> list[str]:
     """Every reason ``new`` cannot take ``old``'s state (a changed kind alone: the schemas
     of another kind of operator say nothing more). ``migrating``: what a start migrates
     (:func:`state_changes`) is no reason, and an aggregate change that cannot be migrated
-    is named."""
+    is named. ``declared``: the value is defined by ``set:`` (:func:`declared_state` checks
+    it)."""
+    if declared and _single_stores(old, new) is not None:
+        return []
     if migrating and state_changes(old, new):
         return []
     refused = _aggregate_move(old, new) if migrating else None
@@ -346,7 +373,7 @@ def validate(
             plan.operators.append(OperatorRow(op.name, "resume", origin, False, reason,
                                               op.operator_id, op.kind))
             continue
-        why = compatibility(old, op)
+        why = compatibility(old, op, declared=state_entry.set is not None)
         if why is not None:
             problems.append(f"state.{op.name}: cannot resume from {entry_snapshot}/{old_name}: "
                             f"{why}")
@@ -370,8 +397,13 @@ def validate(
         rows = "?" if old.rows is None else str(old.rows)
         reason = f"state of {entry_snapshot}/{old_name} ({rows} rows)"
         changes = state_changes(old, op)
+        if state_entry.set is not None:
+            declared = declared_state(old, op, state_entry.set, f"state.{op.name}.set")
+            problems.extend(declared.problems)
+            changes = list(declared.changes)
         row = OperatorRow(op.name, "resume", origin, True, reason, op.operator_id, op.kind,
-                          changes=changes, reshaped=bool(changes))
+                          changes=changes, reshaped=bool(changes) or state_entry.set is not None,
+                          declared=state_entry.set)
         if job.partitions is not None and old.partitions != job.partitions:
             row.repartition = (old.partitions, job.partitions)
             row.reason += f", repartitioned from {old.partitions} to {job.partitions} partitions"
