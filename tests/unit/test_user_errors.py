@@ -66,7 +66,7 @@ def _problems(data: dict[str, Any]) -> list[str]:
      ["drop[0].operator: required but missing",
       "extra: unknown key; expected one of version, sources, state, drop"]),
     ({"state": {"a": {"mode": "resume", "snapshot": "s", "operatr": "x"}}, "drop": {"a": 1}},
-     ["state.a.operatr: unknown key; expected one of mode, snapshot, operator",
+     ["state.a.operatr: unknown key; expected one of mode, snapshot, operator, set",
       "drop: expected a list, found {a: 1}"]),
 ])
 def test_resume_point_mistakes_in_the_users_terms(data: dict[str, Any],
