@@ -58,8 +58,8 @@ CRASH_POINTS: dict[str, str] = {
     "restore.repartitioned": "state repartitioned in staging, not checked by Spark",
     "restore.provider_moved": "state moved to the state store provider the job asks for, in "
                               "staging, not checked by Spark",
-    "restore.state_migrated": "state of operators whose schema changed rewritten in staging, "
-                              "not checked by Spark",
+    "restore.state_migrated": "state of operators whose schema changed rewritten (or seeded "
+                              "from a query) in staging, not checked by Spark",
     "restore.files_uploaded": "a home in a store: the new checkpoint's logs and metadata "
                               "uploaded, the snapshot's state files not yet copied into it",
     "restore.published": "new checkpoint renamed into place, job record not written",

@@ -241,3 +241,49 @@ def _resume_point(path: Path, declared: dict[str, str]) -> Path:
         "lines": {"mode": "resume", "snapshot": "before-growth"}}, "state": {
         "windowed_counts": {"mode": "resume", "snapshot": "before-growth", "set": declared}}}))
     return path
+
+
+SEEDED = EXAMPLES_JOBS / "seeded_counts.py"
+
+
+def test_a_new_aggregation_seeded_from_what_the_old_version_wrote(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The new version adds an hourly count of unique events per user; its state is seeded
+    by a batch query over the events the old version wrote, so the hours open at the switch
+    and before it count every event, as if the aggregation had always run."""
+    home, inp = Home(tmp_path / "home"), tmp_path / "in"
+    events = write_events(inp, range(0, 4))
+    conf = {"spark.sql.shuffle.partitions": "3"}
+    api.run(home, SEEDED, "v1", params={"input": str(inp), "output": str(tmp_path / "v1")},
+            conf=conf, until_caught_up=True, spark=spark)
+    api.snapshot_create(home, "v1", "unique")
+    events += write_events(inp, range(4, 8), [c for c in clicks_for_slice(3)
+                                              if c.ts.minute >= 12])
+    params = {"input": str(inp), "output": str(tmp_path / "v2"), "hourly": "yes"}
+    history = f"parquet.`{tmp_path / 'v1'}`"
+
+    def resume_point(query: str) -> Path:
+        path = tmp_path / f"rp-{abs(hash(query))}.json"
+        path.write_text(json.dumps({"version": 1, "sources": {
+            "events": {"mode": "resume", "snapshot": "unique"}}, "state": {
+            "dedup_events": {"mode": "resume", "snapshot": "unique"},
+            "hourly_users": {"mode": "seed", "query": query}}}))
+        return path
+
+    wrong = api.plan(home, SEEDED, params=params, conf=conf, spark=spark, resume_point=(
+        resume_point(f"SELECT window(ts, '1 hour') AS window, user_id FROM {history}")))
+    assert any(p.startswith("state.hourly_users.query: expected a column count (long)")
+               for p in wrong.problems), wrong.problems
+    seed = resume_point(f"SELECT window(ts, '1 hour') AS window, user_id, count(*) AS count "
+                        f"FROM {history} GROUP BY window(ts, '1 hour'), user_id")
+    plan = api.plan(home, SEEDED, params=params, conf=conf, spark=spark, resume_point=seed)
+    assert plan.ok, plan.problems
+    assert {row["name"]: row["action"] for row in plan.to_dict()["operators"]} == {
+        "dedup_events": "resume", "hourly_users": "seed"}
+
+    api.run(home, SEEDED, "v2", params=params, conf=conf, resume_point=seed,
+            until_caught_up=True, spark=spark)
+    hourly = Counter({(start, user, n): count
+                      for (start, user, n, _top), count in expected(events).items()})
+    assert output_rows(spark, tmp_path / "v2") == hourly

@@ -50,9 +50,9 @@ def _problems(data: dict[str, Any]) -> list[str]:
 
 @pytest.mark.parametrize(("data", "expected"), [
     ({"state": {"word_counts": {"mode": "initialise"}}},
-     ["state.word_counts.mode: 'initialise' is not one of resume, initialize"]),
+     ["state.word_counts.mode: 'initialise' is not one of resume, initialize, seed"]),
     ({"state": {"word_counts": {"snapshot": "s"}}},
-     ["state.word_counts: no mode; expected mode: resume or mode: initialize"]),
+     ["state.word_counts: no mode; expected mode: resume, initialize or seed"]),
     ({"state": {"w": "resume"}}, ["state.w: expected a mapping, found 'resume'"]),
     ({"sources": {"c": {"mode": "initialize", "start": "earlist"}}},
      ["sources.c.start: expected earliest, latest, {timestamp: ISO8601} or {offset: ...}, "
@@ -80,7 +80,7 @@ def test_every_problem_is_one_line_naming_its_entry() -> None:
                                                     "b": {"mode": "resume"}}}, "rp.yaml")
     assert info.value.message.splitlines() == [
         "rp.yaml: 2 problems in the resume point:",
-        "  state.a.mode: 'initialise' is not one of resume, initialize",
+        "  state.a.mode: 'initialise' is not one of resume, initialize, seed",
         "  state.b.snapshot: required but missing"]
     assert info.value.exit_code == 3
 
@@ -237,7 +237,7 @@ def test_bad_resume_point_entries_are_listed_and_the_good_ones_kept(tmp_path: Pa
     # plan's reading: the problems, plus what is well-formed, to check against the job.
     read = read_resume_point(point)
     assert list(read.problems) == [
-        f"{point}: state.a.mode: 'initialise' is not one of resume, initialize",
+        f"{point}: state.a.mode: 'initialise' is not one of resume, initialize, seed",
         f"{point}: state.b.snapshot: required but missing"]
     assert list(read.point.state) == ["c"] and read.broken == {"state.a", "state.b"}
     # run refuses a malformed resume point before it starts Spark.
@@ -246,7 +246,7 @@ def test_bad_resume_point_entries_are_listed_and_the_good_ones_kept(tmp_path: Pa
     text = _cli(tmp_path / "home", "run", str(job), "--job", "j", "--resume-point", str(point))
     assert text.returncode == 3 and text.stdout == ""
     assert text.stderr.splitlines()[1:] == [
-        "  state.a.mode: 'initialise' is not one of resume, initialize",
+        "  state.a.mode: 'initialise' is not one of resume, initialize, seed",
         "  state.b.snapshot: required but missing"]
 
 

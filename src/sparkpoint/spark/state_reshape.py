@@ -22,7 +22,7 @@ from sparkpoint.spark.state_prune import UNSAFE_ROW_BYTES
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 # The new key and value take the old ones' column names: ``collapse`` reads ``value``.
 _PARTITION, _KEY, _VALUE = "__sparkpoint_partition", "key", "value"
@@ -36,28 +36,36 @@ def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def reshape_store(spark: SparkSession, checkpoint: Path, batch: int, operator_id: int,
-                  key_sql: str, key_type: dict[str, Any], value_sql: str,
-                  value_type: dict[str, Any], clustered: list[str], partitions: int,
-                  write: PartitionWriter, collapse: str | None = None,
-                  labels: list[tuple[str, str]] | None = None) -> dict[int, int]:
-    """Rewrite the operator's state at ``batch`` (its only store): the new key is
-    ``key_sql`` cast to ``key_type``, the new value ``value_sql`` cast to ``value_type``
-    (Spark SQL over the state reader's ``key`` and ``value`` structs; a cast from struct to
-    struct goes field by field, by position), each new key placed in one of ``partitions``
-    by its ``clustered`` columns; ``write`` runs in the tasks, once per partition that
-    receives rows. ``collapse``: new keys may repeat (columns were removed), and this SQL
-    aggregate of ``value`` gives the one value each keeps. ``labels``: columns the SQL may
-    also read, each (name, SQL over ``key`` and ``value``). Returns the rows written per
-    partition."""
-    import pyarrow as pa
+def state_frame(spark: SparkSession, checkpoint: Path, batch: int, operator_id: int,
+                labels: list[tuple[str, str]] | None = None) -> DataFrame:
+    """The operator's state at ``batch`` (its only store) as Spark's state reader gives it
+    (``key`` and ``value`` structs), with ``labels``: more columns, each (name, SQL over
+    ``key`` and ``value``)."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import _parse_datatype_json_value
 
     old = (spark.read.format("statestore").option("batchId", batch)
            .option("operatorId", operator_id).load(str(checkpoint)))
     if labels:
         old = old.select("key", "value", *[F.expr(sql).alias(name) for name, sql in labels])
+    return old
+
+
+def reshape_store(spark: SparkSession, old: DataFrame, key_sql: str, key_type: dict[str, Any],
+                  value_sql: str, value_type: dict[str, Any], clustered: list[str],
+                  partitions: int, write: PartitionWriter,
+                  collapse: str | None = None) -> dict[int, int]:
+    """Write a store from the rows of ``old`` (an operator's state, :func:`state_frame`, or
+    a batch query's rows): the new key is ``key_sql`` cast to ``key_type``, the new value
+    ``value_sql`` cast to ``value_type`` (Spark SQL over ``old``'s columns; a cast from
+    struct to struct goes field by field, by position), each new key placed in one of
+    ``partitions`` by its ``clustered`` columns; ``write`` runs in the tasks, once per
+    partition that receives rows. ``collapse``: new keys may repeat (columns were removed),
+    and this SQL aggregate of ``value`` gives the one value each keeps. Returns the rows
+    written per partition."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import _parse_datatype_json_value
+
     shaped = old.select(F.expr(key_sql).cast(_parse_datatype_json_value(key_type)).alias(_KEY),
                         F.expr(value_sql).cast(_parse_datatype_json_value(value_type))
                         .alias(_VALUE))
@@ -110,3 +118,14 @@ def sql_types(spark: SparkSession, readable: list[tuple[str, Any]],
             continue
         found[name] = {"json": json.loads(data_type.json())}
     return found
+
+
+def query_columns(spark: SparkSession, query: str) -> dict[str, Any] | str:
+    """A batch query's columns with Spark's JSON of their types (the query is analysed, not
+    run), or the first line of Spark's refusal."""
+    try:
+        frame = spark.sql(query)
+    except Exception as exc:  # PySpark's AnalysisException or ParseException
+        text = str(exc).strip()
+        return text.splitlines()[0] if text else type(exc).__name__
+    return {field.name: json.loads(field.dataType.json()) for field in frame.schema.fields}

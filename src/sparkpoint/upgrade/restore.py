@@ -76,7 +76,12 @@ from sparkpoint.upgrade.interrupted import clear_intent, record_intent, staging_
 from sparkpoint.upgrade.provider_move import asked_provider, move_problems, move_state_provider
 from sparkpoint.upgrade.resume_point import ReadResumePoint, ResumePoint
 from sparkpoint.upgrade.rocksdb_repartition import repartition_rocksdb_state
-from sparkpoint.upgrade.state_migration import declared_sql_problems, migrate_operators
+from sparkpoint.upgrade.state_migration import (
+    declared_sql_problems,
+    migrate_operators,
+    seed_operators,
+    seed_problems,
+)
 from sparkpoint.upgrade.validate import (
     DEFAULT_ENCODING,
     ENCODING_CONF,
@@ -208,6 +213,8 @@ def resolve(
             "snapshots of one provider")
     elif providers:
         _plan_provider_move(resolution, store, planned.conf)
+    if any(row.seed_query is not None for row in plan.operators):
+        plan.problems.extend(seed_problems(planned.spark, plan.operators, resolution.shape))
     if any(row.declared is not None for row in plan.operators):
         plan.problems.extend(declared_sql_problems(planned.spark, plan.operators,
                                                    _resumed_entries(plan, manifests),
@@ -483,7 +490,8 @@ def build_new_checkpoint(
         moved = wanted is not None and result.partitions is not None \
             and wanted != result.partitions
         reshaped = any(row.reshaped for row in plan.operators)
-        rewritten = moved or new_provider is not provider or reshaped
+        seeded = any(row.seed_query is not None for row in plan.operators)
+        rewritten = moved or new_provider is not provider or reshaped or seeded
         if rewritten:
             # Every way of moving the state runs Spark tasks on the staging copy: asked before
             # the state is fetched into it.
@@ -513,8 +521,13 @@ def build_new_checkpoint(
                                                              in resolution.snapshots.items()}))
             echo(f"migrated the state of the operators whose state changed ({keys} keys, as "
                  "Spark tasks)")
-            if publish:
-                crash_point("restore.state_migrated")
+        if seeded and result.batch_id is not None:
+            keys = seed_operators(planned.spark, staging, result.batch_id, plan.operators,
+                                  resolution.shape, new_provider)
+            names = ", ".join(row.name for row in plan.operators if row.seed_query)
+            echo(f"seeded the state of {names} from its query ({keys} keys, as Spark tasks)")
+        if (reshaped or seeded) and publish:
+            crash_point("restore.state_migrated")
         verdict = restart_problem(planned.spark, planned.writer._df,
                                   output_mode(planned.writer), staging)
         if verdict is not None:

@@ -101,13 +101,21 @@ class InitializeState(_Strict):
     mode: Literal["initialize"]
 
 
+class SeedState(_Strict):
+    """An operator whose state is the result of a batch query (its key columns and its state
+    value's columns by name, as `plan` lists them), not a snapshot's."""
+
+    mode: Literal["seed"]
+    query: str = Field(min_length=1, description="a Spark SQL batch query")
+
+
 class DropEntry(_Strict):
     snapshot: SnapshotName
     operator: OperatorName
 
 
 SourceEntry = Annotated[ResumeSource | InitializeSource, Field(discriminator="mode")]
-StateEntry = Annotated[ResumeState | InitializeState, Field(discriminator="mode")]
+StateEntry = Annotated[ResumeState | InitializeState | SeedState, Field(discriminator="mode")]
 
 
 class ResumePoint(_Strict):
@@ -213,6 +221,8 @@ def _problem(error: Any) -> str:
         expected = ctx.get("expected_tags", "").replace("'", "")
         return f"{path}.mode: {ctx.get('tag')!r} is not one of {expected}"
     if kind == "union_tag_not_found":
+        if path.startswith("state."):
+            return f"{path}: no mode; expected mode: resume, initialize or seed"
         return f"{path}: no mode; expected mode: resume or mode: initialize"
     if kind == "missing":
         return f"{path}: required but missing"

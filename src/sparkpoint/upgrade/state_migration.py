@@ -32,7 +32,7 @@ from sparkpoint.errors import CheckpointFormatError
 from sparkpoint.progress import phase
 from sparkpoint.snapshot.manifest import OperatorEntry
 from sparkpoint.spark.driver_disk import check_here
-from sparkpoint.spark.state_reshape import reshape_store, sql_types
+from sparkpoint.spark.state_reshape import query_columns, reshape_store, sql_types, state_frame
 from sparkpoint.storage.local import write_atomic
 from sparkpoint.upgrade.hdfs_repartition import partition_key_fields, run_tasks
 from sparkpoint.upgrade.migration_rules import (
@@ -49,7 +49,7 @@ from sparkpoint.upgrade.validate import JobShape, OperatorRow, declared_state
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 _MIGRATING = ".migrating"
 
@@ -78,6 +78,11 @@ def _write_partition(partition: int, keys: pa.Array, values: pa.Array,
 
 def _write_version(written: _Written, directory: Path, keys: list[bytes],
                    values: list[bytes]) -> None:
+    if len(set(keys)) != len(keys):
+        raise CheckpointFormatError(
+            f"{directory}: expected one row per key of the state, found "
+            f"{len(keys) - len(set(keys))} key(s) given more than once (a seed query must "
+            "give each key once)")
     if written.rocksdb is None:
         hdfs_state.write_snapshot(directory, written.version, dict(zip(keys, values,
                                                                        strict=True)))
@@ -182,7 +187,8 @@ def _migrate_operator(spark: SparkSession, checkpoint: Path, batch: int,
                       operator: OperatorDir, key_schema: dict[str, Any], key_sql: str,
                       value_sql: str, value_schema: dict[str, Any],
                       template: RocksDbTemplate | None, collapse: str | None,
-                      labels: list[tuple[str, str]] | None = None) -> int:
+                      labels: list[tuple[str, str]] | None = None,
+                      source: DataFrame | None = None) -> int:
     [layout] = operator.stores()
     prefix = operator.key_encoding(layout).prefix_columns
     key_fields = list(key_schema["fields"])
@@ -194,9 +200,10 @@ def _migrate_operator(spark: SparkSession, checkpoint: Path, batch: int,
     shutil.rmtree(op_dir / _MIGRATING, ignore_errors=True)
     with phase(f"migrate: {operator.operator_name} (Spark tasks)"):
         counts = run_tasks(op_dir, lambda: reshape_store(
-            spark, checkpoint, batch, operator.operator_id, key_sql, key_schema, value_sql,
-            value_schema, clustered, operator.partitions,
-            functools.partial(_write_partition, written=written), collapse, labels))
+            spark, source if source is not None else state_frame(
+                spark, checkpoint, batch, operator.operator_id, labels),
+            key_sql, key_schema, value_sql, value_schema, clustered, operator.partitions,
+            functools.partial(_write_partition, written=written), collapse))
     for partition in range(operator.partitions):
         target = layout.partition_dir(op_dir, partition)
         state_files_removed(target)
@@ -250,3 +257,72 @@ def declared_sql_problems(spark: SparkSession, rows: list[OperatorRow],
             problems.append(f"{where}: {sql!r} gives {stripped(got)}, the new state's column "
                             f"is {stripped(wanted[label])}; cast it")
     return problems
+
+
+def _seed_columns(store_key: dict[str, Any] | None,
+                  store_value: dict[str, Any] | None) -> tuple[list[str], list[str]]:
+    """The names a seed query's columns go by: the new state's key and value columns as
+    `plan` lists them."""
+    key_labels = column_labels(store_key)
+    return key_labels, column_labels(store_value, tuple(key_labels))
+
+
+def seed_problems(spark: SparkSession, rows: list[OperatorRow], shape: JobShape) -> list[str]:
+    """What Spark finds wrong with each ``mode: seed`` query: one it cannot analyse, a state
+    column it does not give, one of another type (a widening or null is taken)."""
+    planned = {op.name: op for op in shape.operators}
+    problems = []
+    for row in rows:
+        new = planned.get(row.name)
+        if row.seed_query is None or new is None or len(new.stores) != 1:
+            continue
+        where = f"state.{row.name}.query"
+        store = new.stores[0]
+        keys, values = _seed_columns(store.key_schema, store.value_schema)
+        wanted = dict(zip(keys + values, [f["type"] for schema in (store.key_schema,
+                                                                   store.value_schema)
+                                          for f in (schema or {}).get("fields", [])],
+                          strict=True))
+        found = query_columns(spark, row.seed_query)
+        if isinstance(found, str):
+            problems.append(f"{where}: Spark cannot run the query: {found}")
+            continue
+        for name, want in wanted.items():
+            got = found.get(name)
+            if got is None:
+                problems.append(f"{where}: expected a column {name} ({stripped(want)}) among "
+                                f"the query's columns ({', '.join(found) or 'none'}); the "
+                                f"state's columns: key ({', '.join(keys)}), value "
+                                f"({', '.join(values)})")
+            elif got != "void" and stripped(got) != stripped(want) and not widens(got, want):
+                problems.append(f"{where}: its column {name} is {stripped(got)}, the state's is "
+                                f"{stripped(want)}; cast it")
+    return problems
+
+
+def seed_operators(spark: SparkSession, checkpoint: Path, batch: int,
+                   rows: list[OperatorRow], shape: JobShape, provider: StateProvider) -> int:
+    """Write the state of every ``mode: seed`` operator from its query's rows (assembled
+    empty as a new operator); returns the keys written."""
+    seeded = [row for row in rows if row.seed_query is not None and row.operator_id is not None]
+    if not seeded:
+        return 0
+    operators = {op.operator_id: op for op in Checkpoint(checkpoint).operators(batch)}
+    planned = {op.name: op for op in shape.operators}
+    keys = 0
+    with tempfile.TemporaryDirectory(prefix="sparkpoint-empty-rocksdb-") as scratch:
+        template = rocksdb_template(spark, Path(scratch)) if provider is ROCKSDB else None
+        for row in seeded:
+            assert row.operator_id is not None and row.seed_query is not None
+            operator, store = operators[row.operator_id], planned[row.name].stores[0]
+            if store.key_schema is None or store.value_schema is None:
+                raise CheckpointFormatError(
+                    f"operator '{row.name}': expected the new job's state schema from Spark's "
+                    "planner, found none")
+            key_names, value_names = _seed_columns(store.key_schema, store.value_schema)
+            keys += _migrate_operator(
+                spark, checkpoint, batch, operator, store.key_schema,
+                "struct(" + ", ".join(f"`{name}`" for name in key_names) + ")",
+                "struct(" + ", ".join(f"`{name}`" for name in value_names) + ")",
+                store.value_schema, template, None, source=spark.sql(row.seed_query))
+    return keys

@@ -29,6 +29,7 @@ from sparkpoint.upgrade.resume_point import (
     ResumePoint,
     ResumeSource,
     ResumeState,
+    SeedState,
     flow_mapping,
 )
 from sparkpoint.windows import NO_WINDOW, WindowSpec
@@ -105,10 +106,15 @@ class OperatorRow:
     reshaped: bool = False
     # The resume point's ``set:`` of the operator: new value columns as Spark SQL.
     declared: dict[str, str] | None = None
+    # ``mode: seed``: the batch query whose rows are the operator's state.
+    seed_query: str | None = None
 
     @property
     def shown_action(self) -> str:
-        """The action users see: a resumed operator whose state is rewritten is migrated."""
+        """The action users see: a resumed operator whose state is rewritten is migrated,
+        an initialized one whose state a query gives is seeded."""
+        if self.seed_query is not None:
+            return "seed"
         return "migrate" if self.action == "resume" and self.changes else self.action
 
     def to_dict(self) -> dict[str, Any]:
@@ -348,6 +354,17 @@ def validate(
             problems.append(f"state.{op.name}: the job has stateful operator '{op.name}' "
                             f"({op.kind}) but the resume point has no entry for it (add mode: "
                             "resume or initialize)")
+            continue
+        if isinstance(state_entry, SeedState):
+            # Assembled as a new operator (empty state), then written from the query.
+            row = OperatorRow(op.name, "initialize", None, True,
+                              "state from a batch query", op.operator_id, op.kind,
+                              seed_query=state_entry.query)
+            if len(op.stores) != 1:
+                problems.append(f"state.{op.name}: mode: seed applies to operators with one "
+                                f"state store; '{op.name}' has {len(op.stores)}")
+                row.compatible = False
+            plan.operators.append(row)
             continue
         if isinstance(state_entry, InitializeState):
             plan.operators.append(OperatorRow(op.name, "initialize", None, True,
