@@ -2,10 +2,12 @@
 RocksDB, dedupes on the id alone), and the state of its dedupe (keyed by event_id and ts) and
 of its hourly aggregation (keyed by user_id, its max buffer of the score) is migrated by
 Spark's cast, each key placed in the partition Spark's hash of the bigint gives it (not the
-int's), the dedupe's keys projected onto the id. `plan` names each widened column; `run` rewrites
-the state as Spark tasks, the output then continues exactly as one job over all the input:
-duplicates across the switch dropped, hours open at the switch counted once, with the
-highest score of both runs. Cut off after the rewrite, the next start rolls back and rebuilds.
+int's), the dedupe's keys projected onto the id (on RocksDB in checkpoint format v2). `plan`
+names each widened column; `run` rewrites the state as Spark tasks, the output then
+continues exactly as one job over all the input: duplicates across the switch dropped, hours
+open at the switch counted once, with the highest score of both runs. Cut off after the
+rewrite, the next start rolls back and rebuilds. Then Spark's windowed word count gains
+aggregates (one declared with `set:`), and a new aggregation is seeded from a query.
 """
 
 from __future__ import annotations
@@ -94,6 +96,12 @@ def test_ids_widened_to_bigint_keep_the_state_of_both_operators(
     home, inp = Home(tmp_path / "home"), tmp_path / "in"
     events = write_events(inp, range(0, 4))
     conf = {PROVIDER_CONF: provider, "spark.sql.shuffle.partitions": "3"}
+    if provider == ROCKSDB_PROVIDER:
+        # Checkpoint format v2 with changelog checkpointing: the state migrated under plain
+        # names is given v2 names and ids again.
+        conf |= {"spark.sql.streaming.stateStore.checkpointFormatVersion": "2",
+                 "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled":
+                 "true"}
     api.run(home, JOB, "v1", params={"input": str(inp), "output": str(tmp_path / "v1"),
                                      "id_type": "INT"},
             conf=conf, until_caught_up=True, spark=spark)
@@ -142,7 +150,9 @@ def test_ids_widened_to_bigint_keep_the_state_of_both_operators(
             until_caught_up=True, spark=spark, echo=said.append)
     assert any("migrated the state" in line for line in said), said
     checkpoint = Checkpoint(home.checkpoint_dir("v2"))
-    assert checkpoint.provider(checkpoint.require_latest_committed_batch()) == provider
+    latest = checkpoint.require_latest_committed_batch()
+    assert checkpoint.provider(latest) == provider
+    assert bool(checkpoint.commit(latest).state_unique_ids) == (provider == ROCKSDB_PROVIDER)
     assert output_rows(spark, tmp_path / "v1") + output_rows(spark, tmp_path / "v2") \
         == expected(events)
 

@@ -425,3 +425,19 @@ def _write(
     commit = CommitLogEntry(1 if unique_ids is None else 2, compact_json(body))
     write_atomic(out / "commits" / str(batch), commit.to_bytes())
     return placed
+
+
+def to_format_v2(out: Path, batch: int) -> None:
+    """Give the state version ``batch + 1`` of every store of the checkpoint built in
+    ``out`` (format v1 names) format v2 names and record their ids in commit ``batch``, as
+    a start in format v2 leaves it: a migration rewrites state under plain names first."""
+    ids: dict[str, list[list[str]]] = {}
+    state = out / "state"
+    for op_dir in sorted((p for p in state.iterdir() if p.name.isdigit()),
+                         key=lambda p: int(p.name)) if state.is_dir() else []:
+        ids[op_dir.name] = [[to_unique_ids(store, batch + 1) for store in stores]
+                            for stores in _store_dirs(op_dir)]
+    path = out / "commits" / str(batch)
+    body = CommitLogEntry.parse(path.read_bytes(), str(path)).metadata
+    body["stateUniqueIds"] = ids
+    write_atomic(path, CommitLogEntry(2, compact_json(body)).to_bytes())

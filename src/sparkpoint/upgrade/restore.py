@@ -68,6 +68,7 @@ from sparkpoint.upgrade.assemble import (
     UsedSnapshot,
     assemble_checkpoint,
     fetch_into_place,
+    to_format_v2,
     used_snapshots,
 )
 from sparkpoint.upgrade.batches import BatchChoice, SinkInfo, number_batches
@@ -460,6 +461,15 @@ def build_new_checkpoint(
         # The state is moved in format v1 (the HDFS provider has no other); a move to
         # RocksDB comes from the HDFS provider's v1.
         state_format = 1
+    reshaped = any(row.reshaped for row in plan.operators)
+    seeded = any(row.seed_query is not None for row in plan.operators)
+    # Migrations read and write state under format v1 names; a start in format v2 (asked,
+    # or the snapshots') is given v2 names after them.
+    back_to_v2 = (reshaped or seeded) and (state_format == 2 or (state_format is None and any(
+        used.checkpoint.commit(used.manifest.batch_id).state_unique_ids
+        for used in resolution.snapshots.values())))
+    if back_to_v2:
+        state_format = 1
     if publish and isinstance(target, Path):
         # Beside the target, so that publishing is one rename and an interrupted start's
         # debris is found (and rolled back) by the next one.
@@ -489,8 +499,6 @@ def build_new_checkpoint(
         wanted = resolution.shape.partitions
         moved = wanted is not None and result.partitions is not None \
             and wanted != result.partitions
-        reshaped = any(row.reshaped for row in plan.operators)
-        seeded = any(row.seed_query is not None for row in plan.operators)
         rewritten = moved or new_provider is not provider or reshaped or seeded
         if rewritten:
             # Every way of moving the state runs Spark tasks on the staging copy: asked before
@@ -526,6 +534,8 @@ def build_new_checkpoint(
                                   resolution.shape, new_provider)
             names = ", ".join(row.name for row in plan.operators if row.seed_query)
             echo(f"seeded the state of {names} from its query ({keys} keys, as Spark tasks)")
+        if back_to_v2 and result.batch_id is not None:
+            to_format_v2(staging, result.batch_id)
         if (reshaped or seeded) and publish:
             crash_point("restore.state_migrated")
         verdict = restart_problem(planned.spark, planned.writer._df,
