@@ -26,6 +26,7 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from sparkpoint.testing import output_rows
 from tests.conftest import REPO, kafka_connector_jars
 from tests.support.cli import sparkpoint
 from tests.support.kafka import KafkaBroker
+from tests.support.shared_start import SharedStart, build_once
 
 pytestmark = pytest.mark.spark
 
@@ -110,19 +112,60 @@ ROCKSDB_4 = {"spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
              "spark.sql.shuffle.partitions": "4"}
 
 
+@dataclass(frozen=True)
+class PlainRun:
+    """The sliding-window query (10 minutes every 5) run plain by spark-submit over files 0-1
+    of ``root``/in into ``root``/plain-out, its checkpoint ``root``/ckpt."""
+
+    root: Path
+    lines: list[Line]
+
+
+def _run_plain_sliding(root: Path, conf: dict[str, str]) -> list[Line]:
+    inp = root / "in"
+    lines = write_lines(inp, 0) + write_lines(inp, 1)
+    spark_submit(PLAIN, str(inp), str(root / "plain-out"), str(root / "ckpt"), conf=conf)
+    return lines
+
+
+@pytest.fixture(scope="module")
+def plain_sliding_hdfs_4(tmp_path_factory: pytest.TempPathFactory
+                         ) -> tuple[SharedStart, list[Line]]:
+    lines: list[Line] = []
+    start = build_once(tmp_path_factory, "plain-sliding",
+                       lambda root: lines.extend(_run_plain_sliding(root, HDFS_4)))
+    return start, lines
+
+
+PLAIN_CONFS = {"hdfs_4": HDFS_4, "rocksdb_4": ROCKSDB_4}
+
+
+@pytest.fixture
+def plain_sliding(request: pytest.FixtureRequest, tmp_path: Path) -> PlainRun:
+    """The plain run under the conf named by the test's parameter (HDFS_4 if none). The
+    HDFS_4 run is the same for every test: built once, a fresh copy each
+    (tests/support/shared_start.py)."""
+    name = getattr(request, "param", "hdfs_4")
+    if name != "hdfs_4":
+        return PlainRun(tmp_path, _run_plain_sliding(tmp_path, PLAIN_CONFS[name]))
+    start, lines = request.getfixturevalue("plain_sliding_hdfs_4")
+    return PlainRun(start.fresh(), list(lines))
+
+
 # Spark's defaults (200 partitions) continued with fewer: test_spark_examples_adopted.py,
 # with Spark's own windowed word count and three more of its queries.
 @pytest.mark.parametrize(
-    ("plain_conf", "partitions"),
-    [(HDFS_4, "4"), (ROCKSDB_4, "3")],
+    ("plain_sliding", "partitions"),
+    [("hdfs_4", "4"), ("rocksdb_4", "3")],
     ids=["hdfs-4-unchanged", "rocksdb-4-to-3"],
+    indirect=["plain_sliding"],
 )
 def test_plain_windowed_word_count_adopted_and_continued_counts_every_line_once(
-    spark: object, home: Home, tmp_path: Path, plain_conf: dict[str, str], partitions: str
+    spark: object, home: Home, tmp_path: Path, plain_sliding: PlainRun, partitions: str
 ) -> None:
-    inp, plain_out, plain_ckpt = tmp_path / "in", tmp_path / "plain-out", tmp_path / "ckpt"
-    lines = write_lines(inp, 0) + write_lines(inp, 1)
-    spark_submit(PLAIN, str(inp), str(plain_out), str(plain_ckpt), conf=plain_conf)
+    root = plain_sliding.root
+    inp, plain_out, plain_ckpt = root / "in", root / "plain-out", root / "ckpt"
+    lines = plain_sliding.lines
     plain = Checkpoint(plain_ckpt)
     last = plain.require_latest_committed_batch()
     # What makes the case: Spark's default offsets (v1, positional) and conf.
@@ -152,16 +195,13 @@ def test_plain_windowed_word_count_adopted_and_continued_counts_every_line_once(
 
 
 def test_import_checks_the_window_of_the_state_against_the_job_file(
-    spark: object, home: Home, tmp_path: Path
+    spark: object, home: Home, tmp_path: Path, plain_sliding: PlainRun
 ) -> None:
     """The checkpoint of the sliding-window query (10 minutes every 5) with the job file of
     the tumbling one: refused (exit 3), both windows named, nothing created. With the right
     job file the snapshot records the window its keys hold, and `plan` approves that job and
     refuses the tumbling one."""
-    inp, ckpt = tmp_path / "in", tmp_path / "ckpt"
-    write_lines(inp, 0)
-    write_lines(inp, 1)
-    spark_submit(PLAIN, str(inp), str(tmp_path / "plain-out"), str(ckpt), conf=HDFS_4)
+    inp, ckpt = plain_sliding.root / "in", plain_sliding.root / "ckpt"
     params = {"input": str(inp), "output": str(tmp_path / "out")}
     tumbling = {**params, "slide": "10 minutes"}
     args = [arg for key, value in tumbling.items() for arg in ("--param", f"{key}={value}")]

@@ -13,7 +13,8 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +24,14 @@ from sparkpoint import api
 from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE, CRASH_POINTS
 from sparkpoint.runtime.registry import JobRegistry
 from sparkpoint.storage.home import Home
-from sparkpoint.testing import output_rows, write_clicks
+from sparkpoint.testing import Click, output_rows, write_clicks
 from tests.conftest import EXAMPLES
 from tests.integration.test_drain import JOB as DRAIN_JOB
 from tests.integration.test_drain import expected_all_windows
 from tests.integration.test_startpoints import JOB as PASSTHROUGH_JOB
 from tests.integration.test_startpoints import _rows
 from tests.support.cli import Result, command
+from tests.support.shared_start import SharedStart, build_once
 
 pytestmark = pytest.mark.spark
 
@@ -66,6 +68,34 @@ def test_debug_crash_points_lists_every_name_with_its_command(home: Home) -> Non
     assert all("." in name for name in names)
 
 
+@dataclass(frozen=True)
+class JobOf3:
+    """Job 'j' ran until caught up over slices 0-2 of ``root``/in into ``root``/out;
+    ``clicks`` are their clicks."""
+
+    home: Home
+    root: Path
+    clicks: list[Click]
+
+
+def _built_once(factory: pytest.TempPathFactory, name: str,
+                run: Callable[[Home, Path], None]) -> tuple[SharedStart, list[Click]]:
+    clicks: list[Click] = []
+
+    def build(root: Path) -> None:
+        clicks.extend(write_clicks(root / "in", range(0, 3)))
+        run(Home(root / "home"), root)
+
+    return build_once(factory, name, build), clicks
+
+
+def _fresh(built: tuple[SharedStart, list[Click]]) -> JobOf3:
+    """The same start for every test that takes it (tests/support/shared_start.py)."""
+    start, clicks = built
+    root = start.fresh()
+    return JobOf3(Home(root / "home"), root, list(clicks))
+
+
 # -- drain ------------------------------------------------------------------------------
 
 def _drain_params(tmp: Path) -> dict[str, str]:
@@ -88,12 +118,24 @@ def _later_windows(tmp: Path) -> Counter[Any]:
     return closed
 
 
+@pytest.fixture(scope="module")
+def drain_job_built(spark: object, tmp_path_factory: pytest.TempPathFactory
+                    ) -> tuple[SharedStart, list[Click]]:
+    return _built_once(tmp_path_factory, "drain-job",
+                       lambda home, root: _run_drain_job(spark, home, root))
+
+
+@pytest.fixture
+def drain_job(drain_job_built: tuple[SharedStart, list[Click]]) -> JobOf3:
+    """The drain job (tumbling windows) over slices 0-2."""
+    return _fresh(drain_job_built)
+
+
 @pytest.mark.parametrize("point", _points("drain."))
 def test_drain_cut_off_is_finished_by_the_next_drain(
-    spark: object, home: Home, tmp_path: Path, point: str
+    spark: object, drain_job: JobOf3, point: str
 ) -> None:
-    clicks = write_clicks(tmp_path / "in", range(0, 3))
-    _run_drain_job(spark, home, tmp_path)
+    home, root, clicks = drain_job.home, drain_job.root, drain_job.clicks
     crash(home, point, "drain", "j", "--snapshot", "d1")
     said: list[str] = []
     record = api.drain(home, "j", snapshot="d1", spark=spark,  # type: ignore[arg-type]
@@ -104,16 +146,16 @@ def test_drain_cut_off_is_finished_by_the_next_drain(
     if point == "drain.offsets_written":
         assert "rolled back an interrupted drain" in text, text
     assert record.residual == [] and record.snapshot == "d1"
-    drained = output_rows(spark, tmp_path / "out")  # type: ignore[arg-type]
+    drained = output_rows(spark, root / "out")  # type: ignore[arg-type]
     assert drained == expected_all_windows("tumbling", clicks, [])
     shown = cli(home, "snapshot", "show", "d1", "--json")
     assert shown.code == 0, shown.err
     assert {op["rows"] for op in shown.json()["operators"]} == {0}
     assert shown.json()["watermark_ms"] < 253402300799000
     # The watermark is the job's own again: later input is not dropped as late.
-    later = _later_windows(tmp_path)
-    _run_drain_job(spark, home, tmp_path)
-    assert output_rows(spark, tmp_path / "out") == drained + later  # type: ignore[arg-type]
+    later = _later_windows(root)
+    _run_drain_job(spark, home, root)
+    assert output_rows(spark, root / "out") == drained + later  # type: ignore[arg-type]
     assert not (home.job_dir("j") / "drain-intent.json").exists()
 
 
@@ -140,17 +182,16 @@ def test_run_after_a_drain_cut_off_before_its_batch_runs_no_drain_batch(
 
 
 def test_run_after_a_drain_cut_off_after_its_batch_finishes_the_drain(
-    spark: object, home: Home, tmp_path: Path
+    spark: object, drain_job: JobOf3
 ) -> None:
-    clicks = write_clicks(tmp_path / "in", range(0, 3))
-    _run_drain_job(spark, home, tmp_path)
+    home, root, clicks = drain_job.home, drain_job.root, drain_job.clicks
     crash(home, "drain.batch_committed", "drain", "j")
-    later = _later_windows(tmp_path)
+    later = _later_windows(root)
     said: list[str] = []
-    api.run(home, DRAIN_JOB, "j", params=_drain_params(tmp_path), until_caught_up=True,
+    api.run(home, DRAIN_JOB, "j", params=_drain_params(root), until_caught_up=True,
             spark=spark, echo=said.append)  # type: ignore[arg-type]
     assert any("finishing the drain interrupted" in line for line in said), said
-    assert output_rows(spark, tmp_path / "out") == \
+    assert output_rows(spark, root / "out") == \
         expected_all_windows("tumbling", clicks, []) + later  # type: ignore[arg-type]
     record = JobRegistry(home).get("j")
     assert record.drain is not None and record.drain.batch == record.runs[-1].first_batch
@@ -165,25 +206,37 @@ def _passthrough(spark: object, home: Home, tmp: Path, echo: Any = None) -> None
             **({"echo": echo} if echo else {}))
 
 
+@pytest.fixture(scope="module")
+def passthrough_job_built(spark: object, tmp_path_factory: pytest.TempPathFactory
+                          ) -> tuple[SharedStart, list[Click]]:
+    return _built_once(tmp_path_factory, "passthrough-job",
+                       lambda home, root: _passthrough(spark, home, root))
+
+
+@pytest.fixture
+def passthrough_job(passthrough_job_built: tuple[SharedStart, list[Click]]) -> JobOf3:
+    """The passthrough job over slices 0-2."""
+    return _fresh(passthrough_job_built)
+
+
 @pytest.mark.parametrize("point", _points("startpoint."))
 def test_startpoint_apply_cut_off_is_applied_exactly_once(
-    spark: object, home: Home, tmp_path: Path, point: str
+    spark: object, passthrough_job: JobOf3, point: str
 ) -> None:
-    first = write_clicks(tmp_path / "in", range(0, 3))
-    _passthrough(spark, home, tmp_path)
+    home, root, first = passthrough_job.home, passthrough_job.root, passthrough_job.clicks
     assert cli(home, "startpoint", "set", "j", "clicks", "--earliest").code == 0
-    later = write_clicks(tmp_path / "in", range(3, 4))
+    later = write_clicks(root / "in", range(3, 4))
     crash(home, point, "run", str(PASSTHROUGH_JOB), "--job", "j", "--param",
-          f"input={tmp_path / 'in'}", "--param", f"output={tmp_path / 'out'}",
+          f"input={root / 'in'}", "--param", f"output={root / 'out'}",
           "--until-caught-up")
     said: list[str] = []
-    _passthrough(spark, home, tmp_path, said.append)
+    _passthrough(spark, home, root, said.append)
     assert any("finishing the startpoints interrupted" in line for line in said), said
     # Every file read again exactly once, as an uninterrupted apply reads them.
     expected = _rows(first + first + later)
-    assert output_rows(spark, tmp_path / "out") == expected  # type: ignore[arg-type]
-    _passthrough(spark, home, tmp_path)
-    assert output_rows(spark, tmp_path / "out") == expected  # type: ignore[arg-type]
+    assert output_rows(spark, root / "out") == expected  # type: ignore[arg-type]
+    _passthrough(spark, home, root)
+    assert output_rows(spark, root / "out") == expected  # type: ignore[arg-type]
     record = JobRegistry(home).get("j")
     assert [a.source for a in record.startpoints_applied] == ["clicks"]
     assert cli(home, "startpoint", "list", "j", "--json").json() == []

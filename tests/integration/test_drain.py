@@ -10,6 +10,7 @@ import shutil
 import signal
 import threading
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from sparkpoint.testing import (
 )
 from tests.conftest import SHUFFLE_PARTITIONS
 from tests.support.cli import files_committed, sparkpoint, start, wait_for
+from tests.support.shared_start import SharedStart, build_once
 
 pytestmark = pytest.mark.spark
 JOB = Path(__file__).resolve().parent.parent / "data" / "jobs" / "drain_kinds.py"
@@ -144,11 +146,40 @@ def test_state_no_watermark_clears_is_reported_as_residual(
     assert "residual state: unique_ids" in text
 
 
+@dataclass(frozen=True)
+class RunOf3:
+    """Job 'j' (tumbling windows) ran until caught up over slices 0-2 of ``root``/in into
+    ``root``/out; ``clicks`` are their clicks."""
+
+    home: Home
+    root: Path
+    clicks: list[Click]
+
+
+@pytest.fixture(scope="module")
+def tumbling_j_built(spark: object, tmp_path_factory: pytest.TempPathFactory
+                     ) -> tuple[SharedStart, list[Click]]:
+    clicks: list[Click] = []
+
+    def build(root: Path) -> None:
+        clicks.extend(write_clicks(root / "in", range(0, 3)))
+        _run(spark, Home(root / "home"), "j", _params(root, "tumbling"))
+
+    return build_once(tmp_path_factory, "tumbling-j", build), clicks
+
+
+@pytest.fixture
+def tumbling_j(tumbling_j_built: tuple[SharedStart, list[Click]]) -> RunOf3:
+    """The same start for the tests below, built once (tests/support/shared_start.py)."""
+    start, clicks = tumbling_j_built
+    root = start.fresh()
+    return RunOf3(Home(root / "home"), root, list(clicks))
+
+
 def test_drained_job_and_jobs_from_its_snapshot_use_a_normal_watermark(
-    spark: object, home: Home, tmp_path: Path
+    spark: object, tumbling_j: RunOf3
 ) -> None:
-    clicks = write_clicks(tmp_path / "in", range(0, 3))
-    _run(spark, home, "j", _params(tmp_path, "tumbling"))
+    home, root, clicks = tumbling_j.home, tumbling_j.root, tumbling_j.clicks
     drain = api.drain(home, "j", snapshot="d1", spark=spark)  # type: ignore[arg-type]
     assert drain.residual == []
     assert set(_snapshot_rows(home, "d1").values()) == {0}
@@ -159,22 +190,22 @@ def test_drained_job_and_jobs_from_its_snapshot_use_a_normal_watermark(
     newest = max(c.ts for c in clicks) - dt.timedelta(minutes=10)
     assert shown["progress"]["watermark"] == \
         newest.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    drained = output_rows(spark, tmp_path / "out")  # type: ignore[arg-type]
-    later = write_clicks(tmp_path / "in", range(3, 9))
+    drained = output_rows(spark, root / "out")  # type: ignore[arg-type]
+    later = write_clicks(root / "in", range(3, 9))
     # Closed by the new watermark (max event time - 10 min): hour 1 only; hour 2 stays open.
     expected_later = Counter({row: n for row, n in expected_all_windows(
         "tumbling", later, []).items() if row[1] == dt.datetime(2026, 1, 1, 1)})
     assert expected_later
-    _run(spark, home, "from_drained", _params(tmp_path, "tumbling", "out2"),
+    _run(spark, home, "from_drained", _params(root, "tumbling", "out2"),
          from_snapshot="d1")
-    assert output_rows(spark, tmp_path / "out2") == expected_later  # type: ignore[arg-type]
+    assert output_rows(spark, root / "out2") == expected_later  # type: ignore[arg-type]
     # As spark-submit does, the master is given explicitly: the default one the job ran on
     # (its record has none) is no change to report.
     said: list[str] = []
-    _run(spark, home, "j", _params(tmp_path, "tumbling"), master="local[2]", echo=said.append)
+    _run(spark, home, "j", _params(root, "tumbling"), master="local[2]", echo=said.append)
     assert not [line for line in said if line.startswith("master")], said
     assert sparkpoint(home, "jobs", "show", "j", "--json").json()["status"] == "stopped"
-    assert output_rows(spark, tmp_path / "out") == drained + expected_later  # type: ignore[arg-type]
+    assert output_rows(spark, root / "out") == drained + expected_later  # type: ignore[arg-type]
     assert drained == expected_all_windows("tumbling", clicks, [])
 
 
@@ -336,15 +367,14 @@ def test_drain_completes_a_batch_planned_but_not_committed(
 
 
 def test_a_snapshot_taken_while_the_job_is_drained_continues_it_with_nothing_lost(
-    spark: object, home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: object, tumbling_j: RunOf3, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another process snapshots the job while its drain is between the drain batch's commit
     and putting the job's watermark back: the snapshot must not hold the drain's maximal
     watermark, or a job started from it drops all new input as late (it did, before the
     export took the batch before an unfinished drain batch). Found while writing the torture
     test (tests/integration/test_home_torture.py), whose snapshot creates race its drains."""
-    clicks = write_clicks(tmp_path / "in", range(0, 3))
-    _run(spark, home, "j", _params(tmp_path, "tumbling"))
+    home, root, clicks = tumbling_j.home, tumbling_j.root, tumbling_j.clicks
     committed, resume = threading.Event(), threading.Event()
     put_back = drain_protocol.restore_watermark
 
@@ -363,25 +393,24 @@ def test_a_snapshot_taken_while_the_job_is_drained_continues_it_with_nothing_los
         resume.set()
         drain.join()
     assert taken.code == 0, taken.err
-    later = write_clicks(tmp_path / "in", range(3, 9))
-    _run(spark, home, "from_s1", _params(tmp_path, "tumbling", "out2"), from_snapshot="s1")
+    later = write_clicks(root / "in", range(3, 9))
+    _run(spark, home, "from_s1", _params(root, "tumbling", "out2"), from_snapshot="s1")
     api.drain(home, "from_s1", spark=spark)  # type: ignore[arg-type]
     # The job's output up to the snapshot's batch and the new job's: every window, once.
-    before = output_rows(spark, tmp_path / "out",  # type: ignore[arg-type]
-                         sink_files_up_to(tmp_path / "out", taken.json()["batch_id"]))
-    after = output_rows(spark, tmp_path / "out2")  # type: ignore[arg-type]
+    before = output_rows(spark, root / "out",  # type: ignore[arg-type]
+                         sink_files_up_to(root / "out", taken.json()["batch_id"]))
+    after = output_rows(spark, root / "out2")  # type: ignore[arg-type]
     assert before + after == expected_all_windows("tumbling", clicks + later, [])
 
 
 def test_a_stop_asked_while_the_drain_batch_runs_does_not_cut_the_drain_short(
-    spark: object, home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: object, tumbling_j: RunOf3, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A stop request reaching the drain's batch (``jobs stop`` from another process, or
     another drain, which asks a running job to stop) is for after that batch: the drain
     completes. It failed with "the drain batch did not complete; nothing changed" (exit 1).
     Found by the torture test (tests/integration/test_home_torture.py)."""
-    clicks = write_clicks(tmp_path / "in", range(0, 3))
-    _run(spark, home, "j", _params(tmp_path, "tumbling"))
+    home, root, clicks = tumbling_j.home, tumbling_j.root, tumbling_j.clicks
     # The run looks for stop requests every 50 ms: one is seen before the batch completes.
     monkeypatch.setattr(runner, "POLL_SECONDS", 0.05)
     write_offsets = drain_protocol.write_drain_offsets
@@ -393,7 +422,7 @@ def test_a_stop_asked_while_the_drain_batch_runs_does_not_cut_the_drain_short(
     monkeypatch.setattr(drain_protocol, "write_drain_offsets", then_a_stop_request)
     drained = api.drain(home, "j", spark=spark)  # type: ignore[arg-type]
     assert drained.residual == []
-    assert output_rows(spark, tmp_path / "out") == expected_all_windows(  # type: ignore[arg-type]
+    assert output_rows(spark, root / "out") == expected_all_windows(  # type: ignore[arg-type]
         "tumbling", clicks, [])
     assert sparkpoint(home, "jobs", "show", "j", "--json").json()["status"] == "drained"
     assert not JobRegistry(home).stop_requested("j")

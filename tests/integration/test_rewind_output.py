@@ -33,6 +33,7 @@ from sparkpoint.testing import (
 )
 from tests.conftest import EXAMPLES
 from tests.support.cli import sparkpoint, start, wait_for
+from tests.support.shared_start import SharedStart, build_once
 
 JOB = Path(__file__).resolve().parent.parent / "data" / "jobs" / "filtered_clicks.py"
 FILES = 6  # input files, one batch each: batches 0..5
@@ -70,7 +71,7 @@ class Written:
         return ["run", "--job", job, *self.job_args(), "--until-caught-up", *extra]
 
 
-def _v1_then_snapshot(spark: Any, home: Home, root: Path) -> Written:
+def _v1_then_snapshot(spark: Any, home: Home, root: Path) -> None:
     """v1 (every user) writes batches 0..5 into the output; snapshot 'old' is its batch 1."""
     inp, out = root / "in", root / "out"
     write_clicks(inp, range(FILES))
@@ -82,7 +83,20 @@ def _v1_then_snapshot(spark: Any, home: Home, root: Path) -> Written:
     log = {p.name for p in (out / "_spark_metadata").iterdir() if not p.name.startswith(".")}
     assert {"2.compact", "5.compact"} <= log  # the rewind crosses compactions
     assert output_rows(spark, out) == _file_rows(range(FILES))
-    return Written(home, inp, out)
+
+
+@pytest.fixture(scope="module")
+def v1_written(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> SharedStart:
+    return build_once(tmp_path_factory, "v1-written",
+                      lambda root: _v1_then_snapshot(spark, Home(root / "home"), root))
+
+
+@pytest.fixture
+def written(v1_written: SharedStart) -> Written:
+    """What _v1_then_snapshot leaves, the same for every test: built once, a fresh copy
+    each (tests/support/shared_start.py)."""
+    root = v1_written.fresh()
+    return Written(Home(root / "home"), root / "in", root / "out")
 
 
 def _expected_after_rewind() -> Counter[Any]:
@@ -120,9 +134,9 @@ def _check_moved_aside(spark: Any, out: Path) -> None:
 
 
 def test_rewind_takes_the_table_back_to_the_snapshot_then_continues(
-    spark: Any, home: Home, tmp_path: Path
+    spark: Any, written: Written
 ) -> None:
-    written = _v1_then_snapshot(spark, home, tmp_path)
+    home = written.home
     out = written.out
 
     refused = sparkpoint(home, *written.args("v2"))
@@ -157,11 +171,11 @@ def test_rewind_takes_the_table_back_to_the_snapshot_then_continues(
 
 
 def test_renumbered_batches_announce_the_rows_they_keep(
-    spark: Any, home: Home, tmp_path: Path
+    spark: Any, written: Written
 ) -> None:
     """--renumber-batches leaves v1's batches after the snapshot in the table: both versions'
     rows of the same input. It stays possible, and now says so."""
-    written = _v1_then_snapshot(spark, home, tmp_path)
+    home = written.home
     ran = sparkpoint(home, *written.args("v2", "--renumber-batches"))
     assert ran.code == 0, ran.err
     assert f"keeps the old run's batches {SNAPSHOT_BATCH + 1}..{FILES - 1}" in ran.err, ran.err
@@ -171,9 +185,9 @@ def test_renumbered_batches_announce_the_rows_they_keep(
 
 
 def test_rewind_refused_while_the_writing_job_runs(
-    spark: Any, home: Home, tmp_path: Path
+    spark: Any, written: Written, tmp_path: Path
 ) -> None:
-    written = _v1_then_snapshot(spark, home, tmp_path)
+    home = written.home
     log = tmp_path / "v1.log"
     running = start(home, "run", str(JOB), "--job", "v1", log=log)
     try:
@@ -193,7 +207,7 @@ def test_rewind_refused_while_the_writing_job_runs(
 
 
 def test_a_rewind_the_output_refuses_is_refused_before_spark_starts(
-    spark: Any, home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: Any, written: Written, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The output's sink log names a file outside the output (a log not written by Spark's
     file sink alone): its files cannot be moved aside. The output is the one v1 wrote, and a
@@ -204,7 +218,7 @@ def test_a_rewind_the_output_refuses_is_refused_before_spark_starts(
     from sparkpoint.sinks.rewind import plan_rewind
     from tests.support.jvm import forbid_spark_sessions
 
-    written = _v1_then_snapshot(spark, home, tmp_path)
+    home = written.home
     entry = written.out / "_spark_metadata" / "3"
     foreign = (tmp_path / "elsewhere" / "part-00000.parquet").as_uri()
     entry.write_text(entry.read_text().rstrip("\n") + "\n" + json.dumps(
@@ -232,9 +246,9 @@ def test_a_rewind_the_output_refuses_is_refused_before_spark_starts(
 
 @pytest.mark.parametrize("point", REWIND_POINTS)
 def test_crashed_rewind_is_finished_by_the_next_run(
-    spark: Any, home: Home, tmp_path: Path, point: str, monkeypatch: pytest.MonkeyPatch
+    spark: Any, written: Written, point: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    written = _v1_then_snapshot(spark, home, tmp_path)
+    home = written.home
     out = written.out
     monkeypatch.setenv(CRASH_ENV, point)
     crashed = sparkpoint(home, *written.args("v2", "--rewind-output"))
