@@ -273,7 +273,8 @@ def test_refusals_exit_3_name_the_entry_and_create_nothing(
 
 @pytest.mark.parametrize(("variant", "operator", "fragment"), [
     ("rekeyed", "dedup_clicks", "key schema changed"),
-    ("averaged", "hourly_counts", "value schema changed"),
+    ("listed", "hourly_counts", "aggregate collect_list(url) added: its buffer is an object "
+     "Spark serializes"),
 ])
 def test_schema_changes_are_refused_before_anything_starts(
     spark: object, v1: V1Start,

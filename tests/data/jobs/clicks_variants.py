@@ -10,8 +10,10 @@ reordered   extra union clicks2                                  (sources swappe
 clicks2     clicks2 alone                                       (extra removed)
 kafka_extra clicks2 union extra, where extra is clicks as JSON records of the topics matching
             --param topic_pattern on --param bootstrap, read by Spark's Kafka connector
-rekeyed     like v1, but dedup_clicks keys on event_id only        (key schema changed)
-averaged    like v1, but hourly_counts averages instead of counting (value schema changed)
+rekeyed     like v1, but dedup_clicks keys on event_id and url     (key schema changed: a
+            column added, which no migration gives a value)
+listed      like v1, but hourly_counts collects the urls instead of counting (an aggregate
+            added whose buffer has no initial value: no migration)
 """
 
 from pyspark.sql import DataFrame, SparkSession
@@ -52,11 +54,11 @@ def build(spark: SparkSession, ctx: sp.JobContext):  # type: ignore[no-untyped-d
         clicks = _read(spark, ctx, "clicks", "input")
     events = clicks.withWatermark("ts", "10 minutes")
     if variant != "no_dedupe":
-        keys = ["event_id"] if variant == "rekeyed" else ["event_id", "ts"]
+        keys = ["event_id", "url"] if variant == "rekeyed" else ["event_id", "ts"]
         events = ctx.stateful(dedup_name, events.dropDuplicates(keys))
     if variant == "inserted":
         events = ctx.stateful("recent_ids", events.dropDuplicatesWithinWatermark(["event_id"]))
-    measure = F.avg(F.length("url")) if variant == "averaged" else F.count("*")
+    measure = F.collect_list("url") if variant == "listed" else F.count("*")
     hourly = ctx.stateful(
         counts_name, events.groupBy(F.window("ts", "1 hour"), "user").agg(measure.alias("n")))
     return (hourly.select(F.col("window.start").alias("window_start"),
