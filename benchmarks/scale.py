@@ -2,7 +2,7 @@
 same run.
 
     .venv/bin/python benchmarks/scale.py [--keys N] [--partitions P] [--providers rocksdb,hdfs]
-                                         [--driver-memory 8g] [--keep]
+                                         [--driver-memory 8g] [--keep] [--only migration]
 
 For each state store provider, a real Spark job (``groupBy("key").count()`` over N distinct
 keys in parquet, two batches, P shuffle partitions; defaults 10,000,000 and 200) builds the
@@ -18,6 +18,10 @@ long-lived driver would be):
 - the same start into 64 partitions (repartitioning: keys per second over the whole start);
 - ``snapshot import`` of the job's checkpoint against ``plan`` of the same job from its
   snapshot;
+- a state migration: a job counting the keys by an int id, snapshotted, started as a version
+  whose id is a bigint and which adds ``sum(id)`` (the key widened, rehashed to its new
+  partitions; an aggregate added), against Spark's state reader reading the same state
+  (every key counted per partition) in the same run;
 - ``rehearse`` of the job from its snapshot against the job itself, after the job ran
   ``REHEARSED`` more batches of new keys (each a file of N/8 keys): the rehearsal replays
   them in scratch space, against the job's own run of those batches;
@@ -55,6 +59,27 @@ SHUFFLE_CONF = "spark.sql.shuffle.partitions"
 REPARTITION_TO = 64
 REHEARSED = 5
 JOBS_LISTED = 50
+ID_JOB_SOURCE = f'''\
+"""Count events per numeric id (``id_type`` INT, or BIGINT with a sum of the ids added)."""
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+import sparkpoint as sp
+
+
+def build(spark: SparkSession, ctx: sp.JobContext):
+    events = (spark.readStream.name("events").schema("key STRING")
+              .option("maxFilesPerTrigger", ctx.param("files_per_batch", "{FILES // 2}"))
+              .parquet(ctx.require_param("input")))
+    kind = ctx.param("id_type", "INT")
+    ids = events.select(F.expr(f"CAST(substr(key, 2) AS {{kind}})").alias("id"))
+    measures = [F.count("*").alias("count")]
+    if kind == "BIGINT":
+        measures.append(F.sum("id").alias("total"))
+    counts = ctx.stateful("{OPERATOR}", ids.groupBy("id").agg(*measures))
+    return counts.writeStream.format("noop").outputMode("update")
+'''
 JOB_SOURCE = f'''\
 """Count events per key: one aggregation whose state holds every key seen."""
 
@@ -188,6 +213,8 @@ def measure(provider: str, keys: int, partitions: int, work: Path, spark: object
     rows.append(Row(f"{provider}: snapshot import", keys, manifest.total_bytes, imported,
                     planned, "<= 2x plan", imported / planned <= 2, peak_mb()))
 
+    rows.append(_migration(provider, keys, work, conf, params, spark))
+
     # The job runs REHEARSED more batches (a file of new keys each); the rehearsal replays
     # them from the snapshot taken before.
     write_keys(inputs, keys // FILES * REHEARSED, REHEARSED, first=keys)
@@ -226,6 +253,29 @@ def measure(provider: str, keys: int, partitions: int, work: Path, spark: object
     return rows
 
 
+def _migration(provider: str, keys: int, work: Path, conf: dict[str, str],
+               params: dict[str, str], spark: object) -> Row:
+    """The id job run and snapshotted, then started as its widened, grown version."""
+    home = Home(work / "migration-home")
+    job = work / "ids.py"
+    job.write_text(ID_JOB_SOURCE)
+    api.run(home, job, "ids", params={**params, "id_type": "INT"}, conf=conf,
+            until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+    manifest = api.snapshot_create(home, "ids", "ints")
+    op = manifest.operator(OPERATOR)
+    assert op is not None and op.rows == keys, (op, keys)
+    checkpoint = home.checkpoint_dir("ids")
+    read = timed(lambda: spark.read.format("statestore")  # type: ignore[attr-defined]
+                 .option("batchId", manifest.batch_id).option("operatorId", op.operator_id)
+                 .load(str(checkpoint)).groupBy("partition_id").count().collect())
+    migrated = timed(lambda: api.run(home, job, "bigints",
+                                     params={**params, "id_type": "BIGINT"}, conf=conf,
+                                     from_snapshot="ints", until_caught_up=True,
+                                     spark=spark))  # type: ignore[arg-type]
+    return Row(f"{provider}: migrate (widen, add sum)", keys, op.bytes, migrated, read,
+               "<= 2x Spark's read", migrated / read <= 2, peak_mb())
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--keys", type=int, default=10_000_000)
@@ -234,6 +284,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--driver-memory", default="8g",
                         help="the JVM's heap (the HDFS provider holds its state there)")
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--only", choices=["migration"],
+                        help="measure the state migration alone")
     args = parser.parse_args(argv)
     providers = [p for p in args.providers.split(",") if p]
     unknown = set(providers) - set(PROVIDERS)
@@ -244,6 +296,13 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{args.keys:,} keys, {args.partitions} partitions, work dir {work}", flush=True)
         print(HEADER, flush=True)
         for provider in providers:
+            if args.only == "migration":
+                inputs = work / provider / "in"
+                write_keys(inputs, args.keys, FILES)
+                conf = {PROVIDER_CONF: PROVIDERS[provider], SHUFFLE_CONF: str(args.partitions)}
+                print(_migration(provider, args.keys, work / provider, conf,
+                                 {"input": str(inputs)}, spark).line(), flush=True)
+                continue
             for row in measure(provider, args.keys, args.partitions, work / provider, spark):
                 print(row.line(), flush=True)
 
