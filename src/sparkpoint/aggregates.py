@@ -34,3 +34,7 @@ class AggregateState(BaseModel):
     #: Spark's SQL of each buffer column's initial value (``DeclarativeAggregate
     #: .initialValues``); None for a function whose buffer is an object Spark serializes.
     initial: tuple[str, ...] | None = None
+    #: Spark's SQL of the merge of two buffers per buffer column (``mergeExpressions``),
+    #: reading the two buffers' columns as ``__left_i`` and ``__right_i``; None where Spark
+    #: has none (an object buffer) or it was not read (a session without sparkpoint's jar).
+    merge: tuple[str, ...] | None = None

@@ -30,7 +30,13 @@ from sparkpoint.storage.home import Home
 from sparkpoint.testing import USERS, Click, clicks_for_slice, output_rows
 from tests.conftest import REPO
 from tests.support.cli import sparkpoint
-from tests.support.spark_examples import Line, expected_windowed_word_counts, write_lines
+from tests.support.s3 import S3Server
+from tests.support.spark_examples import (
+    Line,
+    expected_sessions,
+    expected_windowed_word_counts,
+    write_lines,
+)
 
 EXAMPLES_JOBS = REPO / "tests" / "data" / "jobs"
 JOB = EXAMPLES_JOBS / "widened_ids.py"
@@ -297,3 +303,139 @@ def test_a_new_aggregation_seeded_from_what_the_old_version_wrote(
     hourly = Counter({(start, user, n): count
                       for (start, user, n, _top), count in expected(events).items()})
     assert output_rows(spark, tmp_path / "v2") == hourly
+
+
+SESSIONS_GROWN = EXAMPLES_JOBS / "spark_example_sessions_grown.py"
+
+
+def _sessions_with_members(lines: list[Line]) -> dict[tuple[str, int, int], list[Line]]:
+    """Each (sessionId, start s, end s) session of the sessionization example (a 10 s gap),
+    with the lines of its events."""
+    events: dict[str, list[Line]] = {}
+    for line in lines:
+        for word in line.words():
+            events.setdefault(word, []).append(line)
+    found: dict[tuple[str, int, int], list[Line]] = {}
+    gap = dt.timedelta(seconds=10)
+    for word, members in events.items():
+        members.sort(key=lambda line: line.timestamp)
+        current = [members[0]]
+        end = members[0].timestamp + gap
+        for line in members[1:]:
+            if line.timestamp < end:
+                current.append(line)
+                end = max(end, line.timestamp + gap)
+                continue
+            found[(word, int(current[0].timestamp.timestamp() // 1), int(end.timestamp() // 1))] \
+                = current
+            current, end = [line], line.timestamp + gap
+        found[(word, int(current[0].timestamp.timestamp() // 1), int(end.timestamp() // 1))] \
+            = current
+    return found
+
+
+def test_sessionization_gains_an_aggregate_and_keeps_its_sessions(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Spark's sessionization, then a version that also keeps each session's latest event
+    time: sessions open at the switch go on counting from the old state (its whole rows: the
+    session id and window, then the count's buffer), the latest time starts empty."""
+    home, inp = Home(tmp_path / "home"), tmp_path / "input"
+    before = write_lines(inp, range(0, 3))
+    conf = {"spark.sql.shuffle.partitions": "3"}
+    api.run(home, EXAMPLES_JOBS / "spark_example_sessions.py", "sessions",
+            params={"input": str(inp), "output": str(tmp_path / "v1")}, conf=conf,
+            until_caught_up=True, spark=spark)
+    manifest = api.snapshot_create(home, "sessions", "before")
+    [entry] = manifest.operators
+    assert entry.aggregates is not None and [a.function for a in entry.aggregates] \
+        == ["count(1)"]
+    after = write_lines(inp, range(3, 6))
+    params = {"input": str(inp), "output": str(tmp_path / "v2")}
+    plan = api.plan(home, SESSIONS_GROWN, params=params, conf=conf, from_snapshot="before",
+                    spark=spark)
+    assert plan.ok, plan.problems
+    assert [row["action"] for row in plan.to_dict()["operators"]] == ["migrate"]
+    api.run(home, SESSIONS_GROWN, "sessions-v2", params=params, conf=conf,
+            from_snapshot="before", until_caught_up=True, spark=spark)
+    api.drain(home, "sessions-v2", spark=spark)
+
+    old_rows = output_rows(spark, tmp_path / "v1")
+    new_rows = output_rows(spark, tmp_path / "v2")
+    assert old_rows + Counter({row[:5]: n for row, n in new_rows.items()}) \
+        == expected_sessions(before + after)
+    members = _sessions_with_members(before + after)
+    latest = {}
+    for key, lines in members.items():
+        seen = [line.timestamp for line in lines if line in after]
+        latest[key] = max(seen).astimezone(dt.UTC).replace(tzinfo=None) if seen else None
+    assert {row[:3]: row[5] for row in new_rows} == {row[:3]: latest[row[:3]]
+                                                     for row in new_rows}
+    assert any(any(line in before for line in members[row[:3]]) for row in new_rows), \
+        "no session of the new version began before the switch"
+
+
+def test_ids_widened_and_moved_to_rocksdb_on_an_s3_home(
+    spark: Any, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same widening on a home in S3 (moto's server, Spark through s3a), the state also
+    moved from the HDFS-backed provider to RocksDB: the snapshot's state is fetched into the
+    start's staging copy, rewritten there as Spark tasks and uploaded."""
+    monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine"))
+    home = Home.resolve(f"s3://{s3_server.new_bucket()}/home")
+    inp = tmp_path / "in"
+    events = write_events(inp, range(0, 4))
+    api.run(home, JOB, "v1", params={"input": str(inp), "output": str(tmp_path / "v1"),
+                                     "id_type": "INT"},
+            conf={PROVIDER_CONF: HDFS_PROVIDER, "spark.sql.shuffle.partitions": "3"},
+            until_caught_up=True, spark=spark)
+    api.snapshot_create(home, "v1", "ints")
+    events += write_events(inp, range(4, 8), [c for c in clicks_for_slice(3)
+                                              if c.ts.minute >= 12])
+    said: list[str] = []
+    api.run(home, JOB, "v2", params={"input": str(inp), "output": str(tmp_path / "v2"),
+                                     "id_type": "BIGINT"},
+            conf={PROVIDER_CONF: ROCKSDB_PROVIDER, "spark.sql.shuffle.partitions": "3"},
+            from_snapshot="ints", until_caught_up=True, spark=spark, echo=said.append)
+    assert any("to RocksDB" in line for line in said), said
+    assert any("migrated the state" in line for line in said), said
+    assert output_rows(spark, tmp_path / "v1") + output_rows(spark, tmp_path / "v2") \
+        == expected(events)
+
+
+def test_a_grouping_column_removed_merges_the_groups_with_sparks_own_merges(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The hourly scores per user become hourly scores: each hour's groups of the old state
+    are merged into one by Spark's merge of each aggregate (counts add, the max takes the
+    greater), so an hour open at the switch counts every user's events of both versions."""
+    home, inp = Home(tmp_path / "home"), tmp_path / "in"
+    events = write_events(inp, range(0, 4))
+    conf = {"spark.sql.shuffle.partitions": "3"}
+    api.run(home, JOB, "v1", params={"input": str(inp), "output": str(tmp_path / "v1")},
+            conf=conf, until_caught_up=True, spark=spark)
+    api.snapshot_create(home, "v1", "per-user")
+    events += write_events(inp, range(4, 8))
+    params = {"input": str(inp), "output": str(tmp_path / "v2"), "per_user": "no"}
+    plan = api.plan(home, JOB, params=params, conf=conf, from_snapshot="per-user",
+                    spark=spark)
+    assert plan.ok, plan.problems
+    changes = {row["name"]: row["changes"] for row in plan.to_dict()["operators"]}
+    assert changes["hourly_scores"] == [
+        "grouping columns user_id removed: the groups that become one are merged by each "
+        "aggregate's own merge, Spark's (count(1), max(score))"]
+    api.run(home, JOB, "v2", params=params, conf=conf, from_snapshot="per-user",
+            until_caught_up=True, spark=spark)
+
+    per_user = expected(events)
+    hours: dict[dt.datetime, tuple[int, int]] = {}
+    for (start, _user, n, top), count in per_user.items():
+        assert count == 1
+        was = hours.get(start, (0, top))
+        hours[start] = (was[0] + n, max(was[1], top))
+    old_rows = output_rows(spark, tmp_path / "v1")
+    old_hours = {row[0] for row in old_rows}
+    # Hours the old version emitted stay per user; the others are emitted once, per hour.
+    assert old_rows == Counter({row: n for row, n in per_user.items() if row[0] in old_hours})
+    assert output_rows(spark, tmp_path / "v2") == Counter(
+        (start, n, top) for start, (n, top) in hours.items() if start not in old_hours)

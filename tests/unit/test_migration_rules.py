@@ -17,10 +17,12 @@ from sparkpoint.checkpoint.unsafe_row import split_row
 from sparkpoint.upgrade.migration_rules import (
     STATE_COLUMNS,
     AggregateMove,
+    GroupMerge,
     aggregate_move,
     column_labels,
     declared_value,
     dedupe_projection,
+    group_merge,
     store_widenings,
     widens,
 )
@@ -189,9 +191,22 @@ def test_aggregate_changes_that_cannot_be_migrated_are_named() -> None:
     narrowed = _agg("count(1)", ("count", "integer"))
     assert "changed type from long to integer" in str(
         aggregate_move((COUNT, AVG), (narrowed,), _value(COUNT, AVG), _value(narrowed), 1))
-    # A value that is not the buffers one after the other (state format 1) is not moved.
-    assert "state format" in str(aggregate_move((COUNT,), (MAX,), _struct(("k", "string"),
-                                                ("count", "long")), _value(MAX), 1))
+    # A value whose leading columns differ from the new one's is not moved.
+    assert "does not end with" in str(aggregate_move((COUNT,), (MAX,), _struct(
+        ("k", "string"), ("count", "long")), _value(MAX), 1))
+
+
+def test_a_value_holding_the_whole_row_keeps_its_leading_columns() -> None:
+    """A session window's state value is its whole row: the keys and the session, then the
+    buffers."""
+    lead = (("sessionId", "string"), ("session", _struct(("start", "timestamp"),
+                                                         ("end", "timestamp"))))
+    old = _struct(*lead, ("count", "long"))
+    new = _struct(*lead, ("count", "long"), ("max", "timestamp"))
+    move = aggregate_move((COUNT,), (COUNT, MAX), old, new, 3)
+    assert isinstance(move, AggregateMove)
+    assert move.old_column == (0, 1, 2, None)
+    assert move.initial == (None, None, None, "CAST(NULL AS TIMESTAMP)")
     # Unknown or unchanged functions: nothing to say here.
     assert aggregate_move(None, (COUNT,), _value(COUNT), _value(COUNT), 1) is None
     assert aggregate_move((COUNT,), (COUNT,), _value(COUNT), _value(COUNT), 1) is None
@@ -231,3 +246,22 @@ def test_declared_columns_others_by_name_and_what_is_left_undefined() -> None:
         "state.t.set.total: the new state has no column 'total' (its columns: count, max, sum)",
         "state.t.set: the new state's column sum (double) is not defined: add sum: <SQL over "
         "the old state's columns: user, count, max>")
+
+
+def test_groups_that_become_one_are_merged_by_each_functions_own_merge() -> None:
+    count = COUNT.model_copy(update={"merge": ("(__left_0 + __right_0)",)})
+    avg = AVG.model_copy(update={"merge": ("(__left_0 + __right_0)", "(__left_1 + __right_1)")})
+    key = _struct(("window", "string"), ("user", "string"))
+    merged = group_merge("stateStoreSave", key, _struct(("window", "string")), (count, avg),
+                         (count, avg))
+    assert isinstance(merged, GroupMerge)
+    # The average's columns come after the count's: positions 1 and 2 of the value.
+    assert merged.merges == ("(acc.c0 + x.c0)", "(acc.c1 + x.c1)", "(acc.c2 + x.c2)")
+    listed = _agg("collect_list(n)", ("buf", "binary"), initial=None)
+    assert "has no merge" in str(group_merge("stateStoreSave", key, _struct(
+        ("window", "string")), (count, listed), (count, listed)))
+    assert "snapshot the old job again" in str(group_merge(
+        "stateStoreSave", key, _struct(("window", "string")), None, (count,)))
+    # Not a grouping column removed: nothing to say.
+    assert group_merge("stateStoreSave", key, key, (count,), (count,)) is None
+    assert group_merge("dedupe", key, _struct(("window", "string")), None, None) is None

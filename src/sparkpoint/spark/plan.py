@@ -196,14 +196,19 @@ def _window(node: Any) -> WindowSpec | None:
     return NO_WINDOW
 
 
-_AGGREGATE_EXECS = ("HashAggregateExec", "ObjectHashAggregateExec", "SortAggregateExec")
+_AGGREGATE_EXECS = ("HashAggregateExec", "ObjectHashAggregateExec", "SortAggregateExec",
+                    "MergingSessionsExec")
+# The operators whose state value ends with their aggregate's buffers (a session window's
+# holds the whole row: its keys and session first).
+_AGGREGATING = ("stateStoreSave", "sessionWindowStateStoreSaveExec")
 _WRAPPERS = ("WholeStageCodegenExec", "InputAdapter")
 
 
 def _aggregates(node: Any) -> tuple[AggregateState, ...] | None:
-    """A ``StateStoreSaveExec``'s aggregate functions, from the partial-merge aggregate below
-    it whose output (keys, then every function's buffer) is what the state stores."""
-    if str(node.shortName()) != "stateStoreSave":
+    """A ``StateStoreSaveExec``'s (or session window's) aggregate functions, from the
+    partial-merge aggregate below it whose output (keys, then every function's buffer) is
+    what the state stores."""
+    if str(node.shortName()) not in _AGGREGATING:
         return None
     child = node.child()
     while _class(child) in _WRAPPERS:
@@ -221,8 +226,27 @@ def _aggregates(node: Any) -> tuple[AggregateState, ...] | None:
         except Exception:  # py4j: an imperative aggregate has no initialValues
             initial = None
         found.append(AggregateState(function=str(function.sql()), buffer=buffer,
-                                    initial=initial))
+                                    initial=initial, merge=_merge_sql(function)))
     return tuple(found)
+
+
+# java/sparkpoint/spark/BufferMergeSql.java: an aggregate's mergeExpressions as Spark SQL.
+BUFFER_MERGE_SQL = "sparkpoint.spark.BufferMergeSql"
+
+
+def _merge_sql(function: Any) -> tuple[str, ...] | None:
+    """Spark's merge of two of the function's buffers as SQL (sparkpoint's jar); None when
+    the session cannot load the jar's class or the function has no merge expressions."""
+    from pyspark import SparkContext
+
+    jvm = SparkContext._jvm
+    if jvm is None:
+        return None
+    try:
+        found = getattr(jvm, BUFFER_MERGE_SQL).of(function)
+    except Exception:  # py4j: the class is not in this session (a caller's, without the jar)
+        return None
+    return None if found is None else tuple(str(sql) for sql in found)
 
 
 def _executed_plan(frame: DataFrame) -> Any:

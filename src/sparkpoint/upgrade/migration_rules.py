@@ -120,18 +120,30 @@ def aggregate_move(old: tuple[AggregateState, ...] | None,
         return None
     if [a.function for a in old] == [a.function for a in new]:
         return None
-    if _buffer_types(old) != [stripped(f["type"]) for f in old_value.get("fields", [])] or \
-            _buffer_types(new) != [stripped(f["type"]) for f in new_value.get("fields", [])]:
-        return ("the state value is not the aggregates' buffers one after the other (an "
-                "aggregation state format other than Spark's version 2)")
+    old_fields, new_fields = old_value.get("fields", []), new_value.get("fields", [])
+    # The value ends with the buffers; before them, the whole row's other columns where the
+    # state keeps the row (session windows: the keys and the session), kept by position.
+    lead = len(old_fields) - len(_buffer_types(old))
+    if lead < 0 or len(new_fields) - len(_buffer_types(new)) != lead or \
+            _buffer_types(old) != [stripped(f["type"]) for f in old_fields[lead:]] or \
+            _buffer_types(new) != [stripped(f["type"]) for f in new_fields[lead:]]:
+        return "the state value does not end with the aggregates' buffers one after the other"
+    columns: list[int | None] = []
+    initial: list[str | None] = []
+    for index, (before, now) in enumerate(zip(old_fields[:lead], new_fields[:lead],
+                                              strict=True)):
+        if stripped(before["type"]) != stripped(now["type"]) and \
+                not widens(before["type"], now["type"]):
+            return (f"the state value's column {now['name']} changed type from "
+                    f"{before['type']} to {now['type']}")
+        columns.append(index)
+        initial.append(None)
     starts = {}
-    position = 0
+    position = lead
     for state in old:
         starts[state.function] = position
         position += len(state.buffer)
     by_function = {state.function: state for state in old}
-    columns: list[int | None] = []
-    initial: list[str | None] = []
     changes = []
     count = "?" if keys is None else str(keys)
     for state in new:
@@ -256,3 +268,65 @@ def declared_value(old_key: dict[str, Any] | None, old_value: dict[str, Any] | N
     if move is not None:
         changes[:0] = move.changes
     return DeclaredValue(tuple(columns), tuple(changes), tuple(problems))
+
+
+@dataclass(frozen=True)
+class GroupMerge:
+    """An aggregation whose grouping lost columns: per buffer column of the state value,
+    Spark's merge of two groups' buffers as SQL over ``acc.cI`` and ``x.cI`` (the value's
+    columns by position), folding the groups that become one."""
+
+    merges: tuple[str, ...]
+    changes: tuple[str, ...]
+
+
+_LEFT = re.compile(r"\b__left_(\d+)\b")
+_RIGHT = re.compile(r"\b__right_(\d+)\b")
+
+
+def group_merge(operator_name: str, old_key: dict[str, Any] | None,
+                new_key: dict[str, Any] | None, old: tuple[AggregateState, ...] | None,
+                new: tuple[AggregateState, ...] | None) -> GroupMerge | str | None:
+    """The merge of an aggregation whose new key is the old key with columns removed (the
+    rest in order, maybe widened) and whose functions are the same; a reason when it cannot
+    be merged; None when the key did not lose columns."""
+    if operator_name != "stateStoreSave" or old_key is None or new_key is None:
+        return None
+    old_fields = old_key.get("fields", [])
+    new_names = [f["name"] for f in new_key.get("fields", [])]
+    kept = [f for f in old_fields if f["name"] in new_names]
+    if [f["name"] for f in kept] != new_names or len(kept) == len(old_fields) \
+            or widened_columns({"fields": kept}, new_key) is None:
+        return None
+    removed = ", ".join(f["name"] for f in old_fields if f["name"] not in new_names)
+    if old is None or new is None:
+        return (f"grouping columns {removed} removed: the snapshot does not record the "
+                "aggregates its state holds (taken by an older sparkpoint); snapshot the old "
+                "job again")
+    if [a.function for a in old] != [a.function for a in new]:
+        return (f"grouping columns {removed} removed and the aggregates changed in the same "
+                "start; change one, then the other")
+    merges: list[str] = []
+    position = 0
+    for state in new:
+        if state.merge is None:
+            return (f"grouping columns {removed} removed: aggregate {state.function} has no "
+                    "merge of two groups' buffers (Spark serializes its buffer as an object)")
+        merges.extend(_placed(sql, position) for sql in state.merge)
+        position += len(state.buffer)
+    functions = ", ".join(a.function for a in new)
+    return GroupMerge(tuple(merges), (
+        f"grouping columns {removed} removed: the groups that become one are merged by each "
+        f"aggregate's own merge, Spark's ({functions})",))
+
+
+def _placed(sql: str, offset: int) -> str:
+    """A merge expression over the state value's columns: buffer column ``i`` of the left
+    buffer as ``acc.c<offset + i>``, of the right as ``x.c<offset + i>``."""
+    def left(match: re.Match[str]) -> str:
+        return f"acc.c{offset + int(match.group(1))}"
+
+    def right(match: re.Match[str]) -> str:
+        return f"x.c{offset + int(match.group(1))}"
+
+    return _RIGHT.sub(right, _LEFT.sub(left, sql))

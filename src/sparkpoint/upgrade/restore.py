@@ -79,6 +79,7 @@ from sparkpoint.upgrade.resume_point import ReadResumePoint, ResumePoint
 from sparkpoint.upgrade.rocksdb_repartition import repartition_rocksdb_state
 from sparkpoint.upgrade.state_migration import (
     declared_sql_problems,
+    merge_sql_problems,
     migrate_operators,
     seed_operators,
     seed_problems,
@@ -216,6 +217,10 @@ def resolve(
         _plan_provider_move(resolution, store, planned.conf)
     if any(row.seed_query is not None for row in plan.operators):
         plan.problems.extend(seed_problems(planned.spark, plan.operators, resolution.shape))
+    if any(row.reshaped for row in plan.operators):
+        plan.problems.extend(merge_sql_problems(planned.spark, plan.operators,
+                                                _resumed_entries(plan, manifests),
+                                                resolution.shape))
     if any(row.declared is not None for row in plan.operators):
         plan.problems.extend(declared_sql_problems(planned.spark, plan.operators,
                                                    _resumed_entries(plan, manifests),

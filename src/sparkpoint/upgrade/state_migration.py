@@ -18,7 +18,7 @@ import functools
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,14 +38,16 @@ from sparkpoint.upgrade.hdfs_repartition import partition_key_fields, run_tasks
 from sparkpoint.upgrade.migration_rules import (
     STATE_COLUMNS,
     AggregateMove,
+    GroupMerge,
     aggregate_move,
     column_labels,
     dedupe_projection,
+    group_merge,
     stripped,
     widens,
 )
 from sparkpoint.upgrade.provider_move import RocksDbTemplate, rocksdb_template, state_files_removed
-from sparkpoint.upgrade.validate import JobShape, OperatorRow, declared_state
+from sparkpoint.upgrade.validate import JobShape, NewStore, OperatorRow, declared_state
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -97,68 +99,129 @@ def _write_version(written: _Written, directory: Path, keys: list[bytes],
                                 written.rocksdb.options, written.rocksdb.metadata)
 
 
-def migrate_operators(spark: SparkSession, checkpoint: Path, batch: int,
-                      rows: list[OperatorRow], shape: JobShape, provider: StateProvider,
-                      old_operators: Mapping[str, OperatorEntry]) -> int:
-    """Migrate every resumed operator of ``rows`` whose state changes schema
-    (``old_operators``: the snapshot's entry of each, by the new job's name); returns the
-    keys written."""
-    migrated = [row for row in rows if row.action == "resume" and row.reshaped
-                and row.operator_id is not None]
-    if not migrated:
+def _rewrite_each(spark: SparkSession, checkpoint: Path, batch: int, rows: list[OperatorRow],
+                  shape: JobShape, provider: StateProvider,
+                  rewrite: Callable[[OperatorRow, OperatorDir, NewStore,
+                                     RocksDbTemplate | None], int]) -> int:
+    """``rewrite`` each of ``rows`` (an operator of the checkpoint, one store in the new
+    job) with the RocksDB settings new versions are written with; the keys written."""
+    if not rows:
         return 0
     operators = {op.operator_id: op for op in Checkpoint(checkpoint).operators(batch)}
     planned = {op.name: op for op in shape.operators}
     keys = 0
     with tempfile.TemporaryDirectory(prefix="sparkpoint-empty-rocksdb-") as scratch:
         template = rocksdb_template(spark, Path(scratch)) if provider is ROCKSDB else None
-        for row in migrated:
-            assert row.operator_id is not None
-            operator = operators.get(row.operator_id)
+        for row in rows:
+            operator = operators.get(row.operator_id) if row.operator_id is not None else None
             new = planned[row.name]
             if operator is None or len(new.stores) != 1 or len(operator.stores()) != 1:
                 raise CheckpointFormatError(
                     f"{checkpoint}: expected operator {row.operator_id} ({row.name}) with one "
-                    "state store to migrate, found none or several")
+                    "state store to write, found none or several")
             store = new.stores[0]
             if store.key_schema is None or store.value_schema is None:
                 raise CheckpointFormatError(
                     f"operator '{row.name}': expected the new job's state schema from Spark's "
                     "planner, found none")
-            old = old_operators[row.name]
-            move = aggregate_move(old.aggregates, new.aggregates, old.stores[0].value_schema,
-                                  store.value_schema, old.rows)
-            value_sql = _value_sql(move, old.stores[0].value_schema) \
-                if isinstance(move, AggregateMove) else "value"
-            labels = None
-            if row.declared is not None:
-                declared = declared_state(old, new, row.declared, f"state.{row.name}.set")
-                value_sql = f"struct({', '.join(declared.columns)})"
-                labels = state_labels(old.stores[0].key_schema, old.stores[0].value_schema)
-            key_sql, collapse = "key", None
-            if dedupe_projection(old.spark_operator_name, old.stores[0].key_schema,
-                                 store.key_schema) is not None:
-                # The key's remaining columns, by name; equal keys keep the latest expiry
-                # (dropDuplicatesWithinWatermark's value; dropDuplicates' is empty).
-                key_sql = "struct(" + ", ".join(
-                    f"key.`{field['name']}`" for field in store.key_schema["fields"]) + ")"
-                collapse = "max(value)"
-            keys += _migrate_operator(spark, checkpoint, batch, operator, store.key_schema,
-                                      key_sql, value_sql, store.value_schema, template,
-                                      collapse, labels)
+            keys += rewrite(row, operator, store, template)
     return keys
+
+
+def migrate_operators(spark: SparkSession, checkpoint: Path, batch: int,
+                      rows: list[OperatorRow], shape: JobShape, provider: StateProvider,
+                      old_operators: Mapping[str, OperatorEntry]) -> int:
+    """Migrate every resumed operator of ``rows`` whose state changes schema
+    (``old_operators``: the snapshot's entry of each, by the new job's name); returns the
+    keys written."""
+    planned = {op.name: op for op in shape.operators}
+
+    def migrate(row: OperatorRow, operator: OperatorDir, store: NewStore,
+                template: RocksDbTemplate | None) -> int:
+        assert store.key_schema is not None and store.value_schema is not None
+        old = old_operators[row.name]
+        move = aggregate_move(old.aggregates, planned[row.name].aggregates,
+                              old.stores[0].value_schema, store.value_schema, old.rows)
+        value_sql = _value_sql(move, old.stores[0].value_schema) \
+            if isinstance(move, AggregateMove) else "value"
+        labels = None
+        if row.declared is not None:
+            declared = declared_state(old, planned[row.name], row.declared,
+                                      f"state.{row.name}.set")
+            value_sql = f"struct({', '.join(declared.columns)})"
+            labels = state_labels(old.stores[0].key_schema, old.stores[0].value_schema)
+        key_sql, collapse = "key", None
+        merged = group_merge(old.spark_operator_name, old.stores[0].key_schema,
+                             store.key_schema, old.aggregates, planned[row.name].aggregates)
+        if isinstance(merged, GroupMerge):
+            key_sql = "struct(" + ", ".join(
+                f"key.`{field['name']}`" for field in store.key_schema["fields"]) + ")"
+            collapse = group_collapse(store.value_schema, merged)
+        elif dedupe_projection(old.spark_operator_name, old.stores[0].key_schema,
+                               store.key_schema) is not None:
+            # The key's remaining columns, by name; equal keys keep the latest expiry
+            # (dropDuplicatesWithinWatermark's value; dropDuplicates' is empty).
+            key_sql = "struct(" + ", ".join(
+                f"key.`{field['name']}`" for field in store.key_schema["fields"]) + ")"
+            collapse = "max(value)"
+        return _migrate_operator(spark, checkpoint, batch, operator, store.key_schema,
+                                 key_sql, value_sql, store.value_schema, template, collapse,
+                                 labels)
+
+    return _rewrite_each(spark, checkpoint, batch, [
+        row for row in rows if row.action == "resume" and row.reshaped], shape, provider,
+        migrate)
+
+
+def _positional_type(schema: dict[str, Any] | None) -> str:
+    """A struct type of ``schema``'s field types named ``c0``, ``c1`` ... (Spark's DDL)."""
+    from pyspark.sql.types import _parse_datatype_json_value
+
+    fields = (schema or {}).get("fields", [])
+    return "struct<" + ",".join(
+        f"c{index}:{_parse_datatype_json_value(field['type']).simpleString()}"
+        for index, field in enumerate(fields)) + ">"
+
+
+def group_collapse(value_schema: dict[str, Any], merged: GroupMerge) -> str:
+    """Spark SQL aggregating the ``value`` of the groups that become one key into one value:
+    Spark's ``aggregate`` folds their buffers with each aggregate's own merge."""
+    from pyspark.sql.types import _parse_datatype_json_value
+
+    positional = _positional_type(value_schema)
+    fields = ", ".join(f"{sql} AS c{index}" for index, sql in enumerate(merged.merges))
+    fold = (f"aggregate(collect_list(CAST(value AS {positional})), CAST(NULL AS {positional}), "
+            f"(acc, x) -> CASE WHEN acc IS NULL THEN x ELSE struct({fields}) END)")
+    return f"CAST({fold} AS {_parse_datatype_json_value(value_schema).simpleString()})"
+
+
+def merge_sql_problems(spark: SparkSession, rows: list[OperatorRow],
+                       old_operators: Mapping[str, OperatorEntry],
+                       shape: JobShape) -> list[str]:
+    """What Spark finds wrong with the merge of groups that become one (an expression of a
+    merge Spark SQL cannot analyse), each analysed over the new state value's type."""
+    planned = {op.name: op for op in shape.operators}
+    problems = []
+    for row in rows:
+        old, new = old_operators.get(row.name), planned.get(row.name)
+        if old is None or new is None or len(old.stores) != 1 or len(new.stores) != 1:
+            continue
+        value = new.stores[0].value_schema
+        merged = group_merge(old.spark_operator_name, old.stores[0].key_schema,
+                             new.stores[0].key_schema, old.aggregates, new.aggregates)
+        if not isinstance(merged, GroupMerge) or value is None:
+            continue
+        found = sql_types(spark, [("value", value)], {"merge": group_collapse(value, merged)})
+        if isinstance(found["merge"], str):
+            problems.append(f"state.{row.name}: its groups cannot be merged by Spark SQL: "
+                            f"{found['merge']}; initialize the operator or keep the grouping")
+    return problems
 
 
 def _positional(column: str, schema: dict[str, Any] | None) -> str:
     """``column`` (a struct) cast to a struct of the same types with names ``c0``, ``c1``
     ...: buffer names repeat (two ``count`` columns), positions do not."""
-    from pyspark.sql.types import _parse_datatype_json_value
-
-    fields = (schema or {}).get("fields", [])
-    positional = ",".join(
-        f"c{index}:{_parse_datatype_json_value(field['type']).simpleString()}"
-        for index, field in enumerate(fields))
-    return f"CAST({column} AS struct<{positional}>)"
+    return f"CAST({column} AS {_positional_type(schema)})"
 
 
 def state_labels(key: dict[str, Any] | None,
@@ -304,25 +367,17 @@ def seed_operators(spark: SparkSession, checkpoint: Path, batch: int,
                    rows: list[OperatorRow], shape: JobShape, provider: StateProvider) -> int:
     """Write the state of every ``mode: seed`` operator from its query's rows (assembled
     empty as a new operator); returns the keys written."""
-    seeded = [row for row in rows if row.seed_query is not None and row.operator_id is not None]
-    if not seeded:
-        return 0
-    operators = {op.operator_id: op for op in Checkpoint(checkpoint).operators(batch)}
-    planned = {op.name: op for op in shape.operators}
-    keys = 0
-    with tempfile.TemporaryDirectory(prefix="sparkpoint-empty-rocksdb-") as scratch:
-        template = rocksdb_template(spark, Path(scratch)) if provider is ROCKSDB else None
-        for row in seeded:
-            assert row.operator_id is not None and row.seed_query is not None
-            operator, store = operators[row.operator_id], planned[row.name].stores[0]
-            if store.key_schema is None or store.value_schema is None:
-                raise CheckpointFormatError(
-                    f"operator '{row.name}': expected the new job's state schema from Spark's "
-                    "planner, found none")
-            key_names, value_names = _seed_columns(store.key_schema, store.value_schema)
-            keys += _migrate_operator(
-                spark, checkpoint, batch, operator, store.key_schema,
-                "struct(" + ", ".join(f"`{name}`" for name in key_names) + ")",
-                "struct(" + ", ".join(f"`{name}`" for name in value_names) + ")",
-                store.value_schema, template, None, source=spark.sql(row.seed_query))
-    return keys
+
+    def seed(row: OperatorRow, operator: OperatorDir, store: NewStore,
+             template: RocksDbTemplate | None) -> int:
+        assert row.seed_query is not None and store.value_schema is not None
+        key_names, value_names = _seed_columns(store.key_schema, store.value_schema)
+        return _migrate_operator(
+            spark, checkpoint, batch, operator, store.key_schema or {},
+            "struct(" + ", ".join(f"`{name}`" for name in key_names) + ")",
+            "struct(" + ", ".join(f"`{name}`" for name in value_names) + ")",
+            store.value_schema, template, None, source=spark.sql(row.seed_query))
+
+    return _rewrite_each(spark, checkpoint, batch,
+                         [row for row in rows if row.seed_query is not None], shape, provider,
+                         seed)

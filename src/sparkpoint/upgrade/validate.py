@@ -17,11 +17,14 @@ from sparkpoint.upgrade.batches import BatchNumbering
 from sparkpoint.upgrade.migration_rules import (
     AggregateMove,
     DeclaredValue,
+    GroupMerge,
     aggregate_move,
     declared_value,
     dedupe_projection,
+    group_merge,
     store_widenings,
     stripped,
+    widened_columns,
 )
 from sparkpoint.upgrade.resume_point import (
     InitializeSource,
@@ -183,6 +186,16 @@ def state_changes(old: OperatorEntry, new: NewOperator) -> list[str]:
     projected = dedupe_projection(old.spark_operator_name, was.key_schema, now.key_schema)
     if projected is not None and stripped(was.value_schema) == stripped(now.value_schema):
         return projected
+    merged = group_merge(old.spark_operator_name, was.key_schema, now.key_schema,
+                         old.aggregates, new.aggregates)
+    if isinstance(merged, GroupMerge):
+        widened = widened_columns({"fields": [
+            f for f in (was.key_schema or {}).get("fields", []) if f["name"] in {
+                g["name"] for g in (now.key_schema or {}).get("fields", [])}]},
+            now.key_schema or {}) or []
+        return list(merged.changes) + [
+            f"key column {name}: {was_type} -> {now_type} (widened by Spark's cast)"
+            for name, was_type, now_type in widened]
     move = _aggregate_move(old, new)
     if isinstance(move, AggregateMove):
         keys = store_widenings(was.key_schema, None, now.key_schema, None)
@@ -225,6 +238,12 @@ def incompatibilities(old: OperatorEntry, new: NewOperator,
     refused = _aggregate_move(old, new) if migrating else None
     if isinstance(refused, str):
         return [f"aggregates changed and cannot be migrated: {refused}"]
+    stores = _single_stores(old, new) if migrating else None
+    if stores is not None:
+        merged = group_merge(old.spark_operator_name, stores[0].key_schema,
+                             stores[1].key_schema, old.aggregates, new.aggregates)
+        if isinstance(merged, str):
+            return [f"key schema changed and cannot be migrated: {merged}"]
     if old.spark_operator_name != new.spark_operator_name:
         return [f"operator kind changed: snapshot has {old.kind} ({old.spark_operator_name}), "
                 f"the job has {new.kind} ({new.spark_operator_name})"]

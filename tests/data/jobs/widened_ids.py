@@ -2,7 +2,8 @@
 ``id_type`` param (INT, then BIGINT when the ids outgrow int), the change of type users make
 to a running job. Both operators' state holds the type: the dedupe's key (event_id) and the
 aggregation's key (user_id) and value (the max buffer). ``dedupe_on``: the dedupe's columns
-(``event_id,ts``; a later version drops ``ts``)."""
+(``event_id,ts``; a later version drops ``ts``). ``per_user=no``: a later version counts
+per hour only (the user_id grouping column removed)."""
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -19,11 +20,12 @@ def build(spark: SparkSession, ctx: sp.JobContext):  # type: ignore[no-untyped-d
         "dedup_events",
         events.withWatermark("ts", "10 minutes")
         .dropDuplicates(ctx.param("dedupe_on", "event_id,ts").split(",")))
+    per_user = ctx.param("per_user", "yes") == "yes"
+    grouping = [F.window("ts", "1 hour"), *(["user_id"] if per_user else [])]
     hourly = ctx.stateful(
         "hourly_scores",
-        unique.groupBy(F.window("ts", "1 hour"), "user_id")
-        .agg(F.count("*").alias("events"), F.max("score").alias("top")))
-    return (hourly.select(F.col("window.start").alias("window_start"), "user_id", "events",
-                          "top")
+        unique.groupBy(*grouping).agg(F.count("*").alias("events"), F.max("score").alias("top")))
+    return (hourly.select(F.col("window.start").alias("window_start"),
+                          *(["user_id"] if per_user else []), "events", "top")
             .writeStream.format("parquet").option("path", ctx.require_param("output"))
             .outputMode("append"))
