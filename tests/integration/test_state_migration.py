@@ -439,3 +439,46 @@ def test_a_grouping_column_removed_merges_the_groups_with_sparks_own_merges(
     assert old_rows == Counter({row: n for row, n in per_user.items() if row[0] in old_hours})
     assert output_rows(spark, tmp_path / "v2") == Counter(
         (start, n, top) for start, (n, top) in hours.items() if start not in old_hours)
+
+
+AD_JOIN = EXAMPLES_JOBS / "spark_example_ad_join.py"
+
+
+def test_the_guides_join_buffers_a_new_impression_column(spark: Any, tmp_path: Path) -> None:
+    """The guide's join of impressions and clicks, then a version whose impressions also
+    carry their hour: the impressions buffered before the switch are migrated with the new
+    column null, so a click after the switch still matches them (its row's hour null), and
+    impressions read after the switch carry their hour."""
+    from tests.support.spark_examples import expected_ad_matches, write_ads
+
+    home = Home(tmp_path / "home")
+    impressions, clicks = tmp_path / "impressions", tmp_path / "clicks"
+    before = write_ads(impressions, clicks, range(0, 3))
+    conf = {"spark.sql.shuffle.partitions": "3"}
+    common = {"impressions": str(impressions), "clicks": str(clicks)}
+    api.run(home, AD_JOIN, "ads", params={**common, "output": str(tmp_path / "v1")},
+            conf=conf, until_caught_up=True, spark=spark)
+    api.snapshot_create(home, "ads", "before")
+    after = write_ads(impressions, clicks, range(3, 6))
+    params = {**common, "output": str(tmp_path / "v2"), "with_hour": "yes"}
+    plan = api.plan(home, AD_JOIN, params=params, conf=conf, from_snapshot="before",
+                    spark=spark)
+    assert plan.ok, plan.problems
+    [row] = plan.to_dict()["operators"]
+    assert row["action"] == "migrate"
+    assert row["changes"] == ["left-keyWithIndexToValue: value column impressionHour added "
+                              "(the rows buffered before the switch get null)"]
+    api.run(home, AD_JOIN, "ads-v2", params=params, conf=conf, from_snapshot="before",
+            until_caught_up=True, spark=spark)
+
+    old_rows = output_rows(spark, tmp_path / "v1")
+    new_rows = output_rows(spark, tmp_path / "v2")
+    # (impressionAdId, impressionTime, impressionHour, clickAdId, clickTime)
+    assert old_rows + Counter({(r[0], r[1], r[3], r[4]): n for r, n in new_rows.items()}) \
+        == expected_ad_matches(before[0] + after[0], before[1] + after[1])
+    seen_before = {(i.ad_id, i.time.astimezone(dt.UTC).replace(tzinfo=None))
+                   for i in before[0]}
+    assert {r[:3] for r in new_rows} == {
+        (r[0], r[1], None if (r[0], r[1]) in seen_before else r[1].hour) for r in new_rows}
+    assert any((r[0], r[1]) in seen_before for r in new_rows), \
+        "no impression buffered before the switch was matched after it"

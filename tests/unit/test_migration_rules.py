@@ -23,6 +23,7 @@ from sparkpoint.upgrade.migration_rules import (
     declared_value,
     dedupe_projection,
     group_merge,
+    join_value_changes,
     store_widenings,
     widens,
 )
@@ -265,3 +266,23 @@ def test_groups_that_become_one_are_merged_by_each_functions_own_merge() -> None
     # Not a grouping column removed: nothing to say.
     assert group_merge("stateStoreSave", key, key, (count,), (count,)) is None
     assert group_merge("dedupe", key, _struct(("window", "string")), None, None) is None
+
+
+def test_a_joins_buffered_rows_gain_and_lose_columns_by_name() -> None:
+    key = _struct(("adId", "long"))
+    indexed = _struct(("adId", "long"), ("index", "long"))
+    old = {"left-keyToNumValues": (key, _struct(("value", "long"))),
+           "left-keyWithIndexToValue": (indexed, _struct(("adId", "long"), ("t", "timestamp"),
+                                                         ("matched", "boolean")))}
+    new = {**old, "left-keyWithIndexToValue": (indexed, _struct(
+        ("adId", "long"), ("hour", "integer"), ("matched", "boolean")))}
+    assert join_value_changes("symmetricHashJoin", old, new) == [
+        "left-keyWithIndexToValue: value column hour added (the rows buffered before the "
+        "switch get null)",
+        "left-keyWithIndexToValue: value column t removed"]
+    assert join_value_changes("symmetricHashJoin", old, old) is None
+    # A changed key, or a changed count store, is not this change.
+    rekeyed = {**old, "left-keyToNumValues": (_struct(("adId", "string")),
+                                              _struct(("value", "long")))}
+    assert join_value_changes("symmetricHashJoin", old, rekeyed) is None
+    assert join_value_changes("stateStoreSave", old, new) is None

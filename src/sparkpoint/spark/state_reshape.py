@@ -37,14 +37,18 @@ def _quoted(name: str) -> str:
 
 
 def state_frame(spark: SparkSession, checkpoint: Path, batch: int, operator_id: int,
-                labels: list[tuple[str, str]] | None = None) -> DataFrame:
-    """The operator's state at ``batch`` (its only store) as Spark's state reader gives it
-    (``key`` and ``value`` structs), with ``labels``: more columns, each (name, SQL over
-    ``key`` and ``value``)."""
+                labels: list[tuple[str, str]] | None = None,
+                store_name: str | None = None) -> DataFrame:
+    """The operator's state at ``batch`` (its only store, or a join's ``store_name``) as
+    Spark's state reader gives it (``key`` and ``value`` structs), with ``labels``: more
+    columns, each (name, SQL over ``key`` and ``value``)."""
     from pyspark.sql import functions as F
 
-    old = (spark.read.format("statestore").option("batchId", batch)
-           .option("operatorId", operator_id).load(str(checkpoint)))
+    reader = (spark.read.format("statestore").option("batchId", batch)
+              .option("operatorId", operator_id))
+    if store_name is not None:
+        reader = reader.option("storeName", store_name)
+    old = reader.load(str(checkpoint))
     if labels:
         old = old.select("key", "value", *[F.expr(sql).alias(name) for name, sql in labels])
     return old

@@ -330,3 +330,42 @@ def _placed(sql: str, offset: int) -> str:
         return f"x.c{offset + int(match.group(1))}"
 
     return _RIGHT.sub(right, _LEFT.sub(left, sql))
+
+
+_JOIN_VALUES = "keyWithIndexToValue"
+
+
+def join_value_changes(operator_name: str, old_stores: dict[str, tuple[Any, Any]],
+                       new_stores: dict[str, tuple[Any, Any]]) -> list[str] | None:
+    """What `plan` says of a stream-stream join whose buffered rows gained or lost columns
+    (``*-keyWithIndexToValue`` stores: the same key, value columns by name, new ones filled
+    with null, kept ones maybe widened); None when the join's state differs otherwise or not
+    at all. Stores are given as name -> (key schema, value schema)."""
+    if operator_name != "symmetricHashJoin" or set(old_stores) != set(new_stores):
+        return None
+    changes: list[str] = []
+    for name in sorted(old_stores):
+        (old_key, old_value), (new_key, new_value) = old_stores[name], new_stores[name]
+        if None in (old_key, old_value, new_key, new_value):
+            return None
+        if stripped(old_key) != stripped(new_key):
+            return None
+        if stripped(old_value) == stripped(new_value):
+            continue
+        if not name.endswith(_JOIN_VALUES):
+            return None
+        old_types = {f["name"]: f["type"] for f in old_value.get("fields", [])}
+        new_names = [f["name"] for f in new_value.get("fields", [])]
+        for field in new_value.get("fields", []):
+            was = old_types.get(field["name"])
+            if was is None:
+                changes.append(f"{name}: value column {field['name']} added (the rows "
+                               "buffered before the switch get null)")
+            elif stripped(was) != stripped(field["type"]):
+                if not widens(was, field["type"]):
+                    return None
+                changes.append(f"{name}: value column {field['name']}: {was} -> "
+                               f"{field['type']} (widened by Spark's cast)")
+        changes.extend(f"{name}: value column {column} removed"
+                       for column in old_types if column not in new_names)
+    return changes or None

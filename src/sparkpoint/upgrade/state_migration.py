@@ -168,9 +168,44 @@ def migrate_operators(spark: SparkSession, checkpoint: Path, batch: int,
                                  key_sql, value_sql, store.value_schema, template, collapse,
                                  labels)
 
-    return _rewrite_each(spark, checkpoint, batch, [
-        row for row in rows if row.action == "resume" and row.reshaped], shape, provider,
-        migrate)
+    migrated = [row for row in rows if row.action == "resume" and row.reshaped]
+    joins = [row for row in migrated if row.kind == "stream_stream_join"]
+    return _rewrite_each(spark, checkpoint, batch, [row for row in migrated if row not in joins],
+                         shape, provider, migrate) + _migrate_joins(
+        spark, checkpoint, batch, joins, shape, provider, old_operators)
+
+
+def _migrate_joins(spark: SparkSession, checkpoint: Path, batch: int, rows: list[OperatorRow],
+                   shape: JobShape, provider: StateProvider,
+                   old_operators: Mapping[str, OperatorEntry]) -> int:
+    """Each join's buffered-row stores whose value columns changed, rewritten: the same
+    keys (so the same partitions), each new value column the old one of its name or null."""
+    if not rows:
+        return 0
+    operators = {op.operator_id: op for op in Checkpoint(checkpoint).operators(batch)}
+    planned = {op.name: op for op in shape.operators}
+    keys = 0
+    with tempfile.TemporaryDirectory(prefix="sparkpoint-empty-rocksdb-") as scratch:
+        template = rocksdb_template(spark, Path(scratch)) if provider is ROCKSDB else None
+        for row in rows:
+            operator = operators[row.operator_id] if row.operator_id is not None else None
+            assert operator is not None
+            old = {store.name: store for store in old_operators[row.name].stores}
+            for new_store, layout in zip(planned[row.name].stores, operator.stores(),
+                                         strict=True):
+                was = old[new_store.name]
+                if new_store.value_schema is None or new_store.key_schema is None or \
+                        stripped(was.value_schema) == stripped(new_store.value_schema):
+                    continue
+                names = {f["name"] for f in (was.value_schema or {}).get("fields", [])}
+                value_sql = "struct(" + ", ".join(
+                    f"value.`{field['name']}`" if field["name"] in names else "NULL"
+                    for field in new_store.value_schema["fields"]) + ")"
+                keys += _migrate_operator(spark, checkpoint, batch, operator,
+                                          new_store.key_schema, "key", value_sql,
+                                          new_store.value_schema, template, None,
+                                          layout=layout)
+    return keys
 
 
 def _positional_type(schema: dict[str, Any] | None) -> str:
@@ -251,8 +286,13 @@ def _migrate_operator(spark: SparkSession, checkpoint: Path, batch: int,
                       value_sql: str, value_schema: dict[str, Any],
                       template: RocksDbTemplate | None, collapse: str | None,
                       labels: list[tuple[str, str]] | None = None,
-                      source: DataFrame | None = None) -> int:
-    [layout] = operator.stores()
+                      source: DataFrame | None = None,
+                      layout: StoreLayout | None = None) -> int:
+    """Rewrite one store of ``operator`` (``layout``; its only one by default) from its
+    state (or ``source``), as :func:`spark.state_reshape.reshape_store` gives the rows."""
+    if layout is None:
+        [layout] = operator.stores()
+    store_name = None if layout.subdir is None else layout.name
     prefix = operator.key_encoding(layout).prefix_columns
     key_fields = list(key_schema["fields"])
     clustered = [f["name"] for f in partition_key_fields(operator.operator_name, layout.name,
@@ -264,7 +304,7 @@ def _migrate_operator(spark: SparkSession, checkpoint: Path, batch: int,
     with phase(f"migrate: {operator.operator_name} (Spark tasks)"):
         counts = run_tasks(op_dir, lambda: reshape_store(
             spark, source if source is not None else state_frame(
-                spark, checkpoint, batch, operator.operator_id, labels),
+                spark, checkpoint, batch, operator.operator_id, labels, store_name),
             key_sql, key_schema, value_sql, value_schema, clustered, operator.partitions,
             functools.partial(_write_partition, written=written), collapse))
     for partition in range(operator.partitions):

@@ -22,6 +22,7 @@ from sparkpoint.upgrade.migration_rules import (
     declared_value,
     dedupe_projection,
     group_merge,
+    join_value_changes,
     store_widenings,
     stripped,
     widened_columns,
@@ -179,6 +180,12 @@ def state_changes(old: OperatorEntry, new: NewOperator) -> list[str]:
     """What a start migrates in ``old``'s state for ``new`` (upgrade/migration_rules.py):
     empty when it resumes as it is or cannot be migrated (:func:`incompatibilities` says
     why)."""
+    joined = join_value_changes(
+        old.spark_operator_name if old.spark_operator_name == new.spark_operator_name else "",
+        {s.name: (s.key_schema, s.value_schema) for s in old.stores},
+        {s.name: (s.key_schema, s.value_schema) for s in new.stores})
+    if joined:
+        return joined
     stores = _single_stores(old, new)
     if stores is None:
         return []

@@ -2,10 +2,12 @@
 watermarks on both sides and an event-time range, as a sparkpoint job.
 
 --param impressions=DIR --param clicks=DIR --param output=DIR [--param files_per_batch=N]
+[--param with_hour=yes]   a later version: each impression also carries its hour (a column
+                          added to the rows the join buffers)
 """
 
 from pyspark.sql import SparkSession
-from pyspark.sql.functions import expr
+from pyspark.sql.functions import expr, hour
 
 import sparkpoint as sp
 
@@ -17,6 +19,8 @@ def build(spark: SparkSession, ctx: sp.JobContext):  # type: ignore[no-untyped-d
                    .option("maxFilesPerTrigger", per_batch)
                    .json(ctx.require_param("impressions"))
                    .withColumnRenamed("adId", "impressionAdId"))
+    if ctx.param("with_hour", "no") == "yes":
+        impressions = impressions.withColumn("impressionHour", hour("impressionTime"))
     clicks = (spark.readStream.name("clicks").schema("adId LONG, clickTime TIMESTAMP")
               .option("maxFilesPerTrigger", per_batch).json(ctx.require_param("clicks"))
               .withColumnRenamed("adId", "clickAdId"))
