@@ -482,3 +482,27 @@ def test_the_guides_join_buffers_a_new_impression_column(spark: Any, tmp_path: P
         (r[0], r[1], None if (r[0], r[1]) in seen_before else r[1].hour) for r in new_rows}
     assert any((r[0], r[1]) in seen_before for r in new_rows), \
         "no impression buffered before the switch was matched after it"
+
+
+def test_a_migrated_start_is_rehearsed_against_the_old_version(
+    spark: Any, tmp_path: Path
+) -> None:
+    """`rehearse` of the bigint version from the int job's snapshot migrates the state in
+    its scratch space and replays the batches the old job ran since: the same rows (ids
+    and scores are the same numbers), and nothing of the home changed."""
+    home, inp = Home(tmp_path / "home"), tmp_path / "in"
+    write_events(inp, range(0, 4))
+    params = {"input": str(inp), "output": str(tmp_path / "v1"), "id_type": "INT"}
+    conf = {"spark.sql.shuffle.partitions": "3"}
+    api.run(home, JOB, "v1", params=params, conf=conf, until_caught_up=True, spark=spark)
+    api.snapshot_create(home, "v1", "ints")
+    write_events(inp, range(4, 8), [c for c in clicks_for_slice(3) if c.ts.minute >= 12])
+    api.run(home, JOB, "v1", params=params, conf=conf, until_caught_up=True, spark=spark)
+    said: list[str] = []
+    rehearsal = api.rehearse(home, JOB, "v1", from_snapshot="ints",
+                             params={**params, "id_type": "BIGINT"}, spark=spark,
+                             echo=said.append)
+    assert any("migrated the state" in line for line in said), said
+    assert rehearsal.new_rows > 0
+    assert rehearsal.equal is True, rehearsal.to_dict()
+    assert [view.record.name for view in api.jobs_list(home)] == ["v1"]
