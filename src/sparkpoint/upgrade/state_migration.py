@@ -47,7 +47,13 @@ from sparkpoint.upgrade.migration_rules import (
     widens,
 )
 from sparkpoint.upgrade.provider_move import RocksDbTemplate, rocksdb_template, state_files_removed
-from sparkpoint.upgrade.validate import JobShape, NewStore, OperatorRow, declared_state
+from sparkpoint.upgrade.validate import (
+    JobShape,
+    NewOperator,
+    NewStore,
+    OperatorRow,
+    declared_state,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -101,10 +107,10 @@ def _write_version(written: _Written, directory: Path, keys: list[bytes],
 
 def _rewrite_each(spark: SparkSession, checkpoint: Path, batch: int, rows: list[OperatorRow],
                   shape: JobShape, provider: StateProvider,
-                  rewrite: Callable[[OperatorRow, OperatorDir, NewStore,
+                  rewrite: Callable[[OperatorRow, OperatorDir, NewOperator,
                                      RocksDbTemplate | None], int]) -> int:
-    """``rewrite`` each of ``rows`` (an operator of the checkpoint, one store in the new
-    job) with the RocksDB settings new versions are written with; the keys written."""
+    """``rewrite`` each of ``rows`` (its operator in the checkpoint and in the new job) with
+    the RocksDB settings new versions are written with; the keys written."""
     if not rows:
         return 0
     operators = {op.operator_id: op for op in Checkpoint(checkpoint).operators(batch)}
@@ -114,18 +120,27 @@ def _rewrite_each(spark: SparkSession, checkpoint: Path, batch: int, rows: list[
         template = rocksdb_template(spark, Path(scratch)) if provider is ROCKSDB else None
         for row in rows:
             operator = operators.get(row.operator_id) if row.operator_id is not None else None
-            new = planned[row.name]
-            if operator is None or len(new.stores) != 1 or len(operator.stores()) != 1:
+            if operator is None:
                 raise CheckpointFormatError(
-                    f"{checkpoint}: expected operator {row.operator_id} ({row.name}) with one "
-                    "state store to write, found none or several")
-            store = new.stores[0]
-            if store.key_schema is None or store.value_schema is None:
-                raise CheckpointFormatError(
-                    f"operator '{row.name}': expected the new job's state schema from Spark's "
-                    "planner, found none")
-            keys += rewrite(row, operator, store, template)
+                    f"{checkpoint}: expected operator {row.operator_id} ({row.name}) to "
+                    "write, found none")
+            keys += rewrite(row, operator, planned[row.name], template)
     return keys
+
+
+def _only_store(checkpoint: Path, row: OperatorRow, operator: OperatorDir,
+                new: NewOperator) -> NewStore:
+    """The new job's one store of an operator rewritten as a whole, with its schemas."""
+    if len(new.stores) != 1 or len(operator.stores()) != 1:
+        raise CheckpointFormatError(
+            f"{checkpoint}: expected operator {row.operator_id} ({row.name}) with one state "
+            "store to write, found several")
+    store = new.stores[0]
+    if store.key_schema is None or store.value_schema is None:
+        raise CheckpointFormatError(
+            f"operator '{row.name}': expected the new job's state schema from Spark's "
+            "planner, found none")
+    return store
 
 
 def migrate_operators(spark: SparkSession, checkpoint: Path, batch: int,
@@ -134,25 +149,27 @@ def migrate_operators(spark: SparkSession, checkpoint: Path, batch: int,
     """Migrate every resumed operator of ``rows`` whose state changes schema
     (``old_operators``: the snapshot's entry of each, by the new job's name); returns the
     keys written."""
-    planned = {op.name: op for op in shape.operators}
 
-    def migrate(row: OperatorRow, operator: OperatorDir, store: NewStore,
+    def migrate(row: OperatorRow, operator: OperatorDir, new: NewOperator,
                 template: RocksDbTemplate | None) -> int:
-        assert store.key_schema is not None and store.value_schema is not None
         old = old_operators[row.name]
-        move = aggregate_move(old.aggregates, planned[row.name].aggregates,
+        if row.kind == "stream_stream_join":
+            return _migrate_join(spark, checkpoint, batch, operator, new, old, template)
+        store = _only_store(checkpoint, row, operator, new)
+        assert store.key_schema is not None and store.value_schema is not None
+        move = aggregate_move(old.aggregates, new.aggregates,
                               old.stores[0].value_schema, store.value_schema, old.rows)
         value_sql = _value_sql(move, old.stores[0].value_schema) \
             if isinstance(move, AggregateMove) else "value"
         labels = None
         if row.declared is not None:
-            declared = declared_state(old, planned[row.name], row.declared,
+            declared = declared_state(old, new, row.declared,
                                       f"state.{row.name}.set")
             value_sql = f"struct({', '.join(declared.columns)})"
             labels = state_labels(old.stores[0].key_schema, old.stores[0].value_schema)
         key_sql, collapse = "key", None
         merged = group_merge(old.spark_operator_name, old.stores[0].key_schema,
-                             store.key_schema, old.aggregates, planned[row.name].aggregates)
+                             store.key_schema, old.aggregates, new.aggregates)
         if isinstance(merged, GroupMerge):
             key_sql = "struct(" + ", ".join(
                 f"key.`{field['name']}`" for field in store.key_schema["fields"]) + ")"
@@ -168,43 +185,29 @@ def migrate_operators(spark: SparkSession, checkpoint: Path, batch: int,
                                  key_sql, value_sql, store.value_schema, template, collapse,
                                  labels)
 
-    migrated = [row for row in rows if row.action == "resume" and row.reshaped]
-    joins = [row for row in migrated if row.kind == "stream_stream_join"]
-    return _rewrite_each(spark, checkpoint, batch, [row for row in migrated if row not in joins],
-                         shape, provider, migrate) + _migrate_joins(
-        spark, checkpoint, batch, joins, shape, provider, old_operators)
+    return _rewrite_each(spark, checkpoint, batch,
+                         [row for row in rows if row.action == "resume" and row.reshaped],
+                         shape, provider, migrate)
 
 
-def _migrate_joins(spark: SparkSession, checkpoint: Path, batch: int, rows: list[OperatorRow],
-                   shape: JobShape, provider: StateProvider,
-                   old_operators: Mapping[str, OperatorEntry]) -> int:
-    """Each join's buffered-row stores whose value columns changed, rewritten: the same
-    keys (so the same partitions), each new value column the old one of its name or null."""
-    if not rows:
-        return 0
-    operators = {op.operator_id: op for op in Checkpoint(checkpoint).operators(batch)}
-    planned = {op.name: op for op in shape.operators}
+def _migrate_join(spark: SparkSession, checkpoint: Path, batch: int, operator: OperatorDir,
+                  new: NewOperator, old: OperatorEntry, template: RocksDbTemplate | None) -> int:
+    """A join's buffered-row stores whose value columns changed, rewritten: the same keys
+    (so the same partitions), each new value column the old one of its name or null."""
+    was_stores = {store.name: store for store in old.stores}
     keys = 0
-    with tempfile.TemporaryDirectory(prefix="sparkpoint-empty-rocksdb-") as scratch:
-        template = rocksdb_template(spark, Path(scratch)) if provider is ROCKSDB else None
-        for row in rows:
-            operator = operators[row.operator_id] if row.operator_id is not None else None
-            assert operator is not None
-            old = {store.name: store for store in old_operators[row.name].stores}
-            for new_store, layout in zip(planned[row.name].stores, operator.stores(),
-                                         strict=True):
-                was = old[new_store.name]
-                if new_store.value_schema is None or new_store.key_schema is None or \
-                        stripped(was.value_schema) == stripped(new_store.value_schema):
-                    continue
-                names = {f["name"] for f in (was.value_schema or {}).get("fields", [])}
-                value_sql = "struct(" + ", ".join(
-                    f"value.`{field['name']}`" if field["name"] in names else "NULL"
-                    for field in new_store.value_schema["fields"]) + ")"
-                keys += _migrate_operator(spark, checkpoint, batch, operator,
-                                          new_store.key_schema, "key", value_sql,
-                                          new_store.value_schema, template, None,
-                                          layout=layout)
+    for new_store, layout in zip(new.stores, operator.stores(), strict=True):
+        was = was_stores[new_store.name]
+        if new_store.value_schema is None or new_store.key_schema is None or \
+                stripped(was.value_schema) == stripped(new_store.value_schema):
+            continue
+        names = {f["name"] for f in (was.value_schema or {}).get("fields", [])}
+        value_sql = "struct(" + ", ".join(
+            f"value.`{field['name']}`" if field["name"] in names else "NULL"
+            for field in new_store.value_schema["fields"]) + ")"
+        keys += _migrate_operator(spark, checkpoint, batch, operator, new_store.key_schema,
+                                  "key", value_sql, new_store.value_schema, template, None,
+                                  layout=layout)
     return keys
 
 
@@ -408,8 +411,9 @@ def seed_operators(spark: SparkSession, checkpoint: Path, batch: int,
     """Write the state of every ``mode: seed`` operator from its query's rows (assembled
     empty as a new operator); returns the keys written."""
 
-    def seed(row: OperatorRow, operator: OperatorDir, store: NewStore,
+    def seed(row: OperatorRow, operator: OperatorDir, new: NewOperator,
              template: RocksDbTemplate | None) -> int:
+        store = _only_store(checkpoint, row, operator, new)
         assert row.seed_query is not None and store.value_schema is not None
         key_names, value_names = _seed_columns(store.key_schema, store.value_schema)
         return _migrate_operator(
