@@ -305,7 +305,7 @@ def test_a_new_aggregation_seeded_from_what_the_old_version_wrote(
     assert output_rows(spark, tmp_path / "v2") == hourly
 
 
-SESSIONS_GROWN = EXAMPLES_JOBS / "spark_example_sessions_grown.py"
+SESSIONS = EXAMPLES_JOBS / "spark_example_sessions.py"
 
 
 def _sessions_with_members(lines: list[Line]) -> dict[tuple[str, int, int], list[Line]]:
@@ -343,7 +343,7 @@ def test_sessionization_gains_an_aggregate_and_keeps_its_sessions(
     home, inp = Home(tmp_path / "home"), tmp_path / "input"
     before = write_lines(inp, range(0, 3))
     conf = {"spark.sql.shuffle.partitions": "3"}
-    api.run(home, EXAMPLES_JOBS / "spark_example_sessions.py", "sessions",
+    api.run(home, SESSIONS, "sessions",
             params={"input": str(inp), "output": str(tmp_path / "v1")}, conf=conf,
             until_caught_up=True, spark=spark)
     manifest = api.snapshot_create(home, "sessions", "before")
@@ -351,12 +351,12 @@ def test_sessionization_gains_an_aggregate_and_keeps_its_sessions(
     assert entry.aggregates is not None and [a.function for a in entry.aggregates] \
         == ["count(1)"]
     after = write_lines(inp, range(3, 6))
-    params = {"input": str(inp), "output": str(tmp_path / "v2")}
-    plan = api.plan(home, SESSIONS_GROWN, params=params, conf=conf, from_snapshot="before",
+    params = {"input": str(inp), "output": str(tmp_path / "v2"), "latest": "yes"}
+    plan = api.plan(home, SESSIONS, params=params, conf=conf, from_snapshot="before",
                     spark=spark)
     assert plan.ok, plan.problems
     assert [row["action"] for row in plan.to_dict()["operators"]] == ["migrate"]
-    api.run(home, SESSIONS_GROWN, "sessions-v2", params=params, conf=conf,
+    api.run(home, SESSIONS, "sessions-v2", params=params, conf=conf,
             from_snapshot="before", until_caught_up=True, spark=spark)
     api.drain(home, "sessions-v2", spark=spark)
 
