@@ -94,20 +94,41 @@ def expected(clicks: list[Click]) -> Counter[tuple[Any, ...]]:
                    for (start, user), scores in hours.items())
 
 
-@pytest.mark.parametrize("provider", [ROCKSDB_PROVIDER, HDFS_PROVIDER],
-                         ids=["rocksdb", "hdfs"])
+# The state store providers and checkpoint formats every migration of the id job is run on:
+# RocksDB in format v1 (sparkpoint's default), RocksDB in format v2 with changelog
+# checkpointing (the state migrated under plain names is given v2 names and ids again), and
+# the HDFS-backed provider (Spark's default; it has format v1 only).
+FORMAT_V2 = {"spark.sql.streaming.stateStore.checkpointFormatVersion": "2",
+             "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"}
+STORES = {"rocksdb": {PROVIDER_CONF: ROCKSDB_PROVIDER},
+          "rocksdb-v2": {PROVIDER_CONF: ROCKSDB_PROVIDER, **FORMAT_V2},
+          "hdfs": {PROVIDER_CONF: HDFS_PROVIDER}}
+
+
+def _totals(before: list[Click], after: list[Click]) -> dict[tuple[dt.datetime, int], int]:
+    """Per (hour, user id), the sum of the scores of the unique events first read after the
+    switch: what a sum added at the switch holds."""
+    seen = {(_event_id(c), c.ts) for c in before}
+    totals: dict[tuple[dt.datetime, int], int] = {}
+    for click in {(_event_id(c), c.ts): c for c in after}.values():
+        if (_event_id(click), click.ts) not in seen:
+            key = (click.ts.replace(minute=0, second=0, microsecond=0, tzinfo=None),
+                   USERS.index(click.user) + 1)
+            totals[key] = totals.get(key, 0) + _score(click)
+    return totals
+
+
+@pytest.mark.parametrize("store", list(STORES))
 def test_ids_widened_to_bigint_keep_the_state_of_both_operators(
-    provider: str, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store: str, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The new version reads the ids as bigint, dedupes on the id alone and sums the
+    scores: every migration of both operators in one start (widened keys and values, a
+    dedupe's key projected, an aggregate added), on each provider and format."""
     home, inp = Home(tmp_path / "home"), tmp_path / "in"
-    events = write_events(inp, range(0, 4))
-    conf = {PROVIDER_CONF: provider, "spark.sql.shuffle.partitions": "3"}
-    if provider == ROCKSDB_PROVIDER:
-        # Checkpoint format v2 with changelog checkpointing: the state migrated under plain
-        # names is given v2 names and ids again.
-        conf |= {"spark.sql.streaming.stateStore.checkpointFormatVersion": "2",
-                 "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled":
-                 "true"}
+    before = write_events(inp, range(0, 4))
+    conf = {**STORES[store], "spark.sql.shuffle.partitions": "3"}
+    provider = conf[PROVIDER_CONF]
     api.run(home, JOB, "v1", params={"input": str(inp), "output": str(tmp_path / "v1"),
                                      "id_type": "INT"},
             conf=conf, until_caught_up=True, spark=spark)
@@ -116,30 +137,33 @@ def test_ids_widened_to_bigint_keep_the_state_of_both_operators(
     # only the dedupe's migrated state (bigint keys now) can tell they were seen.
     resent = [c for c in clicks_for_slice(3) if c.ts.minute >= 12]
     assert resent
-    events += write_events(inp, range(4, 8), resent)
-    params = {"input": str(inp), "output": str(tmp_path / "v2"), "id_type": "BIGINT"}
-    # On RocksDB the new version also dedupes on the id alone: the old keys are projected.
-    dedupe = ["key columns ts removed: keys projected onto (event_id), keys that become equal "
-              "collapsed into one (the latest expiry kept)"] if provider == ROCKSDB_PROVIDER \
-        else []
-    if dedupe:
-        params["dedupe_on"] = "event_id"
+    after = write_events(inp, range(4, 8), resent)
+    events = before + after
+    params = {"input": str(inp), "output": str(tmp_path / "v2"), "id_type": "BIGINT",
+              "dedupe_on": "event_id", "with_total": "yes"}
 
     plan = api.plan(home, JOB, params=params, conf=conf, from_snapshot="ints", spark=spark)
     assert plan.ok, plan.problems
     changes = {row["name"]: (row["action"], row["changes"])
                for row in plan.to_dict()["operators"]}
+    user_hours = len({(c.ts.replace(minute=0, second=0, microsecond=0), c.user)
+                      for c in before})
+    open_hours = user_hours - len(output_rows(spark, tmp_path / "v1"))
     assert changes == {
-        "dedup_events": ("migrate", [*dedupe,
+        "dedup_events": ("migrate", [
+            "key columns ts removed: keys projected onto (event_id), keys that become equal "
+            "collapsed into one (the latest expiry kept)",
             "key column event_id: integer -> long (widened by Spark's cast; keys placed in "
             "the partitions Spark's hash gives them)"]),
         "hourly_scores": ("migrate", [
             "key column user_id: integer -> long (widened by Spark's cast; keys placed in "
             "the partitions Spark's hash gives them)",
-            "value column max: integer -> long (widened by Spark's cast)"]),
+            "value column max: integer -> long (widened by Spark's cast)",
+            "aggregate sum(score) added: starts as if it had seen no row before the switch "
+            f"(CAST(NULL AS BIGINT)) in each of the {open_hours} keys"]),
     }
 
-    if provider == ROCKSDB_PROVIDER:
+    if store == "rocksdb-v2":
         # Cut off once the state is rewritten: nothing published, the next start rebuilds.
         monkeypatch.setenv(CRASH_ENV, "restore.state_migrated")
         crashed = sparkpoint(home, "run", str(JOB), "--job", "v2", "--from-snapshot", "ints",
@@ -158,9 +182,14 @@ def test_ids_widened_to_bigint_keep_the_state_of_both_operators(
     checkpoint = Checkpoint(home.checkpoint_dir("v2"))
     latest = checkpoint.require_latest_committed_batch()
     assert checkpoint.provider(latest) == provider
-    assert bool(checkpoint.commit(latest).state_unique_ids) == (provider == ROCKSDB_PROVIDER)
-    assert output_rows(spark, tmp_path / "v1") + output_rows(spark, tmp_path / "v2") \
-        == expected(events)
+    assert bool(checkpoint.commit(latest).state_unique_ids) == (store == "rocksdb-v2")
+    new_rows = output_rows(spark, tmp_path / "v2")
+    assert output_rows(spark, tmp_path / "v1") + Counter(
+        {row[:4]: n for row, n in new_rows.items()}) == expected(events)
+    # The sum counts what the new version read: null in an hour it read nothing of.
+    totals = _totals(before, after)
+    assert {row[:2]: row[4] for row in new_rows} == {
+        row[:2]: totals.get(row[:2]) for row in new_rows}
 
 
 GROWN = EXAMPLES_JOBS / "spark_example_wordcount_grown.py"

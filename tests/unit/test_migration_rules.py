@@ -184,6 +184,22 @@ def test_aggregates_added_removed_and_reordered_take_their_columns_by_function()
     assert reordered.changes == ("aggregates reordered: avg(n), count(1)",)
 
 
+def test_a_kept_aggregate_whose_buffer_widens_is_named_beside_the_added_one() -> None:
+    """An id outgrowing int and a sum added in one start: plan names both changes of the
+    value, not only the aggregate added."""
+    top_int = _agg("max(score)", ("max", "integer"), initial=("CAST(NULL AS INT)",))
+    top_long = _agg("max(score)", ("max", "long"), initial=("CAST(NULL AS BIGINT)",))
+    total = _agg("sum(score)", ("sum", "long"), initial=("CAST(NULL AS BIGINT)",))
+    move = aggregate_move((COUNT, top_int), (COUNT, top_long, total), _value(COUNT, top_int),
+                          _value(COUNT, top_long, total), 5)
+    assert isinstance(move, AggregateMove)
+    assert move.old_column == (0, 1, None)
+    assert move.changes == (
+        "value column max: integer -> long (widened by Spark's cast)",
+        "aggregate sum(score) added: starts as if it had seen no row before the switch "
+        "(CAST(NULL AS BIGINT)) in each of the 5 keys")
+
+
 def test_aggregate_changes_that_cannot_be_migrated_are_named() -> None:
     listed = _agg("collect_list(n)", ("buf", "binary"), initial=None)
     assert aggregate_move((COUNT,), (COUNT, listed), _value(COUNT), _value(COUNT, listed),

@@ -130,6 +130,8 @@ def aggregate_move(old: tuple[AggregateState, ...] | None,
         return "the state value does not end with the aggregates' buffers one after the other"
     columns: list[int | None] = []
     initial: list[str | None] = []
+    # Kept columns whose type widens, said as for a store whose aggregates did not change.
+    widened: list[str] = []
     for index, (before, now) in enumerate(zip(old_fields[:lead], new_fields[:lead],
                                               strict=True)):
         if stripped(before["type"]) != stripped(now["type"]) and \
@@ -138,6 +140,9 @@ def aggregate_move(old: tuple[AggregateState, ...] | None,
                     f"{before['type']} to {now['type']}")
         columns.append(index)
         initial.append(None)
+        if stripped(before["type"]) != stripped(now["type"]):
+            widened.append(f"value column {now['name']}: {before['type']} -> {now['type']} "
+                           "(widened by Spark's cast)")
     starts = {}
     position = lead
     for state in old:
@@ -156,6 +161,9 @@ def aggregate_move(old: tuple[AggregateState, ...] | None,
                             f"type from {before.type} to {now.type}")
                 columns.append(starts[state.function] + index)
                 initial.append(None)
+                if stripped(before.type) != stripped(now.type):
+                    widened.append(f"value column {now.name}: {before.type} -> {now.type} "
+                                   "(widened by Spark's cast)")
             continue
         if state.initial is None:
             return (f"aggregate {state.function} added: its buffer is an object Spark "
@@ -170,7 +178,7 @@ def aggregate_move(old: tuple[AggregateState, ...] | None,
                    for state in old if state.function not in kept)
     if kept != [state.function for state in old if state.function in kept]:
         changes.append(f"aggregates reordered: {', '.join(kept)}")
-    return AggregateMove(tuple(columns), tuple(initial), tuple(changes))
+    return AggregateMove(tuple(columns), tuple(initial), tuple(widened + changes))
 
 
 _DEDUPES = ("dedupe", "dedupeWithinWatermark")

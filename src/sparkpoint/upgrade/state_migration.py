@@ -80,8 +80,33 @@ def _write_partition(partition: int, keys: pa.Array, values: pa.Array,
                      written: _Written) -> None:
     """A task: one new partition's version from its rows (``UnsafeRow`` bytes)."""
     check_here(written.operator_dir)
-    _write_version(written, written.partition_dir(partition), keys.to_pylist(),
-                   values.to_pylist())
+    directory = written.partition_dir(partition)
+    if written.rocksdb is not None and written.keys.prefix_columns == 0:
+        _write_rocksdb_arrow(written, written.rocksdb, directory, keys, values)
+        return
+    _write_version(written, directory, keys.to_pylist(), values.to_pylist())
+
+
+def _write_rocksdb_arrow(written: _Written, template: RocksDbTemplate, directory: Path,
+                         keys: pa.Array, values: pa.Array) -> None:
+    """:func:`_write_version` for keys stored as one row (no prefix scan), in Arrow: the
+    encoding byte prepended and the pairs sorted without Python code per key (a key's
+    stored bytes are that byte and its row, so the sort is the rows' bytewise order)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    distinct = pc.count_distinct(keys, mode="all").as_py()
+    if distinct != len(keys):
+        raise CheckpointFormatError(
+            f"{directory}: expected one row per key of the state, found "
+            f"{len(keys) - distinct} key(s) given more than once (a seed query must give "
+            "each key once)")
+    version = pa.scalar(encode_value(b""), pa.binary())
+    stored_keys = pc.binary_join_element_wise(version, keys.cast(pa.binary()), b"")
+    stored_values = pc.binary_join_element_wise(version, values.cast(pa.binary()), b"")
+    order = pc.sort_indices(stored_keys)
+    rocksdb_writer.write_sorted(directory, written.version, stored_keys.take(order),
+                                stored_values.take(order), template.options, template.metadata)
 
 
 def _write_version(written: _Written, directory: Path, keys: list[bytes],
