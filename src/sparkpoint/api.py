@@ -14,6 +14,7 @@ from sparkpoint.errors import (
     PreconditionError,
     UsageError,
 )
+from sparkpoint.losses import ACCEPT_OPTION
 from sparkpoint.recovery import recover
 from sparkpoint.rehearse.run import Rehearsal as Rehearsal
 from sparkpoint.rehearse.run import rehearse as rehearse
@@ -92,6 +93,7 @@ def run(
     build: Callable[..., Any] | None = None,
     on_started: Callable[[StreamingQuery], None] | None = None,
     rewind_output: bool = False,
+    accept_data_loss: bool = False,
 ) -> RunResult:
     """Run a job. With ``from_snapshot`` or ``resume_point`` it starts as a new job whose
     checkpoint is built from snapshots; validation failures change nothing (exit 3), nor
@@ -101,7 +103,13 @@ def run(
     master, updated by those given.
 
     ``build`` (with ``job_file`` naming it, e.g. ``python:module.function``) replaces the job
-    file for Python callers; ``on_started`` receives the query once it runs."""
+    file for Python callers; ``on_started`` receives the query once it runs.
+
+    A start from snapshots or with pending startpoints first checks that every source still
+    holds what it resumes at (Kafka offsets on the broker, input files); a gap refuses the
+    start (SourceDataLostError, exit 4) unless ``accept_data_loss`` accepts it: Kafka
+    partitions then resume at the earliest offset held, and the loss is recorded in the
+    job's lineage."""
     validate_name(job, "job")
     _needs_spark(spark)
     if from_snapshot is not None and resume_point is not None:
@@ -111,6 +119,11 @@ def run(
         raise UsageError("--renumber-batches, --first-batch and --rewind-output apply to a "
                          "new job started with --from-snapshot or --resume-point")
     registry = JobRegistry(home)
+    if accept_data_loss and from_snapshot is None and resume_point is None and not (
+            registry.exists(job) and StartpointStore(home).all(job)):
+        raise UsageError(f"{ACCEPT_OPTION} applies to a start that checks its sources: one "
+                         "with --from-snapshot or --resume-point, or of a job with pending "
+                         "startpoints ('sparkpoint startpoint list JOB')")
     deletion.remove_renamed_aside(home)
     params, conf = dict(params or {}), dict(conf or {})
     existing = from_snapshot is None and resume_point is None and registry.exists(job)
@@ -127,7 +140,7 @@ def run(
     options = RunOptions(
         job=job, job_file=job_file.absolute() if build is None else job_file, params=params,
         conf=conf, master=master, until_caught_up=until_caught_up, max_batches=max_batches,
-        ui=ui, build=build,
+        ui=ui, build=build, accept_data_loss=accept_data_loss,
     )
     if from_snapshot is not None or resume_point is not None:
         return start_from_snapshots(home, options, from_snapshot, resume_point, choice,
@@ -174,16 +187,18 @@ def plan(
     renumber_batches: bool = False,
     first_batch: int | None = None,
     rewind_output: bool = False,
+    accept_data_loss: bool = False,
 ) -> UpgradePlan:
     """Dry run: what would resume, initialize or be dropped, the batch ids the job would
     continue with, and every problem. Starts no query and writes only scratch files,
-    including Spark's own restart check."""
+    including Spark's own restart check. Input the sources no longer hold is a problem
+    (a warning with ``accept_data_loss``)."""
     if (from_snapshot is None) == (resume_point is None):
         raise UsageError("give exactly one of --from-snapshot SNAP or --resume-point FILE")
     choice = BatchChoice(renumber_batches, first_batch, rewind_output)
     _needs_spark(spark)
     return plan_start(home, job_file, params or {}, conf or {}, master, from_snapshot,
-                      resume_point, choice, spark, echo)
+                      resume_point, choice, spark, echo, accept_data_loss)
 
 
 def resume_point_build(
@@ -243,13 +258,16 @@ def snapshot_import(
     master: str | None = None,
     spark: SparkSession | None = None,
     echo: Echo = _quiet,
+    accept_data_loss: bool = False,
 ) -> Manifest:
     """Snapshot a checkpoint that plain Spark wrote, its sources and operators named after
     those of JOB_FILE (the sparkpoint version of the same query). The checkpoint is only
-    read; on any mismatch nothing is created."""
+    read; on any mismatch nothing is created, nor when its sources no longer hold what a
+    start from it reads (SourceDataLostError) unless ``accept_data_loss`` (then the loss is
+    recorded in the snapshot's manifest)."""
     validate_name(snapshot, "snapshot")
     return import_plain_checkpoint(home, checkpoint_dir, snapshot, job_file, params or {},
-                                   conf or {}, master, spark, echo)
+                                   conf or {}, master, spark, echo, accept_data_loss)
 
 
 def snapshot_prune(

@@ -301,6 +301,19 @@ class KafkaOffsetsDeletedError(PreconditionError):
     code = "KAFKA_OFFSETS_DELETED"
 
 
+class SourceDataLostError(PreconditionError):
+    """A start (from a snapshot, an import of a plain checkpoint, a start with
+    startpoints) would resume a source at input it no longer holds: Kafka offsets below a
+    partition's earliest offset on the broker, or input files its log names for the next
+    batch that were removed. Checked before Spark starts; nothing was changed.
+
+    Fix: start from a newer snapshot, or accept the loss with ``--accept-data-loss`` (Kafka
+    partitions go on from the earliest record held; the loss is recorded in the job's
+    lineage, or in the imported snapshot)."""
+
+    code = "SOURCE_DATA_LOST"
+
+
 class StoreUnreachableError(PreconditionError):
     """A store's server (a NameNode, a DataNode, an S3 endpoint) does not
     answer, or keeps refusing after the client's retries.

@@ -213,3 +213,72 @@ def test_import_of_a_checkpoint_behind_its_sink_says_what_a_start_from_it_needs(
             rewind_output=True, until_caught_up=True, spark=spark)  # type: ignore[arg-type]
     api.drain(home, "adopted-job", spark=spark)  # type: ignore[arg-type]
     assert output_rows(spark, out) == ex.expected_windowed_word_counts(lines)  # type: ignore[arg-type]
+
+
+def test_an_input_file_of_a_planned_batch_gone_refuses_the_import_until_accepted(
+    spark: object, home: Home, tmp_path: Path
+) -> None:
+    """A plain query stopped after planning its last batch (offsets written, no commit: its
+    file source's log names the batch's file) whose input file was removed since. Spark
+    would list the directory again and never read it, without a word: the import is
+    refused in one line naming the source and the file count, nothing created; accepted,
+    the snapshot records the loss, a start from it names the same file (read from the
+    checkpoint it was imported from) and, accepted again, reads only the input still
+    there."""
+    from pyspark.sql import SparkSession
+
+    from sparkpoint.errors import SourceDataLostError
+
+    session: SparkSession = spark  # type: ignore[assignment]
+    inp, ckpt = tmp_path / "in", tmp_path / "plain-ckpt"
+    write_clicks(inp, range(0, 3))
+    query = (session.readStream.schema("event_id STRING, user STRING, url STRING, ts TIMESTAMP")
+             .option("maxFilesPerTrigger", "1").json(str(inp)).select("event_id", "user", "ts")
+             .writeStream.format("parquet").option("path", str(tmp_path / "plain-out"))
+             .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start())
+    query.awaitTermination()
+    assert query.exception() is None
+    # Batch 2 planned and not committed: what a query stopped mid-batch leaves.
+    (ckpt / "commits" / "2").unlink()
+    (ckpt / "commits" / ".2.crc").unlink(missing_ok=True)
+    planned = read_source_log(ckpt / "sources" / "0")[2]
+    gone = inp / "clicks-00002.json"
+    assert [entry["path"] for entry in planned] == [gone.as_uri()]
+    gone.unlink()
+
+    job = REPO_JOBS / "passthrough.py"
+    params = {"input": str(inp), "output": str(tmp_path / "out")}
+    with pytest.raises(SourceDataLostError) as refused:
+        api.snapshot_import(home, ckpt, "adopted", job, params=params,
+                            spark=spark)  # type: ignore[arg-type]
+    line = refused.value.message
+    assert refused.value.exit_code == 4 and "\n" not in line, line
+    assert line.startswith(
+        "snapshot 'adopted' not imported, nothing was created: source 'clicks' must read "
+        f"again 1 input file(s) its log names for the next batch ({gone.as_uri()}), which "
+        "no longer exist"), line
+    assert "--accept-data-loss" in line, line
+    assert api.snapshot_list(home) == []
+
+    said: list[str] = []
+    manifest = api.snapshot_import(home, ckpt, "adopted", job, params=params, spark=spark,  # type: ignore[arg-type]
+                                   echo=said.append, accept_data_loss=True)
+    assert [(loss.source, loss.missing_files) for loss in manifest.accepted_loss] == [
+        ("clicks", (gone.as_uri(),))]
+    assert any(s.startswith("warning: accepted (--accept-data-loss): source 'clicks'")
+               for s in said), said
+    shown = sparkpoint(home, "snapshot", "show", "adopted")
+    assert "accepted loss:" in shown.out and "1 input file(s) accepted as lost" in shown.out
+
+    plan = api.plan(home, job, params=params, from_snapshot="adopted",
+                    spark=spark)  # type: ignore[arg-type]
+    [problem] = plan.problems
+    assert f"source 'clicks' must read again 1 input file(s) its log names for the next " \
+           f"batch ({gone.as_uri()})" in problem, problem
+    added = write_clicks(inp, range(3, 4))
+    api.run(home, job, "adopted-job", params=params, from_snapshot="adopted",
+            accept_data_loss=True, until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+    assert output_rows(spark, tmp_path / "out") == Counter(  # type: ignore[arg-type]
+        (c.event_id, c.user, c.ts.replace(tzinfo=None)) for c in added)
+    lineage = api.job_view(home, "adopted-job").record.lineage
+    assert [loss.missing_files for loss in lineage.accepted_loss] == [(gone.as_uri(),)]

@@ -429,3 +429,75 @@ def test_the_three_ways_a_kafka_source_names_its_partitions(kafka_broker: KafkaB
     assert Subscription("subscribePattern", "ways-.*").covers("ways-1")
     assert not Subscription("subscribe", "a,b").covers("c")
     assert Subscription("assign", '{"t":[0]}').covers("t")
+
+
+def _jobs_and_snapshots(home_dir: Path) -> dict[str, bytes]:
+    """Every file of the home's jobs and snapshots (logs aside): what a refused start must
+    leave as it found."""
+    return {str(p.relative_to(home_dir)): p.read_bytes()
+            for sub in ("jobs", "snapshots") for p in sorted((home_dir / sub).rglob("*"))
+            if p.is_file()}
+
+
+def test_a_snapshot_older_than_the_topic_retains_is_refused_then_accepted_explicitly(
+    spark: object, home: Home, tmp_path: Path, kafka_broker: KafkaBroker
+) -> None:
+    """The Kafka TTL trap: a snapshot whose offsets the broker has since deleted (here by
+    DeleteRecords, which moves the log start at once, as retention does a segment at a time).
+    The start from it is refused before Spark starts, in one line naming the partitions and
+    how many records each lost, and nothing is created; plan lists the same gap; with
+    --accept-data-loss the lost partitions resume at the earliest offset held, the output is
+    exactly the records still on the broker, and the job's lineage records the loss."""
+    from sparkpoint.errors import SourceDataLostError
+
+    topic = kafka_broker.new_topic("ttl", 2, {"retention.ms": str(3_600_000)})
+    first = _produce(kafka_broker, topic, [f"a{i}" for i in range(6)], 2)
+    _passthrough(spark, home, tmp_path, kafka_broker, topic, max_offsets="100")
+    assert output_rows(spark, tmp_path / "out") == Counter(first)  # type: ignore[arg-type]
+    snapshot = api.snapshot_create(home, "k", "s1")
+    source = snapshot.source("events")
+    assert source is not None
+    resumed = {int(p): o for p, o in source.offset[topic].items()}
+    later = _produce(kafka_broker, topic, [f"b{i}" for i in range(10)], 2)
+    deleted_below = {0: 6, 1: 4}
+    kafka_broker.delete_records(topic, deleted_below)
+    # Computed apart from sparkpoint: deleted minus what the snapshot had read already.
+    lost = {p: deleted_below[p] - resumed[p] for p in (0, 1)}
+    assert lost == {0: 3, 1: 1}
+
+    params = {"source": "kafka", "kafka_format": "kafka", "bootstrap": kafka_broker.bootstrap,
+              "topic": topic, "output": str(tmp_path / "out2"), "max_offsets": "100"}
+    home_dir = tmp_path / "home"
+    before = _jobs_and_snapshots(home_dir)
+    with pytest.raises(SourceDataLostError) as refused:
+        api.run(home, PASSTHROUGH, "k2", params=params, from_snapshot="s1",
+                until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+    line = refused.value.message
+    assert refused.value.exit_code == 4 and "\n" not in line, line
+    assert line.startswith("job 'k2' not started, nothing was created: source 'events' "
+                           "resumes at Kafka offsets the broker no longer holds"), line
+    assert (f"{lost[0]} record(s) of {topic}-0 (offsets {resumed[0]}..{deleted_below[0] - 1}; "
+            f"the broker's earliest offset there is {deleted_below[0]}), {lost[1]} record(s) "
+            f"of {topic}-1") in line, line
+    assert "--accept-data-loss" in line, line
+    assert _jobs_and_snapshots(home_dir) == before
+    assert not (tmp_path / "out2").exists()
+
+    plan = api.plan(home, PASSTHROUGH, params=params, from_snapshot="s1",
+                    spark=spark)  # type: ignore[arg-type]
+    [problem] = plan.problems
+    assert f"{lost[0]} record(s) of {topic}-0" in problem and "--accept-data-loss" in problem
+
+    api.run(home, PASSTHROUGH, "k2", params=params, from_snapshot="s1", until_caught_up=True,
+            accept_data_loss=True, spark=spark)  # type: ignore[arg-type]
+    held = {p: kafka_broker.watermarks(topic, p)[0] for p in (0, 1)}
+    still_on_broker = [r for r in first + later if r[2] >= held[r[1]]]
+    assert output_rows(spark, tmp_path / "out2") == Counter(still_on_broker)  # type: ignore[arg-type]
+    shown = sparkpoint(home, "jobs", "show", "k2", "--json")
+    assert shown.code == 0, shown.err
+    accepted = shown.json()["lineage"]["accepted_loss"]
+    assert [(a["topic"], a["partition"], a["records"], a["by"]) for a in accepted] == [
+        (topic, 0, lost[0], "run --from-snapshot s1"), (topic, 1, lost[1],
+                                                        "run --from-snapshot s1")]
+    text = sparkpoint(home, "jobs", "show", "k2").out
+    assert f"lost      source 'events': {lost[0]} record(s) of {topic}-0" in text, text

@@ -415,3 +415,57 @@ def test_kafka_reader_refuses_records_the_broker_no_longer_holds(
     # A partition the batch's start does not know (added since) is read from its earliest.
     [added] = reader.partitions({}, {topic: {"0": 6}})
     assert [(r[4], r[1]) for r in reader.read(added)] == held
+
+
+def test_a_start_with_startpoints_proves_the_partitions_they_leave_where_they_were(
+    spark: object, home: Home, tmp_path: Path, kafka_broker: KafkaBroker
+) -> None:
+    """A startpoint moves partition 0; partition 1 stays at its committed offset, below which
+    the broker has since deleted records. The start is refused before anything is recorded
+    (the startpoint stays pending, the checkpoint unchanged), naming partition 1 and the
+    count; with --accept-data-loss partition 1 goes on from the earliest offset held, as
+    part of the startpoints' application, and the loss is in the job's lineage."""
+    from sparkpoint.checkpoint.layout import Checkpoint
+    from sparkpoint.errors import SourceDataLostError
+
+    topic = kafka_broker.new_topic("kept", 2)
+    records = _produce(kafka_broker, topic, 0, 8, partitions=2)
+    _kafka_run(spark, home, tmp_path, kafka_broker, topic, "kafka")
+    checkpoint = Checkpoint(home.checkpoint_dir("k"))
+    batch = checkpoint.require_latest_committed_batch()
+    committed = checkpoint.offsets(batch).to_bytes()
+    done = sparkpoint(home, "startpoint", "set", "k", "events", "--partition", "0",
+                      "--offset", "2")
+    assert done.code == 0, done.err
+    later = _produce(kafka_broker, topic, 8, 8, partitions=2)
+    kafka_broker.delete_records(topic, {1: 6})
+    lost = 6 - 4  # partition 1's committed offset is 4: its four records were read
+
+    params = {"source": "kafka", "bootstrap": kafka_broker.bootstrap, "topic": topic,
+              "output": str(tmp_path / "out"), "kafka_format": "kafka"}
+    with pytest.raises(SourceDataLostError) as refused:
+        api.run(home, JOB, "k", params=params, until_caught_up=True,
+                spark=spark)  # type: ignore[arg-type]
+    line = refused.value.message
+    assert refused.value.exit_code == 4 and "\n" not in line, line
+    assert (f"job 'k' not started, nothing was changed: source 'events' resumes at Kafka "
+            "offsets the broker no longer holds (deleted, e.g. by the topic's retention): "
+            f"{lost} record(s) of {topic}-1 (offsets 4..5;") in line, line
+    assert f"{topic}-0" not in line, line
+    assert checkpoint.require_latest_committed_batch() == batch
+    assert checkpoint.offsets(batch).to_bytes() == committed
+    assert [s["kind"] for s in sparkpoint(home, "startpoint", "list", "k",
+                                          "--json").json()] == ["offset"]
+
+    api.run(home, JOB, "k", params=params, until_caught_up=True, accept_data_loss=True,
+            spark=spark)  # type: ignore[arg-type]
+    everything = records + later
+    again = [r for r in everything if r[1] == 0 and r[2] >= 2]
+    held_in_1 = [r for r in later if r[1] == 1 and r[2] >= 6]
+    assert _out(spark, tmp_path) == _kafka_rows(records) + _kafka_rows(again + held_in_1)
+    shown = sparkpoint(home, "jobs", "show", "k", "--json").json()
+    assert [(a["topic"], a["partition"], a["records"]) for a in
+            shown["lineage"]["accepted_loss"]] == [(topic, 1, lost)]
+    [applied] = shown["startpoints_applied"]
+    assert f"{topic}-1: 4 -> 6 ({lost} record(s) deleted from the broker, accepted with " \
+           "--accept-data-loss)" in applied["positions"], applied

@@ -206,6 +206,14 @@ def _batch_options(func: F) -> F:
     return func
 
 
+accept_data_loss_option = click.option(
+    "--accept-data-loss", is_flag=True,
+    help="Go on without the input the sources no longer hold (Kafka offsets the broker "
+         "deleted: those partitions resume at the earliest offset held; input files that "
+         "were removed); recorded in the job's lineage (for an import: in the snapshot). "
+         "Without it such a start is refused (exit 4).")
+
+
 @cli.command()
 @click.argument("job_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--job", required=True, help="Job name; its checkpoint lives in the home.")
@@ -221,6 +229,7 @@ def _batch_options(func: F) -> F:
 @click.option("--max-batches", type=click.IntRange(min=1), default=None,
               help="Stop after N batches (not with --until-caught-up).")
 @_batch_options
+@accept_data_loss_option
 @click.option("--ui", is_flag=True, help="Turn the Spark UI on and print its address.")
 @click.pass_context
 @handle_errors
@@ -228,7 +237,7 @@ def run(ctx: click.Context, job_file: Path, job: str, params: tuple[str, ...],
         confs: tuple[str, ...], master: str | None, from_snapshot: str | None,
         resume_point: Path | None, until_caught_up: bool, max_batches: int | None,
         renumber_batches: bool, first_batch: int | None, rewind_output: bool,
-        ui: bool) -> None:
+        accept_data_loss: bool, ui: bool) -> None:
     """Run JOB_FILE as job JOB until stopped (Ctrl-C stops cleanly).
 
     A job that exists runs again with its stored --param, --conf and --master; the ones
@@ -248,7 +257,7 @@ def run(ctx: click.Context, job_file: Path, job: str, params: tuple[str, ...],
         from_snapshot=from_snapshot,
         resume_point=resume_point, until_caught_up=until_caught_up, max_batches=max_batches,
         ui=ui, echo=_echo, renumber_batches=renumber_batches, first_batch=first_batch,
-        rewind_output=rewind_output, spark=submitted,
+        rewind_output=rewind_output, accept_data_loss=accept_data_loss, spark=submitted,
     )
 
 
@@ -271,18 +280,20 @@ def _job_options(func: F) -> F:
               metavar="FILE", help="Start as a resume point file says; this or --from-snapshot.")
 @_job_options
 @_batch_options
+@accept_data_loss_option
 @json_option
 @click.pass_context
 @handle_errors
 def plan_command(ctx: click.Context, job_file: Path, from_snapshot: str | None,
                  resume_point: Path | None, params: tuple[str, ...], confs: tuple[str, ...],
                  master: str | None, renumber_batches: bool, first_batch: int | None,
-                 rewind_output: bool, as_json: bool) -> Output:
+                 rewind_output: bool, accept_data_loss: bool, as_json: bool) -> Output:
     """Dry run: what resumes, initializes, is dropped, and every problem (exit 3 if any)."""
     result = api.plan(_home(ctx), job_file, params=_pairs(params, "--param"),
                       conf=_pairs(confs, "--conf"), master=master, from_snapshot=from_snapshot,
                       resume_point=resume_point, echo=_echo, renumber_batches=renumber_batches,
-                      first_batch=first_batch, rewind_output=rewind_output)
+                      first_batch=first_batch, rewind_output=rewind_output,
+                      accept_data_loss=accept_data_loss)
     return Output(result.to_dict(), lambda: render.plan_text(result),
                   None if result.ok else EXIT_VALIDATION)
 
@@ -446,12 +457,13 @@ def snapshot_create(ctx: click.Context, job: str, name: str, cancel: bool, batch
 @click.option("--job-file", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="The sparkpoint version of the query that wrote the checkpoint.")
 @_job_options
+@accept_data_loss_option
 @json_option
 @click.pass_context
 @handle_errors
 def snapshot_import(ctx: click.Context, checkpoint: Path, name: str, job_file: Path,
                     params: tuple[str, ...], confs: tuple[str, ...], master: str | None,
-                    as_json: bool) -> Output:
+                    accept_data_loss: bool, as_json: bool) -> Output:
     """Snapshot CHECKPOINT, written by a query that plain Spark ran, as NAME.
 
     Its sources and stateful operators are matched with JOB_FILE's by position, kind and
@@ -459,7 +471,8 @@ def snapshot_import(ctx: click.Context, checkpoint: Path, name: str, job_file: P
     'sparkpoint run JOB_FILE --job NEW --from-snapshot NAME'."""
     manifest = api.snapshot_import(
         _home(ctx), checkpoint, name, job_file, params=_pairs(params, "--param"),
-        conf=_pairs(confs, "--conf"), master=master, echo=_echo)
+        conf=_pairs(confs, "--conf"), master=master, echo=_echo,
+        accept_data_loss=accept_data_loss)
     return Output(render.snapshot_row(manifest), lambda: (
                    f"snapshot '{manifest.name}' imported from {checkpoint} at batch "
                    f"{manifest.batch_id}: {render.human_bytes(manifest.total_bytes)}, "

@@ -106,6 +106,9 @@ def snapshot_show_text(manifest: Manifest, sharing: Sharing | None = None,
     ]
     for source in manifest.sources:
         out.append(f"  {source.name}: {json.dumps(source.offset)}")
+    if manifest.accepted_loss:
+        out.append("accepted loss:")
+        out.extend(f"  {loss.describe()}" for loss in manifest.accepted_loss)
     out.append("operators:")
     for op in manifest.operators:
         rows = "?" if op.rows is None else str(op.rows)
@@ -288,6 +291,8 @@ def job_show_text(view: JobView) -> str:
     if lineage.from_snapshot:
         out.append(f"lineage   from snapshot '{lineage.from_snapshot}' of job "
                    f"'{lineage.snapshot_job}' at batch {lineage.snapshot_batch}")
+    for loss in lineage.accepted_loss:
+        out.append(f"lost      {loss.describe()}")
     if record.drain is not None:
         out.append(f"drained   at batch {record.drain.batch} ({record.drain.drained_at}); "
                    + drain_residual_text(record.drain))

@@ -18,6 +18,7 @@ from pydantic import ValidationError as PydanticValidationError
 from sparkpoint.aggregates import AggregateState
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.errors import CorruptRecordError, UnknownJobError
+from sparkpoint.losses import AcceptedLoss
 from sparkpoint.runtime.lock import fence, holds
 from sparkpoint.storage.fileio import join
 from sparkpoint.storage.home import Home, name_problem
@@ -71,6 +72,8 @@ class Lineage(BaseModel):
     snapshot_job: str | None = None
     snapshot_batch: int | None = None
     resume_point: str | None = None
+    # Input the job's starts went on without, accepted with --accept-data-loss.
+    accepted_loss: list[AcceptedLoss] = Field(default_factory=list)
 
 
 class RunRecord(BaseModel):

@@ -204,6 +204,9 @@ class RunOptions:
     ui: bool = False
     # The job's build function when a Python caller gave one instead of a job file.
     build: Callable[..., Any] | None = None
+    # --accept-data-loss: a start from snapshots or with startpoints goes on without the
+    # input its sources no longer hold (sources/input_gaps.py), recorded in the lineage.
+    accept_data_loss: bool = False
 
 
 @dataclass(frozen=True)

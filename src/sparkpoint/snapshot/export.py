@@ -41,6 +41,7 @@ from sparkpoint.checkpoint.source_log import file_source_log_offset
 from sparkpoint.checkpoint.state_files import listed_partition, readable_partition
 from sparkpoint.crash_points import crash_point, steps
 from sparkpoint.errors import BatchNotHeldError, CheckpointFormatError, StateRetentionError
+from sparkpoint.losses import AcceptedLoss
 from sparkpoint.progress import track
 from sparkpoint.snapshot.manifest import (
     CHECKPOINT_SUBDIR,
@@ -135,6 +136,8 @@ class JobInfo:
     # Per batch, the state rows of each operator from Spark's progress (in Spark's order),
     # as the running job recorded them (runtime/progress.py). Empty: rows are counted.
     state_rows: Mapping[int, list[tuple[str, int]]] = field(default_factory=dict)
+    # An import's input its sources no longer held, accepted (--accept-data-loss).
+    accepted_loss: tuple[AcceptedLoss, ...] = ()
 
 
 # Operators whose one store holds one row per state key: Spark's numRowsTotal is then the
@@ -545,6 +548,7 @@ def _export_batch(
         operators=operator_entries,
         files=files,
         total_bytes=sum(entry.bytes for entry in files),
+        accepted_loss=info.accepted_loss,
     )
     write_atomic(staging / MANIFEST_FILE, manifest.to_json().encode("utf-8"))
     return manifest

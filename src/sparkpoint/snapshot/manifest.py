@@ -13,6 +13,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from sparkpoint.aggregates import AggregateState
 from sparkpoint.errors import SnapshotDamagedError
+from sparkpoint.losses import AcceptedLoss
 from sparkpoint.storage.local import checksum_of
 from sparkpoint.windows import WindowSpec
 
@@ -148,6 +149,9 @@ class Manifest(_Strict):
     # Bytes of files the store did not hold before this snapshot (same content is stored
     # once); None in manifests of older versions and of stores that copy every file.
     added_bytes: int | None = None
+    # An imported checkpoint's input that its sources no longer held, accepted with
+    # --accept-data-loss; empty in manifests of older versions.
+    accepted_loss: tuple[AcceptedLoss, ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=False) + "\n"

@@ -28,10 +28,14 @@ from sparkpoint.errors import (
     KafkaOffsetsDeletedError,
     NoCommittedBatchError,
     PreconditionError,
+    SourceDataLostError,
     UnknownSourceError,
 )
+from sparkpoint.losses import ACCEPT_OPTION, AcceptedLoss
 from sparkpoint.runtime.registry import AppliedStartpoint, JobRecord, JobRegistry, now_iso
 from sparkpoint.runtime.runner import RunOptions, run_job
+from sparkpoint.sources.input_gaps import SourceToCheck, check
+from sparkpoint.sources.kafka import KAFKA_KINDS
 from sparkpoint.sources.positions import SourceDescription
 from sparkpoint.startpoints.apply import apply, require_applicable
 from sparkpoint.startpoints.resolve import Resolved
@@ -85,6 +89,9 @@ class StartpointIntent(BaseModel):
     # The sets (startpoint files) folded into ``pending``, per source: exactly what is
     # removed once applied (none recorded by an earlier version: compared instead).
     consumed: dict[str, list[str]] | None = None
+    # Kafka offsets the broker no longer held, gone without with --accept-data-loss (their
+    # partitions moved up to the earliest offset held): for the job's lineage.
+    accepted_loss: list[AcceptedLoss] = Field(default_factory=list)
 
 
 def _intent_path(home: Home, job: str) -> Location:
@@ -139,8 +146,57 @@ def apply_pending(home: Home, options: RunOptions, spark: SparkSession | None,
     resolved = [resolve_startpoints(source_description(record, source), entries, checkpoint,
                                     compact_interval(record))
                 for source, entries in pending.items()]
-    intent = record_startpoints(home, job, batch, pending, resolved, consumed)
+    accepted = _prove_sources(record, checkpoint, batch, pending, consumed, resolved,
+                              options.accept_data_loss, echo)
+    intent = record_startpoints(home, job, batch, pending, resolved, consumed, accepted)
     finish_startpoints(home, job, intent, echo)
+
+
+def _prove_sources(record: JobRecord, checkpoint: Checkpoint, batch: int,
+                   pending: dict[str, list[Startpoint]], consumed: dict[str, list[str]],
+                   resolved: list[Resolved], accept: bool, echo: Echo) -> list[AcceptedLoss]:
+    """Before anything is recorded: every Kafka source of the job still holds the offsets
+    the start resumes at (a startpoint's, else the committed ones); a gap refuses the start
+    unless accepted. Accepted, each lost partition moves up to the earliest offset held, as
+    part of the application (a source without a startpoint gets an entry of its own), so
+    that it is recorded and applied exactly once with the rest."""
+    by_source = {r.source: r for r in resolved}
+    committed = checkpoint.offsets(batch).source_offsets()
+    sources = []
+    for known in record.sources:
+        if known.kind not in KAFKA_KINDS:
+            continue  # file startpoints resolve against the files present now
+        result = by_source.get(known.name)
+        offset = (result.offset_after or result.offset_before) if result is not None \
+            else committed.get(known.name)
+        sources.append(SourceToCheck(known.name, known.kind, dict(known.options), offset))
+    found = check(sources)
+    for warning in found.warnings:
+        echo(f"warning: {warning}")
+    if found.ok:
+        return []
+    if not accept:
+        raise SourceDataLostError(
+            found.refusal(f"job '{record.name}' not started, nothing was changed",
+                          f"set the startpoints of those partitions to what the broker holds "
+                          f"('sparkpoint startpoint set {record.name} SOURCE --earliest "
+                          f"--partition TOPIC:P'), or start with {ACCEPT_OPTION} to go on from "
+                          "the earliest offsets held (recorded in the job's lineage)"),
+            gaps=[gap.to_dict() for gap in found.gaps])
+    for source, offset in found.raised_offsets().items():
+        lines = [f"{g.topic}-{g.partition}: {g.resume} -> {g.earliest} ({g.lost} record(s) "
+                 f"deleted from the broker, accepted with {ACCEPT_OPTION})"
+                 for g in found.by_source()[source]]
+        result = by_source.get(source)
+        if result is None:
+            resolved.append(Resolved(source, committed.get(source), offset, [], lines))
+            pending[source], consumed[source] = [], []
+        else:
+            result.offset_after = offset
+            result.lines.extend(lines)
+    for line in found.source_lines():
+        echo(f"warning: accepted ({ACCEPT_OPTION}): {line}")
+    return found.accepted(now_iso(), "run (startpoints)")
 
 
 def _drop_unreadable_batch(checkpoint: Checkpoint, batch: int, record: JobRecord,
@@ -167,13 +223,14 @@ def _drop_unreadable_batch(checkpoint: Checkpoint, batch: int, record: JobRecord
 
 
 def record_startpoints(home: Home, job: str, batch: int, pending: dict[str, list[Startpoint]],
-                       resolved: list[Resolved],
-                       consumed: dict[str, list[str]]) -> StartpointIntent:
+                       resolved: list[Resolved], consumed: dict[str, list[str]],
+                       accepted: list[AcceptedLoss] | None = None) -> StartpointIntent:
     """Record what is about to be applied; from here on it is applied exactly once."""
     require_applicable(JobRegistry(home).checkpoint(job), batch)
     intent = StartpointIntent(intent_id=uuid.uuid4().hex, batch=batch, recorded_at=now_iso(),
                               pending=pending, consumed=consumed,
-                              resolved=[ResolvedSource.of(r) for r in resolved])
+                              resolved=[ResolvedSource.of(r) for r in resolved],
+                              accepted_loss=list(accepted or []))
     write_record(_intent_path(home, job), intent)
     crash_point("startpoint.intent_recorded")
     return intent
@@ -205,6 +262,7 @@ def finish_startpoints(home: Home, job: str, intent: StartpointIntent, echo: Ech
                 offset_before=audit["offset_before"], offset_after=audit["offset_after"],
                 positions=audit["positions"]))
             echo(f"startpoint applied to source '{result.source}': " + "; ".join(result.lines))
+        record.lineage.accepted_loss.extend(intent.accepted_loss)
         registry.save(record)
     remove_record(_intent_path(home, job))
 

@@ -281,6 +281,7 @@ def assemble_checkpoint(
     positions: Mapping[str, ResolvedPosition] | None = None,
     batch_id: int | None = None,
     state_format: int | None = None,
+    raised_offsets: Mapping[str, str] | None = None,
 ) -> AssembleResult:
     """Write the new checkpoint into ``out`` (a new directory) for a valid ``plan``.
 
@@ -303,7 +304,7 @@ def assemble_checkpoint(
                               f"snapshots' batch {newest}; a batch id only goes forward")
     out.mkdir(parents=True)
     placed = _write(out, batch, primary, plan, snapshots, new_operators, empty_state, used,
-                    positions or {}, state_format)
+                    positions or {}, state_format, raised_offsets or {})
     return AssembleResult(batch, primary.manifest.shuffle_partitions,
                           {path.relative_to(out).as_posix(): url
                            for path, url in placed.items()})
@@ -320,6 +321,7 @@ def _write(
     used: list[str],
     positions: Mapping[str, ResolvedPosition],
     state_format: int | None,
+    raised_offsets: Mapping[str, str],
 ) -> dict[Path, str]:
     """Returns the state files left in the snapshot store: new path -> URL."""
     watermark = min(snapshots[name].manifest.watermark_ms for name in used)
@@ -354,7 +356,9 @@ def _write(
             if snap_batch < 0:
                 continue
             offsets = snap.checkpoint.offsets(snap_batch).source_offsets()
-            lines.append(SourceOffset(row.name, offsets.get(row.origin["source"])))
+            # Only the last batch's: Spark starts the next batch at its offsets.
+            raised = raised_offsets.get(row.name) if back == 0 else None
+            lines.append(SourceOffset(row.name, raised or offsets.get(row.origin["source"])))
         # New sources that start past their beginning hold that position as if committed.
         lines.extend(SourceOffset(name, pos.offset_json) for name, pos in positions.items())
         entry = OffsetLogEntry(2, compact_json(metadata), tuple(lines))

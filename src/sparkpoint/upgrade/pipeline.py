@@ -7,7 +7,9 @@ refused). Each mode goes through the same two steps, the command's own steps bet
 
 1. ``resolve``: the resume point (given, or the default one of a snapshot) checked against
    the planned job and the snapshots: what resumes, initializes or is dropped, the batch
-   ids, the start positions; whose output the job would write into (``plan`` and ``run``).
+   ids, the start positions; whose output the job would write into (``plan`` and ``run``);
+   whether every source still holds what the job resumes at (``run`` refuses a gap unless
+   it is accepted; ``plan`` lists it after its dry-run build: ``sources/input_gaps.py``).
 2. ``build``: the checkpoint assembled, repartitioned if asked, checked by Spark and (not in
    ``plan``) published at the target (``upgrade/restore.py``).
 
@@ -22,17 +24,20 @@ import enum
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from sparkpoint.errors import SinkAheadError, ValidationError
-from sparkpoint.runtime.registry import JobRegistry
+from sparkpoint.errors import SinkAheadError, SourceDataLostError, ValidationError
+from sparkpoint.losses import ACCEPT_OPTION
+from sparkpoint.runtime.registry import JobRegistry, now_iso
 from sparkpoint.runtime.runner import PlannedJob
 from sparkpoint.snapshot.store import SnapshotStore
+from sparkpoint.sources.input_gaps import InputCheck, check
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.location import Location
 from sparkpoint.upgrade.assemble import AssembleResult, used_snapshots
 from sparkpoint.upgrade.batches import BatchChoice
+from sparkpoint.upgrade.inputs_held import start_sources
 from sparkpoint.upgrade.output_ownership import refuse_start_outside_lineage, start_outside_lineage
 from sparkpoint.upgrade.restore import Resolution, build_new_checkpoint, resolve
 from sparkpoint.upgrade.resume_point import ReadResumePoint, ResumePoint
@@ -63,6 +68,9 @@ class StartPipeline:
     job: str | None = None
     target: Location | None = None
     read: ReadResumePoint | None = None
+    # --accept-data-loss: input the sources no longer hold is gone without a refusal (and
+    # recorded in the job's lineage).
+    accept_data_loss: bool = False
 
     def resolve(self, echo: Echo) -> Resolution:
         """Step 1. In ``plan`` problems are listed; else they refuse the start (nothing
@@ -96,7 +104,44 @@ class StartPipeline:
             raise ValidationError(
                 f"{what} ({len(plan.problems)} problem(s)); {done}:\n  "
                 + "\n  ".join(plan.problems), problems=plan.problems)
+        if self.mode is Mode.RUN:
+            self._prove_sources(resolution, echo)
         return resolution
+
+    def _sources_held(self, resolution: Resolution) -> InputCheck:
+        return check(start_sources(resolution, JobRegistry(self.home)))
+
+    def _remedy(self) -> str:
+        return (f"to go on from what they still hold, start with {ACCEPT_OPTION} (Kafka "
+                "partitions resume at the earliest offset the broker holds; the loss is "
+                "recorded in the job's lineage), or start from a newer snapshot")
+
+    def _prove_sources(self, resolution: Resolution, echo: Echo) -> None:
+        """Before Spark starts: every source still holds what the start resumes at, or the
+        start is refused (nothing created) unless the loss is accepted; then the Kafka
+        sources resume at the earliest offsets held, and the loss goes to the lineage."""
+        found = self._sources_held(resolution)
+        for warning in found.warnings:
+            echo(f"warning: {warning}")
+        if found.ok:
+            return
+        if not self.accept_data_loss:
+            raise SourceDataLostError(
+                found.refusal(f"job '{self.job}' not started, nothing was created",
+                              self._remedy()),
+                gaps=[gap.to_dict() for gap in found.gaps])
+        started = f"run --from-snapshot {self.from_snapshot}" if self.from_snapshot \
+            else "run --resume-point"
+        resolution.accepted_loss = found.accepted(now_iso(), started)
+        raised = found.raised_offsets()
+        for name, offset in raised.items():
+            if name in resolution.positions:  # an initialized source's resolved start
+                resolution.positions[name] = replace(resolution.positions[name],
+                                                     offset_json=offset)
+            else:
+                resolution.raised_offsets[name] = offset
+        for line in found.source_lines():
+            echo(f"warning: accepted ({ACCEPT_OPTION}): {line}")
 
     def build(self, resolution: Resolution, echo: Echo,
               spark_location: str | None = None) -> AssembleResult | None:
@@ -123,6 +168,13 @@ class StartPipeline:
                                         is not None else None, used_snapshots(plan))
         if outside is not None:
             plan.problems.append(outside)
+        found = self._sources_held(resolution)
+        plan.warnings.extend(found.warnings)
+        if self.accept_data_loss:
+            plan.warnings.extend(f"accepted ({ACCEPT_OPTION}): {line}"
+                                 for line in found.source_lines())
+        else:
+            plan.problems.extend(found.problems(self._remedy()))
         return None
 
     def dry_run(self, echo: Echo) -> UpgradePlan:

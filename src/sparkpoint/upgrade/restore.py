@@ -37,6 +37,7 @@ from sparkpoint.errors import (
     UsageError,
     ValidationError,
 )
+from sparkpoint.losses import AcceptedLoss
 from sparkpoint.progress import phase
 from sparkpoint.snapshot.manifest import Manifest, OperatorEntry
 from sparkpoint.snapshot.store import SnapshotStore
@@ -139,6 +140,11 @@ class Resolution:
     # object: no move).
     provider: StateProvider = ROCKSDB
     new_provider: StateProvider = ROCKSDB
+    # Input the sources no longer hold that the start goes on without (--accept-data-loss),
+    # and per resumed Kafka source the offsets of the checkpoint's batch moved up to the
+    # broker's earliest ones (upgrade/pipeline.py).
+    accepted_loss: list[AcceptedLoss] = field(default_factory=list)
+    raised_offsets: dict[str, str] = field(default_factory=dict)
 
 
 def job_shape(planned: PlannedJob) -> tuple[JobShape, dict[str, NewOperatorLayout]]:
@@ -492,7 +498,7 @@ def build_new_checkpoint(
                                      _empty_state_writer(planned, provider, scratch / "empty"),
                                      resolution.positions,
                                      batches.checkpoint_batch if batches is not None else None,
-                                     state_format)
+                                     state_format, resolution.raised_offsets)
         if result.batch_id is None:
             return result
         # transformWithState's schema paths name the snapshot's job's checkpoint, which may be

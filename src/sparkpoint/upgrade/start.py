@@ -132,7 +132,8 @@ def start_from_snapshots(home: Home, options: RunOptions, from_snapshot: str | N
         # A checkpoint left by a cut-off start goes whole.
         roll_back(target, registry.exists(job), lambda line: echo(f"job '{job}': {line}"))
         pipeline = StartPipeline(Mode.RUN, home, store, planned, point, from_snapshot, choice,
-                                 job=job, target=target)
+                                 job=job, target=target,
+                                 accept_data_loss=options.accept_data_loss)
         resolution = pipeline.resolve(echo)
         numbering = resolution.plan.batches
         rewind_to = numbering.rewind_to_batch if numbering is not None else None
@@ -168,6 +169,7 @@ def start_from_snapshots(home: Home, options: RunOptions, from_snapshot: str | N
             snapshot_job=first.job if first else None,
             snapshot_batch=result.batch_id,
             resume_point=str(resume_point) if resume_point is not None else None,
+            accepted_loss=resolution.accepted_loss,
         )
 
     with held_run(home, options, spark=spark, echo=echo) as held:
@@ -287,7 +289,8 @@ def _lineage_outputs_named(registry: JobRegistry, store: SnapshotStore,
 
 def plan_start(home: Home, job_file: Path, params: Mapping[str, str], conf: Mapping[str, str],
                master: str | None, from_snapshot: str | None, resume_point: Path | None,
-               choice: BatchChoice, spark: SparkSession | None, echo: Echo) -> UpgradePlan:
+               choice: BatchChoice, spark: SparkSession | None, echo: Echo,
+               accept_data_loss: bool = False) -> UpgradePlan:
     """The start's dry run: what would resume, initialize or be dropped, the batch ids the job
     would continue with, and every problem. Starts no query and writes only scratch files,
     including Spark's own restart check."""
@@ -311,6 +314,6 @@ def plan_start(home: Home, job_file: Path, params: Mapping[str, str], conf: Mapp
                               problems=problems) from exc
     try:
         return StartPipeline(Mode.PLAN, home, store, planned, point, from_snapshot, choice,
-                             read=read).dry_run(echo)
+                             read=read, accept_data_loss=accept_data_loss).dry_run(echo)
     finally:
         planned.release()
