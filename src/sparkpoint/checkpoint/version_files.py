@@ -46,6 +46,15 @@ def files_for_version(files: Iterable[str], version: int) -> set[str]:
     return wanted
 
 
+def is_state_data(rel: str) -> bool:
+    """Whether a path relative to the checkpoint's ``state/`` directory holds keys and values
+    (a version's file, its checksum, or an SST), not a schema or metadata file."""
+    parent, name = _parent(rel)
+    name = name.removeprefix(".").removesuffix(".crc")
+    return bool(_VERSIONED.match(name)) or _parent(parent)[1] == SST_DIR \
+        or name.endswith(".sst")
+
+
 def rocksdb_ssts(state_dir: Path, fetched: Iterable[str]) -> set[str]:
     """The SSTs (relative to ``state_dir``) the fetched RocksDB zips list."""
     needed = set()

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from sparkpoint.checkpoint.layout import CHECKPOINT_FORMAT_CONF, Checkpoint, OperatorDir
 from sparkpoint.checkpoint.operators import OperatorMetadata
 from sparkpoint.checkpoint.schema_paths import relocate_schema_paths
+from sparkpoint.checkpoint.version_files import is_state_data
 from sparkpoint.errors import CheckpointFormatError
 from sparkpoint.spark import local_fs
 from sparkpoint.spark.jvm import scala_list
@@ -218,14 +219,19 @@ def restart_problem(
 ) -> str | None:
     """Spark's own verdict on restarting ``frame`` from ``checkpoint``: None if it accepts.
 
-    Runs on a scratch copy, because planning writes schema and metadata files.
+    Runs on a scratch copy, because planning writes schema and metadata files. The copy
+    leaves out the state's keys and values: planning reads the logs, the operators'
+    metadata and the state schemas, and loads no store (at 10M keys the state is most of
+    the bytes a start would copy here).
     """
     source = Checkpoint(checkpoint)
     batch = source.require_latest_committed_batch()
     scratch = Path(tempfile.mkdtemp(prefix="sparkpoint-dry-run-")) / "checkpoint"
+    state = checkpoint / "state"
     try:
         for path in sorted(checkpoint.rglob("*")):
-            if path.is_file():
+            if path.is_file() and not (path.is_relative_to(state) and is_state_data(
+                    path.relative_to(state).as_posix())):
                 copy_file(path, scratch / path.relative_to(checkpoint))
         relocate_schema_paths(scratch)
         # A restart writes offsets/N+1 before planning it; transformWithState reads its
