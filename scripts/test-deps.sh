@@ -6,6 +6,7 @@
 #   tests/servers/s3a/pom.xml   -> .cache/s3a/lib               (hadoop-aws + AWS SDK, for s3a)
 #   tests/servers/kafka-connector/pom.xml -> .cache/kafka-connector/lib
 #                                         (Spark's Kafka connector, for format("kafka") jobs)
+#   tests/servers/delta/pom.xml -> .cache/delta/lib             (Delta Lake, ~13 MB)
 # Silent and quick when the jars for the current poms are already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,3 +44,4 @@ fetch tests/servers/hdfs/pom.xml .cache/hdfs-minicluster "HDFS minicluster" "115
 fetch tests/servers/kafka/pom.xml .cache/kafka-broker "Kafka broker" "43 MB"
 fetch tests/servers/s3a/pom.xml .cache/s3a "s3a connector (hadoop-aws + AWS SDK bundle)" "690 MB"
 fetch tests/servers/kafka-connector/pom.xml .cache/kafka-connector "Spark Kafka connector" "10 MB"
+fetch tests/servers/delta/pom.xml .cache/delta "Delta Lake" "13 MB"

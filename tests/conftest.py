@@ -23,6 +23,8 @@ SHUFFLE_PARTITIONS = "2"
 S3A_JARS = REPO / ".cache" / "s3a" / "lib"
 # Spark's Kafka connector and its dependencies (scripts/test-deps.sh), for format("kafka").
 KAFKA_CONNECTOR_JARS = REPO / ".cache" / "kafka-connector" / "lib"
+# Delta Lake (scripts/test-deps.sh), for the plain job of test_delta_sink.py only.
+DELTA_JARS = REPO / ".cache" / "delta" / "lib"
 
 
 def _jars_in_place(lib: Path) -> str:
@@ -41,6 +43,11 @@ def _jars_in_place(lib: Path) -> str:
 def kafka_connector_jars() -> str:
     """The connector's jars as spark.jars takes them, for jobs run by the CLI."""
     return _jars_in_place(KAFKA_CONNECTOR_JARS)
+
+
+def delta_jars() -> str:
+    """Delta Lake's jars as spark.jars takes them."""
+    return _jars_in_place(DELTA_JARS)
 
 
 def s3a_jars() -> str:
