@@ -1,5 +1,5 @@
 """`snapshot import` of a checkpoint that plain Spark wrote straight to S3 (moto's server,
-through s3a, as a production job writes it): Spark's example
+through s3a, as a production job writes it) or HDFS (the MiniDFSCluster): Spark's example
 structured_network_wordcount_windowed.py (tests/data/plain/windowed_wordcount.py, a file
 source instead of the socket) run by spark-submit with Spark's defaults but for 4 shuffle
 partitions (200 make every batch cost a minute on two busy cores, the more so with each
@@ -111,7 +111,8 @@ def test_plain_checkpoint_on_s3a_imported_where_it_is_and_continued(
     params = {"input": str(inp), "output": str(managed_out), "files_per_batch": "2"}
     # The job file's window is checked against the windows the state holds (read by
     # Spark's state reader): a tumbling window is refused, nothing created.
-    with pytest.raises(ValidationError, match="the state holds windows of 10 minutes sliding every 5 minutes"):
+    held = "the state holds windows of 10 minutes sliding every 5 minutes"
+    with pytest.raises(ValidationError, match=held):
         api.snapshot_import(home, url, "adopted", JOB, params={**params, "slide": "10 minutes"},
                             spark=spark)
     assert api.snapshot_list(home) == []
@@ -172,3 +173,41 @@ def test_a_url_without_a_checkpoint_gets_one_typed_line_and_nothing_is_created(
     assert "Traceback" not in result.err and len(result.err.strip().splitlines()) == 1
     assert api.snapshot_list(home) == []
     assert s3_server.keys(bucket) == {}
+
+
+def test_plain_checkpoint_on_hdfs_imported_and_continued(
+    spark: Any, hdfs_server: Any, tmp_path: Path
+) -> None:
+    """The same query with its checkpoint on HDFS (the MiniDFSCluster; Spark's bundled
+    Hadoop client writes hdfs:// with no extra settings), imported into a local home. HDFS
+    over WebHDFS has no copy request, so the state files are fetched through this process
+    into the snapshot, and the import says so."""
+    inp, plain_out = tmp_path / "in", tmp_path / "plain-out"
+    lines = write_lines(inp, 0) + write_lines(inp, 1)
+    url = f"{hdfs_server.new_dir()}/wordcount/checkpoint"
+    spark_submit(PLAIN, str(inp), str(plain_out), url, conf=HDFS_4)
+    plain = Checkpoint(StorePath.of(url))
+    last = plain.require_latest_committed_batch()
+    assert plain.offsets(last).version == 1
+    before = expected_counts(lines, WINDOW, SLIDE)
+    assert output_rows(spark, plain_out) == before
+
+    home = Home(tmp_path / "home")
+    managed_out = tmp_path / "managed-out"
+    params = {"input": str(inp), "output": str(managed_out), "files_per_batch": "2"}
+    said: list[str] = []
+    manifest = api.snapshot_import(home, url, "adopted", JOB, params=params, spark=spark,
+                                   echo=said.append)
+    assert any("its state files are fetched through this process" in line for line in said)
+    assert manifest.job == f"import:{url}"
+    [operator] = manifest.operators
+    assert (operator.name, operator.partitions) == ("word_counts", 4)
+    assert operator.rows
+    assert api.snapshot_verify(home, "adopted") == []
+
+    lines += write_lines(inp, 2) + write_lines(inp, 3)
+    api.run(home, JOB, "adopted", params=params, from_snapshot="adopted",
+            until_caught_up=True, spark=spark)
+    assert api.job_view(home, "adopted").files_behind == {"lines": 0}
+    after = expected_counts(lines, WINDOW, SLIDE)
+    assert output_rows(spark, plain_out) + output_rows(spark, managed_out) == after
