@@ -250,7 +250,7 @@ def snapshot_create(
 
 def snapshot_import(
     home: Home,
-    checkpoint_dir: Path,
+    checkpoint_dir: Path | str,
     snapshot: str,
     job_file: Path,
     params: Mapping[str, str] | None = None,
@@ -260,11 +260,12 @@ def snapshot_import(
     echo: Echo = _quiet,
     accept_data_loss: bool = False,
 ) -> Manifest:
-    """Snapshot a checkpoint that plain Spark wrote, its sources and operators named after
-    those of JOB_FILE (the sparkpoint version of the same query). The checkpoint is only
-    read; on any mismatch nothing is created, nor when its sources no longer hold what a
-    start from it reads (SourceDataLostError) unless ``accept_data_loss`` (then the loss is
-    recorded in the snapshot's manifest)."""
+    """Snapshot a checkpoint that plain Spark wrote (``checkpoint_dir``: a local directory
+    or a URL, ``s3a://bucket/path`` or ``hdfs://namenode:port/path``), its sources and
+    operators named after those of JOB_FILE (the sparkpoint version of the same query). The
+    checkpoint is only read, where it is; on any mismatch nothing is created, nor when its
+    sources no longer hold what a start from it reads (SourceDataLostError) unless
+    ``accept_data_loss`` (then the loss is recorded in the snapshot's manifest)."""
     validate_name(snapshot, "snapshot")
     return import_plain_checkpoint(home, checkpoint_dir, snapshot, job_file, params or {},
                                    conf or {}, master, spark, echo, accept_data_loss)

@@ -125,6 +125,11 @@ def stored_windows(operator: OperatorDir, version: int, provider: StateProvider,
                 lengths.add(int(bounds[1]) - int(bounds[0]))
     if not found:
         return None
+    return summarised(rows, lengths, starts)
+
+
+def summarised(rows: int, lengths: set[int], starts: set[int]) -> StoredWindows:
+    """The summary of ``rows`` stored windows of the given lengths and distinct starts."""
     ordered = sorted(starts)
     step = 0
     for low, high in itertools.pairwise(ordered):

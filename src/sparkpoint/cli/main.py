@@ -452,7 +452,7 @@ def snapshot_create(ctx: click.Context, job: str, name: str, cancel: bool, batch
 
 
 @snapshot.command("import")
-@click.argument("checkpoint", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("checkpoint")
 @click.argument("name")
 @click.option("--job-file", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="The sparkpoint version of the query that wrote the checkpoint.")
@@ -461,13 +461,15 @@ def snapshot_create(ctx: click.Context, job: str, name: str, cancel: bool, batch
 @json_option
 @click.pass_context
 @handle_errors
-def snapshot_import(ctx: click.Context, checkpoint: Path, name: str, job_file: Path,
+def snapshot_import(ctx: click.Context, checkpoint: str, name: str, job_file: Path,
                     params: tuple[str, ...], confs: tuple[str, ...], master: str | None,
                     accept_data_loss: bool, as_json: bool) -> Output:
     """Snapshot CHECKPOINT, written by a query that plain Spark ran, as NAME.
 
-    Its sources and stateful operators are matched with JOB_FILE's by position, kind and
-    schema and take their names; the checkpoint is only read. Continue it with
+    CHECKPOINT is the query's checkpointLocation: a local directory, s3a://bucket/path or
+    hdfs://namenode:port/path, read where it is. Its sources and stateful operators are
+    matched with JOB_FILE's by position, kind and schema and take their names; the
+    checkpoint is only read. Continue it with
     'sparkpoint run JOB_FILE --job NEW --from-snapshot NAME'."""
     manifest = api.snapshot_import(
         _home(ctx), checkpoint, name, job_file, params=_pairs(params, "--param"),

@@ -138,6 +138,10 @@ class JobInfo:
     state_rows: Mapping[int, list[tuple[str, int]]] = field(default_factory=dict)
     # An import's input its sources no longer held, accepted (--accept-data-loss).
     accepted_loss: tuple[AcceptedLoss, ...] = ()
+    # Per Spark operator id, the rows Spark's state reader counted in its tasks (an import
+    # of a checkpoint whose state files are copied inside its store, never read here:
+    # spark/state_rows.py). They spare counting the rows from the files, as progress does.
+    counted_rows: Mapping[int, int] = field(default_factory=dict)
 
 
 # Operators whose one store holds one row per state key: Spark's numRowsTotal is then the
@@ -478,7 +482,7 @@ def _export_batch(
     operator_entries = []
     commit = checkpoint.commit(batch)
     operators = checkpoint.operators(batch)
-    known = rows_from_progress(info.state_rows.get(batch), operators)
+    known = {**rows_from_progress(info.state_rows.get(batch), operators), **info.counted_rows}
     for operator in operators:
         steps.info("operator %s (%s)", operator.operator_id, operator.operator_name)
         rows, state_bytes = _export_operator(operator, batch + 1, provider, out, plan, commit,

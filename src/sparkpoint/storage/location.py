@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkpoint.storage import local
-from sparkpoint.storage.fileio import FileIO, join
+from sparkpoint.storage.fileio import FileIO, is_local, join
+from sparkpoint.storage.fileio import local_path as local_text
 from sparkpoint.storage.stores import file_io
 
 
@@ -131,6 +132,16 @@ class StorePath:
 
 # What a job's or a checkpoint's directory is: local, or in a store.
 Location = Path | StorePath
+
+
+def location_at(text: str) -> Location:
+    """The directory a user named: a local path (made absolute), or a URL of a store
+    sparkpoint reads (``s3a://`` and ``s3://`` alike, ``hdfs://``...) kept as written, so
+    that messages and records name it as the user and Spark do. An unknown scheme is a
+    UsageError naming the schemes that work."""
+    if is_local(text):
+        return Path(local_text(text))
+    return StorePath.of(text)
 
 
 def local_path(location: Location) -> Path:

@@ -12,19 +12,21 @@ Every mismatch is reported at once; nothing is guessed.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from sparkpoint.checkpoint.layout import Checkpoint, OperatorDir
 from sparkpoint.checkpoint.sink_log import Location, latest_batch
 from sparkpoint.checkpoint.state_windows import (
+    StoredWindows,
     session_gap_mismatch,
     stored_windows,
     time_window_mismatch,
 )
-from sparkpoint.errors import CheckpointFormatError
+from sparkpoint.errors import CheckpointFormatError, SparkpointError
 from sparkpoint.snapshot.manifest import Manifest, OperatorEntry, StoreEntry, operator_kind
 from sparkpoint.sources.kafka import KAFKA_KINDS
+from sparkpoint.storage.location import location_at
 from sparkpoint.upgrade.batches import RENUMBER_OPTION, REWIND_OPTION
 from sparkpoint.upgrade.validate import JobShape, NewOperator, NewSource, incompatibilities
 from sparkpoint.windows import WindowSpec
@@ -118,17 +120,28 @@ def _checkpoint_operator(checkpoint: Checkpoint, batch: int,
     return None
 
 
-def _check_window(checkpoint: Checkpoint, batch: int, operator: OperatorDir,
-                  new: NewOperator, adoption: Adoption) -> None:
+# Reads the windows an operator's state holds as of a committed batch.
+WindowReader = Callable[[OperatorDir, int], StoredWindows | None]
+
+
+def windows_in_files(checkpoint: Checkpoint) -> WindowReader:
+    """Read from the checkpoint's state files, in this process."""
+    def read(operator: OperatorDir, batch: int) -> StoredWindows | None:
+        return stored_windows(operator, batch + 1, checkpoint.state_provider(batch),
+                              checkpoint.commit(batch))
+    return read
+
+
+def _check_window(batch: int, operator: OperatorDir, new: NewOperator, adoption: Adoption,
+                  windows: WindowReader) -> None:
     """Compare the window the job computes for ``new`` with the bounds its state's keys
     hold; the window recorded for the snapshot is the job's once the state agrees."""
     job = new.window
     adoption.operator_windows[new.operator_id] = job
     if job is None or job.kind == "none":
         return
-    provider = checkpoint.state_provider(batch)
     try:
-        found = stored_windows(operator, batch + 1, provider, checkpoint.commit(batch))
+        found = windows(operator, batch)
     except CheckpointFormatError as exc:
         adoption.operator_windows[new.operator_id] = None
         adoption.notes.append(
@@ -152,9 +165,13 @@ def _check_window(checkpoint: Checkpoint, batch: int, operator: OperatorDir,
             f"{job.describe()}; give the job file of the query that wrote the checkpoint")
 
 
-def adopt(checkpoint: Checkpoint, shape: JobShape) -> Adoption:
-    """Match a plain Spark checkpoint's latest committed batch with a planned job."""
+def adopt(checkpoint: Checkpoint, shape: JobShape,
+          windows: WindowReader | None = None) -> Adoption:
+    """Match a plain Spark checkpoint's latest committed batch with a planned job.
+    ``windows``: how the window bounds of the state are read (default: from its files
+    here)."""
     adoption = Adoption()
+    windows = windows or windows_in_files(checkpoint)
     batch = checkpoint.require_latest_committed_batch()
     _match_sources(checkpoint, batch, shape.sources, adoption)
     planned_ids = {op.operator_id for op in shape.operators}
@@ -180,7 +197,7 @@ def adopt(checkpoint: Checkpoint, shape: JobShape) -> Adoption:
         if old.spark_operator_name == new.spark_operator_name:
             # The window of the checkpoint's keys is read whatever else differs: every
             # mismatch is listed in one go.
-            _check_window(checkpoint, batch, operators[new.operator_id], new, adoption)
+            _check_window(batch, operators[new.operator_id], new, adoption, windows)
         if not reasons:
             adoption.operator_names[new.operator_id] = new.name
     return adoption
@@ -236,10 +253,10 @@ def unfinished_import_problem(name: str, manifest: Manifest,
     that batch and did not commit it (read there, if the checkpoint is still there)."""
     if not manifest.job.startswith(IMPORTED_JOB_PREFIX):
         return None
-    root = Path(manifest.job.removeprefix(IMPORTED_JOB_PREFIX))
     try:
+        root = location_at(manifest.job.removeprefix(IMPORTED_JOB_PREFIX))
         ahead = sink_ahead(Checkpoint(root), output) if (root / "commits").is_dir() else None
-    except (CheckpointFormatError, OSError):
+    except (SparkpointError, OSError):
         return None  # the checkpoint changed or went: the general refusal stands
     if ahead is None or not ahead.unfinished or ahead.committed != manifest.batch_id:
         return None

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.source_log import file_source_log_offset, read_source_log
@@ -24,7 +23,7 @@ from sparkpoint.runtime.registry import JobRegistry
 from sparkpoint.snapshot.manifest import Manifest
 from sparkpoint.sources.input_gaps import SourceToCheck
 from sparkpoint.spark.inspect import PlannedSource
-from sparkpoint.storage.location import Location
+from sparkpoint.storage.location import Location, location_at
 from sparkpoint.upgrade.adopt import IMPORTED_JOB_PREFIX
 from sparkpoint.upgrade.restore import Resolution
 
@@ -79,7 +78,7 @@ def _lineage_planned(registry: JobRegistry, manifest: Manifest, source: str,
     (none when its checkpoint is gone or is another query's)."""
     try:
         if manifest.job.startswith(IMPORTED_JOB_PREFIX):
-            checkpoint = Checkpoint(Path(manifest.job.removeprefix(IMPORTED_JOB_PREFIX)))
+            checkpoint = Checkpoint(location_at(manifest.job.removeprefix(IMPORTED_JOB_PREFIX)))
             # A plain checkpoint names its sources by position, in the order the
             # snapshot lists them.
             names = [s.name for s in manifest.sources]
