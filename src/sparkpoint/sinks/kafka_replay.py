@@ -109,10 +109,17 @@ def name_ranges(replay: KafkaReplay, read: ReadRanges) -> KafkaReplay:
         return replay.model_copy(update={"unnamed": (
             f"the ranges of the abandoned records in topic '{replay.topic}' could not be "
             f"read: the broker {replay.bootstrap} did not answer within "
-            f"{BROKER_TIMEOUT_S:.0f}s ({str(exc) or exc.__class__.__name__})")})
+            f"{BROKER_TIMEOUT_S:.0f}s ({_reason(exc)})")})
     return replay.model_copy(update={"ranges": [
         PartitionRange(partition=p, start=start, end=end)
         for p, (start, end) in sorted(found.items())]})
+
+
+def _reason(exc: Exception) -> str:
+    """The client's own words: a KafkaException carries a KafkaError whose str() is them."""
+    error = exc.args[0] if exc.args else None
+    text = error.str() if hasattr(error, "str") else str(exc)
+    return str(text) or exc.__class__.__name__
 
 
 def broker_ranges(bootstrap: str) -> ReadRanges:
@@ -122,7 +129,7 @@ def broker_ranges(bootstrap: str) -> ReadRanges:
     def read(topic: str, since_ms: int) -> dict[int, tuple[int, int]]:
         from sparkpoint.sources.kafka import KafkaMetadata
 
-        meta = KafkaMetadata(bootstrap, timeout=BROKER_TIMEOUT_S)
+        meta = KafkaMetadata(bootstrap, timeout=BROKER_TIMEOUT_S, quiet=True)
         try:
             found = {}
             for partition in meta.partitions([topic])[topic]:
