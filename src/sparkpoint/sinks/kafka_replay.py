@@ -117,8 +117,8 @@ def name_ranges(replay: KafkaReplay, read: ReadRanges) -> KafkaReplay:
 
 def _reason(exc: Exception) -> str:
     """The client's own words: a KafkaException carries a KafkaError whose str() is them."""
-    error = exc.args[0] if exc.args else None
-    text = error.str() if hasattr(error, "str") else str(exc)
+    error: Any = exc.args[0] if exc.args else None
+    text = error.str() if error is not None and hasattr(error, "str") else str(exc)
     return str(text) or exc.__class__.__name__
 
 
