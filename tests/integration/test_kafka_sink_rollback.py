@@ -134,6 +134,8 @@ def test_a_rollback_into_a_kafka_topic_names_the_abandoned_records_and_writes_ag
     assert started.err.index(warning) < started.err.index("starting at batch 2")
     lineage = api.job_view(home, "v2").record.lineage
     assert [r.ranges for r in lineage.kafka_replays] == [replay.ranges]
+    shown = sparkpoint(home, "jobs", "show", "v2")
+    assert f"replayed  {replay.message()}" in shown.out, shown.out
 
     # From each range's start: the abandoned records, then the replayed batches' records
     # once more (at least once), as a multiset of the rows computed from the input.
