@@ -226,6 +226,16 @@ class SinkRewindError(PreconditionError):
     code = "SINK_REWIND"
 
 
+class TopicNotRewindableError(UsageError):
+    """``--rewind-output`` asked of a job that writes a Kafka topic: records cannot be taken
+    out of a topic (Kafka deletes only by retention or below an offset).
+
+    Fix: start without it; the batches after the snapshot's are written again and the
+    abandoned records' offsets are named."""
+
+    code = "TOPIC_NOT_REWINDABLE"
+
+
 class CheckpointFormatError(SparkpointError):
     """A file of a Spark checkpoint is not in a format this version
     understands (another Spark version's, or damaged).

@@ -293,6 +293,8 @@ def job_show_text(view: JobView) -> str:
                    f"'{lineage.snapshot_job}' at batch {lineage.snapshot_batch}")
     for loss in lineage.accepted_loss:
         out.append(f"lost      {loss.describe()}")
+    for replay in lineage.kafka_replays:
+        out.append(f"replayed  {replay.message()}")
     if record.drain is not None:
         out.append(f"drained   at batch {record.drain.batch} ({record.drain.drained_at}); "
                    + drain_residual_text(record.drain))

@@ -20,6 +20,7 @@ from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.errors import CorruptRecordError, UnknownJobError
 from sparkpoint.losses import AcceptedLoss
 from sparkpoint.runtime.lock import fence, holds
+from sparkpoint.sinks.kafka_replay import KafkaReplay
 from sparkpoint.storage.fileio import join
 from sparkpoint.storage.home import Home, name_problem
 from sparkpoint.storage.location import Location, StorePath, write_atomic
@@ -74,6 +75,17 @@ class Lineage(BaseModel):
     resume_point: str | None = None
     # Input the job's starts went on without, accepted with --accept-data-loss.
     accepted_loss: list[AcceptedLoss] = Field(default_factory=list)
+    # Batches the start writes again into a Kafka topic the snapshots' job had already
+    # written them to (sinks/kafka_replay.py): the abandoned records' offsets, for readers.
+    kafka_replays: list[KafkaReplay] = Field(default_factory=list)
+
+
+class KafkaOutputRecord(BaseModel):
+    """The topic Spark's Kafka sink of the latest run wrote (None: a topic column chose)."""
+
+    model_config = ConfigDict(extra="forbid")
+    bootstrap: str
+    topic: str | None = None
 
 
 class RunRecord(BaseModel):
@@ -165,6 +177,8 @@ class JobRecord(BaseModel):
     # A local file sink's output directory of the latest run: which job wrote an output
     # with history, and which jobs a rewind of that output must find stopped.
     output: str | None = None
+    # Spark's Kafka sink of the latest run: what a rollback writes into again.
+    kafka_output: KafkaOutputRecord | None = None
     lineage: Lineage = Field(default_factory=Lineage)
     runs: list[RunRecord] = Field(default_factory=list)
     drain: DrainRecord | None = None

@@ -50,6 +50,7 @@ from sparkpoint.runtime.progress import (
 from sparkpoint.runtime.registry import (
     JobRecord,
     JobRegistry,
+    KafkaOutputRecord,
     OperatorRecord,
     RunRecord,
     SourceRecord,
@@ -74,7 +75,7 @@ from sparkpoint.spark.plan import PlannedOperator, stateful_operators
 from sparkpoint.spark.progress_reports import NewProgress
 from sparkpoint.spark.s3a import s3a_conf
 from sparkpoint.spark.session import apply_query_conf, create_session, session_log_file
-from sparkpoint.spark.sink import file_sink_path, sink_format
+from sparkpoint.spark.sink import file_sink_path, kafka_output, sink_format
 from sparkpoint.storage import fencing
 from sparkpoint.storage.fileio import spark_url
 from sparkpoint.storage.home import Home
@@ -503,6 +504,9 @@ def _execute(held: HeldRun, on_started: Callable[[StreamingQuery], None] | None)
         for op in planned.operators
     ]
     record.output = planned.sink.location if planned.sink is not None else None
+    kafka = kafka_output(planned.writer)
+    record.kafka_output = None if kafka is None else KafkaOutputRecord(
+        bootstrap=kafka.bootstrap, topic=kafka.topic)
     record.sources = [
         SourceRecord(name=s.name, kind=s.kind, named_by_user=s.named_by_user,
                      path=s.path, options=s.options)

@@ -111,12 +111,15 @@ def _client_conf(bootstrap: str) -> dict[str, Any]:
 class KafkaMetadata:
     """Partitions and their offsets, as the broker reports them."""
 
-    def __init__(self, bootstrap: str, timeout: float = TIMEOUT_S) -> None:
+    def __init__(self, bootstrap: str, timeout: float = TIMEOUT_S, quiet: bool = False) -> None:
         from confluent_kafka import Consumer
 
         self.timeout = timeout
+        # quiet: librdkafka's own log lines (a refused connection, every 50 ms) stay off
+        # stderr; the caller says what failed in its own words.
         self._consumer = Consumer({**_client_conf(bootstrap),
-                                   "socket.timeout.ms": int(timeout * 1000)})
+                                   "socket.timeout.ms": int(timeout * 1000),
+                                   **({"log_level": 0} if quiet else {})})
 
     def close(self) -> None:
         self._consumer.close()

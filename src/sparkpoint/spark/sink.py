@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint.sink_log import output_location
@@ -55,3 +56,35 @@ def file_sink_path(writer: DataStreamWriter) -> str | None:
     except UsageError:
         return None
     return location
+
+
+@dataclass(frozen=True)
+class KafkaOutput:
+    """What Spark's Kafka sink (``format("kafka")``) writes to: its brokers and its topic
+    (None: each row's ``topic`` column names it). ``timestamp_column``: the rows have a
+    ``timestamp`` column; the connector 4.2.0 ignores it (the producer stamps each record
+    when it is sent), Spark's newer connectors write it as the record's timestamp."""
+
+    bootstrap: str
+    topic: str | None
+    timestamp_column: bool = False
+
+
+def kafka_output(writer: DataStreamWriter) -> KafkaOutput | None:
+    """The Kafka sink's brokers and topic, None for any other sink."""
+    jwriter = writer._jwrite
+    source = private_field(jwriter, "source")
+    if source is None or str(source).lower() != "kafka":
+        return None
+    options = private_field(jwriter, "extraOptions")
+
+    def option(name: str) -> str | None:
+        # A case-insensitive Scala map: Option of the value.
+        found = options.get(name) if options is not None else None
+        return str(found.get()) if found is not None and found.isDefined() else None
+
+    bootstrap = option("kafka.bootstrap.servers")
+    if bootstrap is None:
+        return None  # Spark refuses the query itself; nothing to say about its topic
+    columns = {name.lower() for name in writer._df.columns}
+    return KafkaOutput(bootstrap, option("topic"), "timestamp" in columns)

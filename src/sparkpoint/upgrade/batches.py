@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkpoint.checkpoint.sink_log import Location, latest_batch
-from sparkpoint.errors import UsageError
+from sparkpoint.errors import TopicNotRewindableError, UsageError
 
 RENUMBER_OPTION = "--renumber-batches"
 FIRST_BATCH_OPTION = "--first-batch"
@@ -129,6 +129,15 @@ def _kept_rows_warning(output: Location, snapshot_batch: int, latest: int) -> st
 
 
 def _unreadable_sink(snapshot_batch: int, sink: SinkInfo, choice: BatchChoice) -> SinkCheck:
+    kafka = sink.format.lower() == "kafka"
+    if choice.rewind and kafka:
+        raise TopicNotRewindableError(
+            f"{REWIND_OPTION} takes a file sink's table back, and this job writes with "
+            "Spark's Kafka sink: a topic cannot be rewound (its records stay until the "
+            f"topic's retention deletes them); start without {REWIND_OPTION}: the batches "
+            "after the snapshot's are written to the topic again, and the start names the "
+            "offsets of the records the old run wrote for them, for the topic's readers to "
+            "skip; nothing was changed")
     if choice.rewind:
         raise UsageError(
             f"{REWIND_OPTION} takes a file sink's output back to the snapshot's batch, "
@@ -139,9 +148,12 @@ def _unreadable_sink(snapshot_batch: int, sink: SinkInfo, choice: BatchChoice) -
             f"{RENUMBER_OPTION} reads the batches a file sink already holds, and this job's "
             f"sink ({sink.format}) is not a file sink sparkpoint can read; choose the first "
             f"batch id with {FIRST_BATCH_OPTION} K instead")
-    if choice.first_batch is not None:
-        return SinkCheck(BatchNumbering(snapshot_batch, choice.first_batch,
-                                        choice.first_batch != snapshot_batch + 1))
+    if choice.first_batch is not None or kafka:
+        # Spark's Kafka sink writes every batch it is given, whatever its id (at least
+        # once): no id is skipped. A rollback into its topic is said by
+        # upgrade/kafka_rollback.py, with the records written again.
+        first = choice.first_batch if choice.first_batch is not None else snapshot_batch + 1
+        return SinkCheck(BatchNumbering(snapshot_batch, first, first != snapshot_batch + 1))
     return SinkCheck(BatchNumbering(snapshot_batch, snapshot_batch + 1, False), warning=(
         f"the job's sink ({sink.format}) is one sparkpoint cannot read: its batch ids "
         f"{snapshot_batch + 1}.. repeat ids the snapshot's job may already have used after "

@@ -33,11 +33,13 @@ from sparkpoint.runtime.registry import JobRegistry, now_iso
 from sparkpoint.runtime.runner import PlannedJob
 from sparkpoint.snapshot.store import SnapshotStore
 from sparkpoint.sources.input_gaps import InputCheck, check
+from sparkpoint.spark.sink import kafka_output
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.location import Location
 from sparkpoint.upgrade.assemble import AssembleResult, used_snapshots
 from sparkpoint.upgrade.batches import BatchChoice
 from sparkpoint.upgrade.inputs_held import start_sources
+from sparkpoint.upgrade.kafka_rollback import kafka_replays
 from sparkpoint.upgrade.output_ownership import refuse_start_outside_lineage, start_outside_lineage
 from sparkpoint.upgrade.restore import Resolution, build_new_checkpoint, resolve
 from sparkpoint.upgrade.resume_point import ReadResumePoint, ResumePoint
@@ -80,6 +82,8 @@ class StartPipeline:
         plan = resolution.plan
         sink = self.planned.sink
         output = sink.location if sink is not None else None
+        if self.mode is not Mode.REHEARSE:  # a rehearsal writes into scratch outputs
+            self._name_kafka_replays(resolution)
         if self.mode is Mode.PLAN:
             for unfinished in sink.pending_rewinds() if sink is not None else []:
                 plan.warnings.append(
@@ -107,6 +111,17 @@ class StartPipeline:
         if self.mode is Mode.RUN:
             self._prove_sources(resolution, echo)
         return resolution
+
+    def _name_kafka_replays(self, resolution: Resolution) -> None:
+        """A rollback into a Kafka topic writes its batches again: said in the plan's
+        warnings (echoed by a run before Spark starts) and kept for the job's lineage."""
+        plan = resolution.plan
+        replays = kafka_replays(
+            JobRegistry(self.home), kafka_output(self.planned.writer),
+            {name: (used.manifest.job, used.manifest.batch_id)
+             for name, used in resolution.snapshots.items()})
+        plan.kafka_replays.extend(replays)
+        plan.warnings.extend(replay.message() for replay in replays)
 
     def _sources_held(self, resolution: Resolution) -> InputCheck:
         return check(start_sources(resolution, JobRegistry(self.home)))

@@ -170,6 +170,7 @@ def start_from_snapshots(home: Home, options: RunOptions, from_snapshot: str | N
             snapshot_batch=result.batch_id,
             resume_point=str(resume_point) if resume_point is not None else None,
             accepted_loss=resolution.accepted_loss,
+            kafka_replays=resolution.plan.kafka_replays,
         )
 
     with held_run(home, options, spark=spark, echo=echo) as held:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkpoint.aggregates import AggregateState
+from sparkpoint.sinks.kafka_replay import KafkaReplay
 from sparkpoint.snapshot.manifest import Manifest, OperatorEntry, operator_kind
 from sparkpoint.upgrade.batches import BatchNumbering
 from sparkpoint.upgrade.migration_rules import (
@@ -136,6 +137,9 @@ class UpgradePlan:
     warnings: list[str] = field(default_factory=list)
     # Set when the job resumes from a snapshot: the batch ids it continues with.
     batches: BatchNumbering | None = None
+    # A rollback into a Kafka topic: the batches written again, the abandoned records'
+    # offsets (upgrade/kafka_rollback.py); each also a warning.
+    kafka_replays: list[KafkaReplay] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -145,7 +149,8 @@ class UpgradePlan:
         return {"ok": self.ok, "sources": [s.to_dict() for s in self.sources],
                 "operators": [o.to_dict() for o in self.operators],
                 "problems": self.problems, "warnings": self.warnings,
-                "batches": self.batches.to_dict() if self.batches is not None else None}
+                "batches": self.batches.to_dict() if self.batches is not None else None,
+                "kafka_replays": [r.to_dict() for r in self.kafka_replays]}
 
 
 def _describe(schema: dict[str, Any]) -> str:
