@@ -522,3 +522,22 @@ def test_a_snapshot_older_than_the_topic_retains_is_refused_then_accepted_explic
                                                         "run --from-snapshot s1")]
     text = sparkpoint(home, "jobs", "show", "k2").out
     assert f"lost      source 'events': {lost[0]} record(s) of {topic}-0" in text, text
+
+
+def test_the_connector_given_once_in_spark_defaults_conf_reaches_the_cli(
+    spark: object, home: Home, tmp_path: Path, kafka_broker: KafkaBroker
+) -> None:
+    """Spark's spark-defaults.conf in $SPARK_CONF_DIR, with the connector's jars and no
+    --conf: sparkpoint's own jar is added to its spark.jars, not put in its place."""
+    topic = kafka_broker.new_topic("defaults", 2)
+    produced = _produce(kafka_broker, topic, [f"v{i}" for i in range(6)], 2)
+    conf_dir = tmp_path / "spark-conf"
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text(f"spark.jars {_connector_jars()}\n")
+    ran = sparkpoint(home, "run", str(PASSTHROUGH), "--job", "d", "--until-caught-up",
+                     "--param", "source=kafka", "--param", "kafka_format=kafka",
+                     "--param", f"bootstrap={kafka_broker.bootstrap}",
+                     "--param", f"topic={topic}", "--param", f"output={tmp_path / 'out'}",
+                     env={"SPARK_CONF_DIR": str(conf_dir)})
+    assert ran.code == 0, ran.err
+    assert output_rows(spark, tmp_path / "out") == Counter(produced)  # type: ignore[arg-type]
