@@ -12,6 +12,7 @@ from sparkpoint.drain import protocol as draining
 from sparkpoint.errors import (
     JobRunningError,
     PreconditionError,
+    SparkpointError,
     UsageError,
 )
 from sparkpoint.losses import ACCEPT_OPTION
@@ -20,6 +21,7 @@ from sparkpoint.rehearse.run import Rehearsal as Rehearsal
 from sparkpoint.rehearse.run import rehearse as rehearse
 from sparkpoint.runtime import deletion
 from sparkpoint.runtime.lock import job_lock
+from sparkpoint.runtime.recorded import job_of_snapshots, with_recorded_conf
 from sparkpoint.runtime.registry import (
     DrainRecord,
     JobRegistry,
@@ -49,6 +51,7 @@ from sparkpoint.upgrade.interrupted import (
     is_own_orphan,
 )
 from sparkpoint.upgrade.output_check import check_output_of_existing_job, check_output_of_new_job
+from sparkpoint.upgrade.resume_point import read_resume_point
 from sparkpoint.upgrade.resume_point_draft import draft_resume_point
 from sparkpoint.upgrade.start import check_snapshots_intact, plan_start, start_from_snapshots
 from sparkpoint.upgrade.validate import UpgradePlan
@@ -174,6 +177,20 @@ def _merged(stored: Mapping[str, str], given: Mapping[str, str], what: str,
     return {**stored, **given}
 
 
+def _job_started_from(home: Home, from_snapshot: str | None,
+                      resume_point: Path | None) -> str | None:
+    """The job whose recorded settings a start from these snapshots reuses."""
+    if from_snapshot is not None:
+        return job_of_snapshots(home, [from_snapshot])
+    if resume_point is None:
+        return None
+    try:
+        point = read_resume_point(resume_point).point
+    except (SparkpointError, OSError):
+        return None  # the plan reports the file's problems itself
+    return job_of_snapshots(home, point.snapshots()) if point is not None else None
+
+
 def plan(
     home: Home,
     job_file: Path,
@@ -192,12 +209,15 @@ def plan(
     """Dry run: what would resume, initialize or be dropped, the batch ids the job would
     continue with, and every problem. Starts no query and writes only scratch files,
     including Spark's own restart check. Input the sources no longer hold is a problem
-    (a warning with ``accept_data_loss``)."""
+    (a warning with ``accept_data_loss``). Conf not given is the recorded conf of the job
+    the snapshots were taken of (``runtime/recorded.py``)."""
     if (from_snapshot is None) == (resume_point is None):
         raise UsageError("give exactly one of --from-snapshot SNAP or --resume-point FILE")
     choice = BatchChoice(renumber_batches, first_batch, rewind_output)
     _needs_spark(spark)
-    return plan_start(home, job_file, params or {}, conf or {}, master, from_snapshot,
+    conf = with_recorded_conf(home, _job_started_from(home, from_snapshot, resume_point),
+                              conf or {}, echo)
+    return plan_start(home, job_file, params or {}, conf, master, from_snapshot,
                       resume_point, choice, spark, echo, accept_data_loss)
 
 
@@ -209,11 +229,14 @@ def resume_point_build(
     conf: Mapping[str, str] | None = None,
     master: str | None = None,
     spark: SparkSession | None = None,
+    echo: Echo = _quiet,
 ) -> str:
     """The default resume point as YAML: same names resume, new ones initialize; snapshot
-    operators the job lacks are listed in comments, to drop deliberately."""
+    operators the job lacks are listed in comments, to drop deliberately. Conf not given is
+    the snapshot's job's recorded conf (``runtime/recorded.py``)."""
     _needs_spark(spark)
-    return draft_resume_point(home, job_file, snapshot, params or {}, conf or {}, master, spark)
+    conf = with_recorded_conf(home, job_of_snapshots(home, [snapshot]), conf or {}, echo)
+    return draft_resume_point(home, job_file, snapshot, params or {}, conf, master, spark)
 
 
 def snapshot_create(

@@ -4,11 +4,12 @@ still take and the state checks. Read-only; no JVM. In a home on S3 or HDFS each
 few requests: ``jobs_list`` looks at several jobs at once.
 
 Lag is one figure per source, named by the source and measured when asked: the input files a
-local file source has not read, the records a Kafka broker holds past the last committed
-batch; unknown for other sources (the latest offset Spark's progress reports is that of the
-last batch, stale as soon as the job stops). A stopped or failed job still has a lag (the
-input waiting for it); a drained job, and one superseded by a newer job (started after its
-last run from its snapshot, or writing its output), reads nothing more: no lag.
+local file source has not read; the records a Kafka broker holds past the last committed
+batch, and how old the oldest of them is (now minus its timestamp, read from the broker);
+unknown for other sources (the latest offset Spark's progress reports is that of the last
+batch, stale as soon as the job stops). A stopped or failed job still has a lag (the input
+waiting for it); a drained job, and one superseded by a newer job (started after its last
+run from its snapshot, or writing its output), reads nothing more: no lag.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from sparkpoint.runtime.registry import (
 from sparkpoint.snapshot.inspect import operator_checks
 from sparkpoint.sources.file_input import input_files, local_directory
 from sparkpoint.sources.kafka import KAFKA_KINDS
-from sparkpoint.sources.kafka_groups import records_behind
+from sparkpoint.sources.kafka_groups import KafkaLag, kafka_lag
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.location import Location
 from sparkpoint.upgrade.output_ownership import same_output
@@ -59,11 +60,15 @@ class SourceLag:
     behind: int | None
     # Kafka: per partition ("topic-partition"); None for other sources, or when unknown.
     partitions: dict[str, int] | None = None
+    # Kafka: now minus the timestamp of the oldest record not read yet (0.0: none behind);
+    # None for other sources, or when unknown.
+    seconds: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"unit": self.unit, "behind": self.behind}
         if self.unit == "records":
             data["partitions"] = self.partitions
+            data["seconds_behind"] = self.seconds
         return data
 
 
@@ -76,9 +81,10 @@ class JobView:
     progress: ProgressSummary | None = None
     # Input files of each file source the job has not read yet (None: not a local file source).
     files_behind: Mapping[str, int | None] = field(default_factory=dict)
-    # Per Kafka source, per partition ("topic-partition"): records the broker holds past the
-    # last committed batch (None: the broker did not answer, or no subscription is known).
-    records_behind: Mapping[str, dict[str, int] | None] = field(default_factory=dict)
+    # Per Kafka source: records per partition ("topic-partition") the broker holds past the
+    # last committed batch and the age of the oldest (None: the broker did not answer, or no
+    # subscription is known).
+    records_behind: Mapping[str, KafkaLag | None] = field(default_factory=dict)
     # Committed batches 'snapshot create --batch' can still take (None: not asked for, as
     # in 'jobs list', or the checkpoint could not be read).
     snapshottable: list[RetainedBatch] | None = None
@@ -106,9 +112,12 @@ class JobView:
             if source.name in self.files_behind:
                 lags[source.name] = SourceLag("files", self.files_behind[source.name])
             elif source.name in self.records_behind:
-                partitions = self.records_behind[source.name]
-                total = None if partitions is None else sum(partitions.values())
-                lags[source.name] = SourceLag("records", total, partitions)
+                measured = self.records_behind[source.name]
+                if measured is None:
+                    lags[source.name] = SourceLag("records", None)
+                else:
+                    lags[source.name] = SourceLag("records", sum(measured.records.values()),
+                                                  measured.records, measured.seconds)
             else:
                 lags[source.name] = SourceLag(None, None)
         return lags
@@ -144,8 +153,9 @@ def _files_behind(home: Home, record: JobRecord) -> dict[str, int | None]:
     return behind
 
 
-def _kafka_behind(home: Home, record: JobRecord) -> dict[str, dict[str, int] | None]:
-    """Per Kafka source: records per partition the broker holds past the committed batch."""
+def _kafka_behind(home: Home, record: JobRecord) -> dict[str, KafkaLag | None]:
+    """Per Kafka source: records per partition the broker holds past the committed batch, and
+    how old the oldest of them is."""
     sources = [source for source in record.sources if source.kind in KAFKA_KINDS]
     if not sources:
         return {}
@@ -155,7 +165,7 @@ def _kafka_behind(home: Home, record: JobRecord) -> dict[str, dict[str, int] | N
         ends = checkpoint.offsets(committed).source_offsets() if committed is not None else {}
     except (SparkpointError, OSError):
         return {source.name: None for source in sources}  # a reading command reports what it can
-    return {source.name: records_behind(source, ends.get(source.name)) for source in sources}
+    return {source.name: kafka_lag(source, ends.get(source.name)) for source in sources}
 
 
 def _unread_files(checkpoint: Checkpoint, source: str, path: str) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import subprocess
 import time
 from collections import Counter
@@ -42,14 +43,16 @@ Record = tuple[str, int, int, str, dt.datetime]
 
 
 def _produce(broker: KafkaBroker, topic: str, values: list[str], partitions: int,
-             timestamp_ms: int | None = None) -> list[Record]:
-    """Value i to partition i % partitions; the rows the passthrough job makes of them."""
+             timestamp_ms: int | list[int] | None = None) -> list[Record]:
+    """Value i to partition i % partitions (with ``timestamp_ms``, or the i-th of them); the
+    rows the passthrough job makes of them."""
     from confluent_kafka import Producer
 
     rows: list[Record] = []
     producer = Producer({"bootstrap.servers": broker.bootstrap})
     for i, value in enumerate(values):
-        extra = {} if timestamp_ms is None else {"timestamp": timestamp_ms}
+        stamp = timestamp_ms[i] if isinstance(timestamp_ms, list) else timestamp_ms
+        extra = {} if stamp is None else {"timestamp": stamp}
         producer.produce(topic, value=value.encode(), partition=i % partitions,
                          on_delivery=lambda err, msg: rows.append((
                              msg.topic(), msg.partition(), msg.offset(), msg.value().decode(),
@@ -101,15 +104,26 @@ def test_a_consumer_group_shows_the_committed_offsets_and_is_never_read_back(
     # The broker's own tool: every partition at its end, nothing behind.
     assert _group_offsets(kafka_broker, "watchers") == {(topic, p): (5, 0) for p in range(3)}
 
-    later = _produce(kafka_broker, topic, [f"w{i}" for i in range(6)], 3)
+    # The first unread record of each partition 3, 2 and 1 hours old, the next ones newer:
+    # the lag in time is the oldest of those first ones' age.
+    hour_ms, now_ms = 3_600_000, int(time.time() * 1000)
+    stamps = [now_ms - 3 * hour_ms, now_ms - 2 * hour_ms, now_ms - hour_ms] + [now_ms] * 3
+    later = _produce(kafka_broker, topic, [f"w{i}" for i in range(6)], 3, stamps)
+    before = time.time()
     shown = sparkpoint(home, "jobs", "show", "k", "--json")
+    after = time.time()
     assert shown.code == 0, shown.err
-    assert shown.json()["lag"] == {"events": {
-        "unit": "records", "behind": 6, "partitions": {f"{topic}-{p}": 2 for p in range(3)}}}
+    lag = shown.json()["lag"]["events"]
+    seconds = lag.pop("seconds_behind")
+    assert lag == {
+        "unit": "records", "behind": 6, "partitions": {f"{topic}-{p}": 2 for p in range(3)}}
+    oldest = min(stamps) / 1000
+    assert before - oldest - 0.001 <= seconds <= after - oldest + 0.001, (seconds, oldest)
     listed = sparkpoint(home, "jobs", "list")
-    assert "6 records" in listed.out, listed.out
+    assert "6 records 3.0 h behind" in listed.out, listed.out
     text = sparkpoint(home, "jobs", "show", "k").out
-    assert f"events: 6 records ({topic}-0: 2, {topic}-1: 2, {topic}-2: 2)" in text, text
+    assert f"events: 6 records ({topic}-0: 2, {topic}-1: 2, {topic}-2: 2) 3.0 h behind" \
+        in text, text
     assert _group_offsets(kafka_broker, "watchers") == {(topic, p): (5, 2) for p in range(3)}
 
     # Positions come from the checkpoint only: a group moved back changes nothing read.
@@ -319,9 +333,15 @@ def test_the_lag_is_one_figure_per_source_measured_now_and_none_once_superseded_
     _produce_lines(kafka_broker, topic, later)
     _write_lines(tmp_path / "lines", "b.json", late_file)
 
+    before = time.time()
     shown = sparkpoint(home, "jobs", "show", "wc", "--json")
+    after = time.time()
     assert shown.code == 0, shown.err
     doc = shown.json()
+    # The first unread record of each partition is later[0] and later[1] (i % 2).
+    oldest = min(later[0][0], later[1][0]) / 1000
+    seconds = doc["lag"]["words"].pop("seconds_behind")
+    assert before - oldest - 0.001 <= seconds <= after - oldest + 0.001, (seconds, oldest)
     assert doc["lag"] == {
         "words": {"unit": "records", "behind": 700,
                   "partitions": {f"{topic}-0": 350, f"{topic}-1": 350}},
@@ -330,7 +350,8 @@ def test_the_lag_is_one_figure_per_source_measured_now_and_none_once_superseded_
     assert [source["name"] for source in reported] == ["words", "lines"], reported
     assert all("records_behind" not in source for source in reported), reported
     listed = sparkpoint(home, "jobs", "list")
-    assert "words: 700 records, lines: 1 file" in listed.out, listed.out
+    assert re.search(r"words: 700 records [0-9.]+ (min|h) behind, lines: 1 file", listed.out), \
+        listed.out
 
     api.snapshot_create(home, "wc", "before-upgrade")
     api.run(home, WORDCOUNT, "wc2", params=params, from_snapshot="before-upgrade",
@@ -501,3 +522,22 @@ def test_a_snapshot_older_than_the_topic_retains_is_refused_then_accepted_explic
                                                         "run --from-snapshot s1")]
     text = sparkpoint(home, "jobs", "show", "k2").out
     assert f"lost      source 'events': {lost[0]} record(s) of {topic}-0" in text, text
+
+
+def test_the_connector_given_once_in_spark_defaults_conf_reaches_the_cli(
+    spark: object, home: Home, tmp_path: Path, kafka_broker: KafkaBroker
+) -> None:
+    """Spark's spark-defaults.conf in $SPARK_CONF_DIR, with the connector's jars and no
+    --conf: sparkpoint's own jar is added to its spark.jars, not put in its place."""
+    topic = kafka_broker.new_topic("defaults", 2)
+    produced = _produce(kafka_broker, topic, [f"v{i}" for i in range(6)], 2)
+    conf_dir = tmp_path / "spark-conf"
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text(f"spark.jars {_connector_jars()}\n")
+    ran = sparkpoint(home, "run", str(PASSTHROUGH), "--job", "d", "--until-caught-up",
+                     "--param", "source=kafka", "--param", "kafka_format=kafka",
+                     "--param", f"bootstrap={kafka_broker.bootstrap}",
+                     "--param", f"topic={topic}", "--param", f"output={tmp_path / 'out'}",
+                     env={"SPARK_CONF_DIR": str(conf_dir)})
+    assert ran.code == 0, ran.err
+    assert output_rows(spark, tmp_path / "out") == Counter(produced)  # type: ignore[arg-type]

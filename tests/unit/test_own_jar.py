@@ -7,8 +7,11 @@ import hashlib
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from sparkpoint.spark.local_fs import NIO_LOCAL_FS
-from sparkpoint.spark.own_jar import jar_path
+from sparkpoint.spark.own_jar import jar_path, with_jar
+from sparkpoint.spark.session import spark_defaults
 from sparkpoint.spark.state_prune import UNSAFE_ROW_BYTES
 
 SOURCES = Path(__file__).resolve().parents[2] / "java"
@@ -33,3 +36,23 @@ def test_jar_holds_the_classes_spark_is_given() -> None:
     names = zipfile.ZipFile(jar_path()).namelist()
     for name in (NIO_LOCAL_FS, UNSAFE_ROW_BYTES):
         assert name.replace(".", "/") + ".class" in names
+
+
+def test_the_jars_of_spark_defaults_conf_are_kept_beside_the_own_jar(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # PySpark's --conf spark.jars would replace the file's: a connector given there once
+    # must still reach every session sparkpoint starts; a spark.jars given wins, as in Spark.
+    (tmp_path / "spark-defaults.conf").write_text(
+        "# the connector, for every command\n"
+        "spark.jars   local:/opt/a.jar, local:/opt/b.jar\n"
+        "spark.sql.shuffle.partitions=7\n! another comment\nspark.master: local[3]\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    defaults = spark_defaults()
+    assert defaults == {"spark.jars": "local:/opt/a.jar, local:/opt/b.jar",
+                        "spark.sql.shuffle.partitions": "7", "spark.master": "local[3]"}
+    own = str(jar_path())
+    assert with_jar({}, defaults)["spark.jars"] == f"local:/opt/a.jar,local:/opt/b.jar,{own}"
+    assert with_jar({"spark.jars": "/x.jar"}, defaults)["spark.jars"] == f"/x.jar,{own}"
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "none"))
+    assert spark_defaults() == {}

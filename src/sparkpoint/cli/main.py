@@ -288,7 +288,9 @@ def plan_command(ctx: click.Context, job_file: Path, from_snapshot: str | None,
                  resume_point: Path | None, params: tuple[str, ...], confs: tuple[str, ...],
                  master: str | None, renumber_batches: bool, first_batch: int | None,
                  rewind_output: bool, accept_data_loss: bool, as_json: bool) -> Output:
-    """Dry run: what resumes, initializes, is dropped, and every problem (exit 3 if any)."""
+    """Dry run: what resumes, initializes, is dropped, and every problem (exit 3 if any).
+
+    --conf not given is taken from the record of the job the snapshots were taken of."""
     result = api.plan(_home(ctx), job_file, params=_pairs(params, "--param"),
                       conf=_pairs(confs, "--conf"), master=master, from_snapshot=from_snapshot,
                       resume_point=resume_point, echo=_echo, renumber_batches=renumber_batches,
@@ -353,10 +355,12 @@ def resume_point_group() -> None:
 def resume_point_build(ctx: click.Context, job_file: Path, snapshot: str, output: Path | None,
                        params: tuple[str, ...], confs: tuple[str, ...],
                        master: str | None) -> None:
-    """Write the default resume point of JOB_FILE from SNAPSHOT, for you to edit."""
+    """Write the default resume point of JOB_FILE from SNAPSHOT, for you to edit.
+
+    --conf not given is taken from the record of the job SNAPSHOT was taken of."""
     text = api.resume_point_build(_home(ctx), job_file, snapshot,
                                   params=_pairs(params, "--param"),
-                                  conf=_pairs(confs, "--conf"), master=master)
+                                  conf=_pairs(confs, "--conf"), master=master, echo=_echo)
     if output is None:
         click.echo(text, nl=False)
     else:

@@ -140,12 +140,24 @@ def rate_text(view: JobView) -> str:
     return f"{view.progress.rows_per_second:.1f} rows/s"
 
 
+def human_seconds(seconds: float) -> str:
+    """A lag in time, to the unit a reader takes in at a glance."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
 def lag_text(view: JobView, per_partition: bool = False) -> str:
     """How far behind its sources the job is, measured now (``views.py``): files not
     read yet of local file sources, records the broker holds past the committed batch of
-    Kafka sources, '?' where it is not known. Sources are named when the job has several (or
-    with ``per_partition``, which adds each Kafka partition's count); '-' when the job has no
-    lag (drained, superseded), with the reason when ``per_partition``."""
+    Kafka sources and how old the oldest of them is, '?' where it is not known. Sources are
+    named when the job has several (or with ``per_partition``, which adds each Kafka
+    partition's count); '-' when the job has no lag (drained, superseded), with the reason
+    when ``per_partition``."""
     lags = view.lag
     if lags is None:
         return f"- ({view.lag_absent})" if per_partition else "-"
@@ -156,6 +168,8 @@ def lag_text(view: JobView, per_partition: bool = False) -> str:
         if per_partition and lag.partitions:
             text += " (" + ", ".join(f"{p}: {n}" for p, n in sorted(lag.partitions.items())) \
                 + ")"
+        if lag.unit == "records" and lag.behind is not None:
+            text += f" {'?' if lag.seconds is None else human_seconds(lag.seconds)} behind"
         parts.append(f"{name}: {text}" if per_partition or len(lags) > 1 else text)
     return ", ".join(parts) or "-"
 

@@ -56,6 +56,7 @@ from sparkpoint.runtime.jobfile import (
     check_required_params,
     load_build,
 )
+from sparkpoint.runtime.recorded import with_recorded_conf
 from sparkpoint.runtime.registry import JobRegistry
 from sparkpoint.runtime.runner import PlannedJob, RunOptions, held_run, new_log_file
 from sparkpoint.snapshot.store import SnapshotStore, open_snapshot_store
@@ -177,7 +178,7 @@ def rehearse(
     _check_same_history(store, old, resumed)
     _check_source_logs(store, old, batches, resumed)
     params = {**record.params, **(params or {})}
-    conf = {**record.conf, **(conf or {})}
+    conf = with_recorded_conf(home, against, conf or {}, echo)
     check_required_params(check_job_file(job_file), SCRATCH_JOB, params)
     if spark is None:
         require_supported_pyspark()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -155,6 +156,37 @@ class KafkaMetadata:
         if found.offset < 0:  # no such record yet: start at the end
             return self.bounds(topic, partition)[1]
         return int(found.offset)
+
+    def timestamps_at(self, positions: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """The timestamp (ms) of the record at each (topic, partition)'s offset, read from the
+        broker (one fetch of all the partitions); a partition that sends nothing within the
+        timeout, or a record without a timestamp, is left out."""
+        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, TopicPartition
+
+        if not positions:
+            return {}
+        found: dict[tuple[str, int], int] = {}
+        self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in positions.items()])
+        deadline = time.monotonic() + self.timeout
+        try:
+            while len(found) < len(positions) and (left := deadline - time.monotonic()) > 0:
+                message = self._consumer.poll(min(left, 1.0))
+                if message is None or message.error() is not None:
+                    continue
+                topic, partition = message.topic(), message.partition()
+                if topic is None or partition is None:
+                    continue
+                key = (topic, partition)
+                if key not in positions or key in found:
+                    continue
+                kind, stamp = message.timestamp()
+                if kind != TIMESTAMP_NOT_AVAILABLE:
+                    found[key] = int(stamp)
+                # One record per partition is all that is asked: the others are not fetched.
+                self._consumer.pause([TopicPartition(topic, partition)])
+        finally:
+            self._consumer.unassign()
+        return found
 
     def watermarks(self, partitions: dict[str, list[int]]) -> dict[str, dict[str, tuple[int, int]]]:
         """(earliest, latest) of every partition, one broker request each."""

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sparkpoint.sources.kafka import (
@@ -105,11 +107,23 @@ def groups_problem(sources: Sequence[Any], groups: Mapping[str, str]) -> str | N
     return None
 
 
-def records_behind(source: Any, committed: str | None,
-                   timeout: float = LAG_TIMEOUT_S) -> dict[str, int] | None:
-    """Per partition (``topic-partition``), records the broker holds past the committed batch's
-    end offsets (a partition the batch did not know yet: all it holds); None when the broker
-    cannot say within ``timeout`` or the source names no subscription."""
+@dataclass(frozen=True)
+class KafkaLag:
+    """How far behind a Kafka source a job is, measured now."""
+
+    # Per partition ("topic-partition"): records the broker holds past the committed batch.
+    records: dict[str, int]
+    # Now minus the timestamp of the oldest record not read yet (the first one past the
+    # committed batch, over the partitions that have one); 0.0 when nothing is behind;
+    # None when the broker did not send a record behind in time.
+    seconds: float | None
+
+
+def kafka_lag(source: Any, committed: str | None, timeout: float = LAG_TIMEOUT_S,
+              now: Callable[[], float] = time.time) -> KafkaLag | None:
+    """The records the broker holds past the committed batch's end offsets (a partition the
+    batch did not know yet: all it holds) and how old the oldest of them is; None when the
+    broker cannot say within ``timeout`` or the source names no subscription."""
     bootstrap = source.options.get("kafka.bootstrap.servers")
     subscription = Subscription.of(source.options)
     if not bootstrap or subscription is None:
@@ -119,14 +133,22 @@ def records_behind(source: Any, committed: str | None,
         meta = KafkaMetadata(bootstrap, timeout=timeout)
         try:
             marks = meta.watermarks(subscription.partitions(meta))
+            behind, first_unread = {}, {}
+            for topic, parts in marks.items():
+                for part, (low, high) in parts.items():
+                    at = max(done.get(topic, {}).get(part, low), low)
+                    behind[f"{topic}-{part}"] = max(0, high - at)
+                    if high > at:
+                        first_unread[(topic, int(part))] = at
+            stamps = meta.timestamps_at(first_unread)
         finally:
             meta.close()
     except Exception:  # a view reports what it can: an unreachable broker is unknown lag
         log.debug("reading the lag of %s failed", source.name, exc_info=True)
         return None
-    behind = {}
-    for topic, parts in marks.items():
-        for part, (low, high) in parts.items():
-            at = done.get(topic, {}).get(part, low)
-            behind[f"{topic}-{part}"] = max(0, high - max(at, low))
-    return behind
+    if not first_unread:
+        return KafkaLag(behind, 0.0)
+    if len(stamps) < len(first_unread):
+        return KafkaLag(behind, None)
+    # A record stamped in the future (a producer's clock ahead) is no time behind.
+    return KafkaLag(behind, round(max(0.0, now() - min(stamps.values()) / 1000), 3))

@@ -8,6 +8,7 @@ or says what to add."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,9 +24,16 @@ def jar_path() -> Path:
     return Path(str(resources.files("sparkpoint.resources") / "sparkpoint-spark.jar"))
 
 
-def with_jar(conf: dict[str, str]) -> dict[str, str]:
-    """``conf`` with the jar added to ``spark.jars`` (for a session about to start)."""
-    jars = [jar for jar in conf.get(JARS_CONF, "").split(",") if jar]
+def with_jar(conf: dict[str, str], defaults: Mapping[str, str] | None = None
+             ) -> dict[str, str]:
+    """``conf`` with the jar added to ``spark.jars`` (for a session about to start).
+
+    PySpark hands the session's settings to spark-submit as ``--conf``, which replaces the
+    ``spark.jars`` of Spark's ``spark-defaults.conf`` (``defaults``): the jars listed there
+    (a connector given once for every command) are kept unless ``conf`` sets its own, as
+    Spark decides between the two."""
+    listed = conf[JARS_CONF] if JARS_CONF in conf else (defaults or {}).get(JARS_CONF, "")
+    jars = [jar.strip() for jar in listed.split(",") if jar.strip()]
     return {**conf, JARS_CONF: ",".join([*jars, str(jar_path())])}
 
 

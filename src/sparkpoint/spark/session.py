@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -88,6 +89,48 @@ def _route_pyspark_loggers(log_file: Path) -> None:
         logger.propagate = False
 
 
+SPARK_CONF_DIR_ENV = "SPARK_CONF_DIR"
+DEFAULTS_FILE = "spark-defaults.conf"
+# A Java properties line: key, then '=', ':' or blanks, then the value.
+_PROPERTY = re.compile(r"([^\s=:]+)\s*[=:\s]\s*(.*)")
+
+
+def spark_defaults_path() -> Path:
+    """Spark's rule (``SparkSubmitArguments``): ``$SPARK_CONF_DIR/spark-defaults.conf``, else
+    ``$SPARK_HOME/conf/spark-defaults.conf``, where ``SPARK_HOME`` is pyspark's own when
+    unset."""
+    conf_dir = os.environ.get(SPARK_CONF_DIR_ENV)
+    if conf_dir:
+        return Path(conf_dir) / DEFAULTS_FILE
+    spark_home = os.environ.get("SPARK_HOME")
+    if not spark_home:
+        import pyspark
+
+        spark_home = str(Path(pyspark.__file__).parent)
+    return Path(spark_home) / "conf" / DEFAULTS_FILE
+
+
+def spark_defaults() -> dict[str, str]:
+    """The settings of Spark's ``spark-defaults.conf``, as spark-submit reads them for every
+    session sparkpoint starts. Spark applies the file itself; sparkpoint reads it only for
+    the ``spark.jars`` its own jar is added to (``own_jar.with_jar``). Lines continued with
+    a backslash are not joined."""
+    path = spark_defaults_path()
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    settings = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        match = _PROPERTY.fullmatch(line)
+        if match is not None:
+            settings[match.group(1)] = match.group(2).strip()
+    return settings
+
+
 def session_log_file() -> Path | None:
     """Where Spark's own log of this process goes, when sparkpoint started its JVM."""
     return _session_log
@@ -114,7 +157,7 @@ def create_session(
         defaults[UI_CONF] = "true"
     settings = {**defaults, **conf}
     if starts_jvm:
-        settings = own_jar.with_jar(settings)
+        settings = own_jar.with_jar(settings, spark_defaults())
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
