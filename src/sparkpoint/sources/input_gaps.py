@@ -162,6 +162,22 @@ class InputCheck:
         nothing changed), each source's gaps, ``remedy``."""
         return f"{what}: " + "; ".join(self.source_lines()) + f"; {remedy}"
 
+    def refuse_unless_accepted(self, accept: bool, what: str, remedy: str,
+                               echo: Callable[[str], None]) -> bool:
+        """The warnings echoed; a gap refused (``SourceDataLostError``, ``what`` was not
+        done, ``remedy`` says what to do) unless ``accept``. True: there is an accepted
+        gap for the caller to apply; False: nothing is lost."""
+        from sparkpoint.errors import SourceDataLostError
+
+        for warning in self.warnings:
+            echo(f"warning: {warning}")
+        if self.ok:
+            return False
+        if not accept:
+            raise SourceDataLostError(self.refusal(what, remedy),
+                                      gaps=[gap.to_dict() for gap in self.gaps])
+        return True
+
     def problems(self, remedy: str) -> list[str]:
         """``plan``'s problems: one per source, each with what to do."""
         return [f"{line}; {remedy}" for line in self.source_lines()]

@@ -28,7 +28,6 @@ from sparkpoint.errors import (
     KafkaOffsetsDeletedError,
     NoCommittedBatchError,
     PreconditionError,
-    SourceDataLostError,
     UnknownSourceError,
 )
 from sparkpoint.losses import ACCEPT_OPTION, AcceptedLoss
@@ -171,18 +170,13 @@ def _prove_sources(record: JobRecord, checkpoint: Checkpoint, batch: int,
             else committed.get(known.name)
         sources.append(SourceToCheck(known.name, known.kind, dict(known.options), offset))
     found = check(sources)
-    for warning in found.warnings:
-        echo(f"warning: {warning}")
-    if found.ok:
+    if not found.refuse_unless_accepted(
+            accept, f"job '{record.name}' not started, nothing was changed",
+            f"set the startpoints of those partitions to what the broker holds "
+            f"('sparkpoint startpoint set {record.name} SOURCE --earliest "
+            f"--partition TOPIC:P'), or start with {ACCEPT_OPTION} to go on from "
+            "the earliest offsets held (recorded in the job's lineage)", echo):
         return []
-    if not accept:
-        raise SourceDataLostError(
-            found.refusal(f"job '{record.name}' not started, nothing was changed",
-                          f"set the startpoints of those partitions to what the broker holds "
-                          f"('sparkpoint startpoint set {record.name} SOURCE --earliest "
-                          f"--partition TOPIC:P'), or start with {ACCEPT_OPTION} to go on from "
-                          "the earliest offsets held (recorded in the job's lineage)"),
-            gaps=[gap.to_dict() for gap in found.gaps])
     for source, offset in found.raised_offsets().items():
         lines = [f"{g.topic}-{g.partition}: {g.resume} -> {g.earliest} ({g.lost} record(s) "
                  f"deleted from the broker, accepted with {ACCEPT_OPTION})"

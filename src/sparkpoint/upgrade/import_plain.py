@@ -20,7 +20,6 @@ from sparkpoint.checkpoint.providers import HDFS_BACKED
 from sparkpoint.errors import (
     NameTakenError,
     PreconditionError,
-    SourceDataLostError,
     UsageError,
     ValidationError,
 )
@@ -166,17 +165,11 @@ def _prove_sources(checkpoint: Checkpoint, snapshot: str, names: Mapping[str, st
     import, nothing created, unless accepted."""
     batch = checkpoint.require_latest_committed_batch()
     found = check(import_sources(checkpoint, batch, names, planned.sources))
-    for warning in found.warnings:
-        echo(f"warning: {warning}")
-    if found.ok:
+    if not found.refuse_unless_accepted(
+            accept, f"snapshot '{snapshot}' not imported, nothing was created",
+            f"to import it anyway, recording the loss in the snapshot, run again with "
+            f"{ACCEPT_OPTION} (a start from the snapshot checks its sources again)", echo):
         return []
-    if not accept:
-        raise SourceDataLostError(
-            found.refusal(f"snapshot '{snapshot}' not imported, nothing was created",
-                          f"to import it anyway, recording the loss in the snapshot, run "
-                          f"again with {ACCEPT_OPTION} (a start from the snapshot checks "
-                          "its sources again)"),
-            gaps=[gap.to_dict() for gap in found.gaps])
     for line in found.source_lines():
         echo(f"warning: accepted ({ACCEPT_OPTION}): {line}")
     return found.accepted(now_iso(), "snapshot import")

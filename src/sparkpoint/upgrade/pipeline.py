@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from sparkpoint.errors import SinkAheadError, SourceDataLostError, ValidationError
+from sparkpoint.errors import SinkAheadError, ValidationError
 from sparkpoint.losses import ACCEPT_OPTION
 from sparkpoint.runtime.registry import JobRegistry, now_iso
 from sparkpoint.runtime.runner import PlannedJob
@@ -136,15 +136,10 @@ class StartPipeline:
         start is refused (nothing created) unless the loss is accepted; then the Kafka
         sources resume at the earliest offsets held, and the loss goes to the lineage."""
         found = self._sources_held(resolution)
-        for warning in found.warnings:
-            echo(f"warning: {warning}")
-        if found.ok:
+        if not found.refuse_unless_accepted(
+                self.accept_data_loss, f"job '{self.job}' not started, nothing was created",
+                self._remedy(), echo):
             return
-        if not self.accept_data_loss:
-            raise SourceDataLostError(
-                found.refusal(f"job '{self.job}' not started, nothing was created",
-                              self._remedy()),
-                gaps=[gap.to_dict() for gap in found.gaps])
         started = f"run --from-snapshot {self.from_snapshot}" if self.from_snapshot \
             else "run --resume-point"
         resolution.accepted_loss = found.accepted(now_iso(), started)
