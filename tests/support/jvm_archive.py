@@ -43,7 +43,14 @@ def archive_path() -> Path:
     import pyspark
 
     java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=True)
-    key = hashlib.sha256(f"{pyspark.__version__}\n{java.stderr}".encode()).hexdigest()[:12]
+    # The JVM maps an archive only while every jar it was built from has the same size and
+    # modification time (else it loads each class from the jars again, silently): a
+    # reinstalled pyspark needs its own archive even at the same version.
+    jars = Path(pyspark.__file__).parent / "jars"
+    stamps = "".join(f"{jar.name} {jar.stat().st_size} {jar.stat().st_mtime_ns}\n"
+                     for jar in sorted(jars.glob("*.jar")))
+    key = hashlib.sha256(f"{pyspark.__version__}\n{java.stderr}\n{stamps}".encode()
+                         ).hexdigest()[:12]
     return ARCHIVE_DIR / f"spark-{pyspark.__version__}-{key}.jsa"
 
 
@@ -71,6 +78,9 @@ def build(archive: Path) -> bool:
                              f"tests start their JVMs without one:\n{done.stderr[-2000:]}\n")
             return False
         partial.replace(archive)
+    for stale in archive.parent.glob("*.jsa"):
+        if stale != archive:  # of a pyspark or Java no longer installed here (about 190 MB)
+            stale.unlink(missing_ok=True)
     return True
 
 
