@@ -117,7 +117,7 @@ def repartition_hdfs_in_store(
                                           prefixes.get(layout.name, 0), key_fields)
             store = _Store(op_dir, layout.subdir, key_fields, len(hashed))
             reads.extend(_old_partition(len(stores), store, partition, staging, in_store,
-                                        entries) for partition in range(old_count))
+                                        entries, version) for partition in range(old_count))
             stores.append(store)
     if not reads:
         return dict(in_store), StoreMove(0, 0, 0)
@@ -148,39 +148,42 @@ def _identity(partition: int) -> int:
 
 
 def _old_partition(index: int, store: _Store, partition: int, staging: Path,
-                   in_store: Mapping[str, str], entries: Mapping[str, FileEntry]
-                   ) -> _OldPartition:
+                   in_store: Mapping[str, str], entries: Mapping[str, FileEntry],
+                   version: int) -> _OldPartition:
+    """The files that load ``version`` of the partition (chosen by name here, so that a
+    missing one is reported before any task runs)."""
     where = store.partition_dir(partition)
     found = {rel.rsplit("/", 1)[1]: (url, entries.get(url)) for rel, url in in_store.items()
              if rel.rsplit("/", 1)[0] == where}
     local = staging / where
-    here = {path.name: path.read_bytes() for path in local.iterdir()
-            if path.is_file() and _STATE_FILE.match(path.name)} if local.is_dir() else {}
-    return _OldPartition(index, partition, found, here)
+    here = [path for path in local.iterdir() if path.is_file()
+            and _STATE_FILE.match(path.name)] if local.is_dir() else []
+    needed = set(hdfs_state.files_for_version(
+        local, version, [*found, *(path.name for path in here)]).names())
+    return _OldPartition(index, partition,
+                         {name: found[name] for name in needed if name in found},
+                         {path.name: path.read_bytes() for path in here if path.name in needed})
 
 
 def _place(part: _OldPartition, stores: list[_Store], version: int, wanted: int,
            source: TaskStore) -> Iterator[tuple[int, bytes]]:
     """A task: the old partition's records, as (new partition of its store, record
-    bytes) slices."""
+    bytes) slices, from its files fetched into the executor's temporary directory."""
     store = stores[part.store]
     where = store.partition_dir(part.partition)
-    needed = hdfs_state.files_for_version(Path(where), version,
-                                          [*part.in_store, *part.written_here]).names()
     with tempfile.TemporaryDirectory(prefix="sparkpoint-move-") as scratch:
         directory = Path(scratch)
-        fetch = [(name, *part.in_store[name]) for name in needed if name in part.in_store]
         with source.opened() as io:
-            io.get_files([(url, directory / name) for name, url, _entry in fetch])
-        for name, url, entry in fetch:
+            io.get_files([(url, directory / name)
+                          for name, (url, _entry) in part.in_store.items()])
+        for name, (url, entry) in part.in_store.items():
             mismatch = content_mismatch(directory / name, entry) if entry is not None else None
             if mismatch is not None:
                 raise SnapshotDamagedError(
                     f"{url}: {where}/{name}: {mismatch}; the snapshot's file was modified or "
                     "corrupted: delete the snapshot and create it again")
-        for name in needed:
-            if name in part.written_here:
-                (directory / name).write_bytes(part.written_here[name])
+        for name, data in part.written_here.items():
+            (directory / name).write_bytes(data)
         slices = _slices(directory, where, store, version, wanted)
     for partition, data in slices:
         yield part.store * wanted + partition, data
