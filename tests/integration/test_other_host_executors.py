@@ -1,16 +1,19 @@
 """Executors on another host than the driver: a standalone cluster whose two workers run in a
 mount namespace of their own, where the driver's files (pytest's temporary directories, so
-the driver's TMPDIR and sparkpoint's local scratch) are an empty tmpfs. The home is on HDFS
-(the MiniDFSCluster), as a cluster of several hosts needs: the workers reach it, as they
-reach the master and the driver, over the network only.
+the driver's TMPDIR and sparkpoint's local scratch) are an empty tmpfs, and whose environment
+has none of the store settings the driver's has. The home is on HDFS (the MiniDFSCluster) or
+S3 (moto's server), as a cluster of several hosts needs: the workers reach it, as they reach
+the master and the driver, over the network only.
 
-What must hold there: a job continued from a snapshot runs on the cluster with its state;
-a command whose rewrite reads a scratch copy on the driver's disk (a start into another
-partition count, a prune) fails with one line that says so and what to do, changes nothing,
-and a start then does the work with its copy in a directory the workers see."""
+What must hold there: a job continued from a snapshot runs on the cluster with its state; a
+start into another partition count moves the state in Spark tasks that read and write the
+store, none of its bytes through the driver, and gives the state Spark's own reader finds in
+the snapshot; a command whose rewrite still reads a scratch copy on the driver's disk (a
+prune) fails with one line that says so and what to do, and changes nothing."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import subprocess
@@ -22,15 +25,29 @@ from typing import Any
 
 import pytest
 
+from sparkpoint.checkpoint.layout import PROVIDER_CONF
+from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER
+from sparkpoint.snapshot.store import open_snapshot_store
+from sparkpoint.spark.s3a import s3a_conf
 from sparkpoint.storage.fileio import join, spark_url
 from sparkpoint.storage.home import Home
-from sparkpoint.storage.stores import file_io
+from tests.conftest import S3A_JARS, s3a_jars
 from tests.integration.test_standalone_cluster import _state_keys
 from tests.support.cli import sparkpoint
 from tests.support.spark_cluster import standalone_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 JOB = Path(__file__).resolve().parent.parent / "data" / "jobs" / "key_counts.py"
+
+
+# The environment sparkpoint's store clients read.
+_STORE_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID",
+              "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION",
+              "SPARKPOINT_WEBHDFS_URL", "HADOOP_CONF_DIR")
+
+
+# The job's state in the HDFS-backed provider (Spark's default; sparkpoint's is RocksDB).
+_HDFS_STATE = {"spark.sql.shuffle.partitions": "4", PROVIDER_CONF: HDFS_PROVIDER}
 
 
 def _private_mounts_work() -> bool:
@@ -50,8 +67,11 @@ def other_host_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
     # The workers' own files, outside what they cannot see.
     root = Path(tempfile.mkdtemp(prefix="sparkpoint-other-host-"))
     # Each worker in a mount namespace of its own, an empty tmpfs over the hidden directory.
+    # Nor the store settings of the driver's environment: the tasks must get them from it.
+    unset = "unset " + " ".join(_STORE_ENV) + "; "
     prefix = ["unshare", "--mount", "--propagation", "private", "bash", "-c",
-              f"mount -t tmpfs other-host {shlex.quote(str(hidden))} && exec bash -c \"$0\""]
+              f"mount -t tmpfs other-host {shlex.quote(str(hidden))} && {unset}"
+              "exec bash -c \"$0\""]
     try:
         with standalone_cluster(root, 10, prefix) as url:
             yield url
@@ -85,7 +105,7 @@ def test_work_that_reads_the_drivers_disk_fails_cleanly_when_executors_cannot(
     keys = [f"k{n:05d}" for n in range(2000)]
     _write_keys(spark, inp, keys)
     api.run(home, JOB, "keys", params={"input": inp},
-            conf={"spark.sql.shuffle.partitions": "4"}, until_caught_up=True, spark=spark)
+            conf=_HDFS_STATE, until_caught_up=True, spark=spark)
     api.snapshot_create(home, "keys", "k1")
     original = _state_keys(spark, home, "k1", "key_counts")
     assert original == Counter((key,) for key in keys)
@@ -101,17 +121,9 @@ def test_work_that_reads_the_drivers_disk_fails_cleanly_when_executors_cannot(
     assert _job_keys(spark, home, "keys-on-cluster") == Counter(
         Counter(keys + more).items())
 
-    # Into 3 partitions: the move's tasks would read the staging copy, under the driver's
-    # TMPDIR (the home is in a store). Refused before anything is fetched or published.
-    start_3 = ("run", str(JOB), "--job", "keys-3", "--from-snapshot", "k1", "--master", url,
-               "--conf", "spark.sql.shuffle.partitions=3", "--conf",
-               "spark.executor.memory=512m", "--param", f"input={inp}", "--until-caught-up")
-    refused = sparkpoint(home, *start_3, timeout=600)
-    assert refused.code == 4, refused.err[-3000:]
-    _one_error_line(refused.err, "DRIVER_DISK_UNREACHABLE", "set TMPDIR to a directory")
-    listed = sparkpoint(home, "jobs", "list", "--json").json()
-    assert "keys-3" not in {job["name"] for job in listed}
-    assert not file_io(home.location).exists(join(home.job_url("keys-3"), "checkpoint"))
+    # Into 3 partitions: the tasks read the snapshot's files in HDFS and write the new ones
+    # there; the driver's copy holds no state file.
+    _start_into_3(spark, home, url, inp, tmp_path, Counter(keys + more))
 
     pruning = ("snapshot", "prune", "k1", "k1-pruned", "--operator", "key_counts", "--where",
                "key >= 'k01000'", "--master", url, "--json")
@@ -123,14 +135,82 @@ def test_work_that_reads_the_drivers_disk_fails_cleanly_when_executors_cannot(
                                sparkpoint(home, "snapshot", "list", "--json").json()}
     assert api.snapshot_verify(home, "k1") == []
 
-    # Done as the error says: the copy in a directory the executors read at the same path.
-    shared = Path(tempfile.mkdtemp(prefix="sparkpoint-shared-"))
-    try:
-        moved = sparkpoint(home, *start_3, timeout=600, env={"TMPDIR": str(shared)})
-        assert moved.code == 0, moved.err[-3000:]
-        assert _job_keys(spark, home, "keys-3") == Counter(Counter(keys + more).items())
-    finally:
-        shutil.rmtree(shared, ignore_errors=True)
+
+def test_start_into_another_partition_count_from_an_s3_home(
+    other_host_cluster: str, spark: Any, hdfs_server: Any, s3_server: Any, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same move with the home on S3: the tasks' S3 client is given the endpoint and
+    credentials of the application's s3a settings (the workers' environment has none)."""
+    from sparkpoint import api
+
+    url = other_host_cluster
+    monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    home = Home.resolve(f"s3://{s3_server.new_bucket()}/home")
+    inp = join(hdfs_server.new_dir(), "in")
+    keys = [f"k{n:05d}" for n in range(1500)] + [f"k{n:05d}" for n in range(0, 1500, 7)]
+    _write_keys(spark, inp, keys)
+    api.run(home, JOB, "keys", params={"input": inp},
+            conf=_HDFS_STATE, until_caught_up=True, spark=spark)
+    api.snapshot_create(home, "keys", "k1")
+    more = keys[:200] + [f"s{n:03d}" for n in range(50)]
+    _write_keys(spark, inp, more)
+    # The state reader of this session reaches the bucket as the jobs do.
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, value in s3a_conf(str(home.url), {}).items():
+        if key.startswith("spark.hadoop."):
+            hadoop.set(key.removeprefix("spark.hadoop."), value)
+    # s3a's jars where each worker reads them, on its executors' class path (a cluster's
+    # image would hold them): Hadoop looks s3a's classes up there, not among the jars an
+    # application ships.
+    jars = sorted(str(jar) for jar in S3A_JARS.glob("*.jar"))
+    _start_into_3(spark, home, url, inp, tmp_path, Counter(keys + more),
+                  "--conf", f"spark.jars={s3a_jars()}",
+                  "--conf", f"spark.executor.extraClassPath={':'.join(jars)}")
+
+
+def _start_into_3(spark: Any, home: Home, url: str, inp: str, tmp_path: Path,
+                  expected: Counter[str], *options: str) -> None:
+    """``keys-3`` started from snapshot k1 into 3 partitions on the cluster and run until
+    caught up: its state at the start is the snapshot's (Spark's reader on both), each key
+    in the partition Spark's hash gives it, and the state it ends with is ``expected``
+    (counted here from the input)."""
+    from sparkpoint import api
+
+    driver_scratch = tmp_path / "driver"
+    moved = sparkpoint(home, "run", str(JOB), "--job", "keys-3", "--from-snapshot", "k1",
+                       "--master", url, "--conf", "spark.sql.shuffle.partitions=3",
+                       "--conf", "spark.executor.memory=512m", "--param", f"input={inp}",
+                       "--until-caught-up", *options, timeout=600,
+                       env={"SPARKPOINT_SCRATCH": str(driver_scratch)})
+    assert moved.code == 0, moved.err[-3000:]
+    assert "Spark tasks that read and write the store" in moved.err + moved.out
+    # The driver fetched the snapshot's logs and metadata only.
+    fetched = [p for p in driver_scratch.rglob("*") if p.is_file()]
+    assert fetched and not [p for p in fetched if re.fullmatch(r"\d+\.(delta|snapshot)", p.name)]
+
+    manifest = api.snapshot_show(home, "k1")
+    snapshot = Counter(_state_rows(spark, open_snapshot_store(home).checkpoint_path("k1"),
+                                   manifest.batch_id, 4))
+    started = Counter(_state_rows(spark, spark_url(join(home.job_url("keys-3"), "checkpoint")),
+                                  manifest.batch_id, 3))
+    assert started == snapshot and snapshot
+    assert _job_keys(spark, home, "keys-3") == Counter(expected.items())
+
+
+def _state_rows(spark: Any, checkpoint: Any, batch: int,
+                partitions: int) -> list[tuple[str, int]]:
+    """(key, count) of the state at ``batch``, by Spark's state reader, checking that each
+    key is in the partition Spark's hash of it gives for ``partitions``."""
+    from pyspark.sql import functions as F
+
+    frame = spark.read.format("statestore").option("batchId", batch).load(str(checkpoint))
+    rows = frame.select("partition_id", F.expr(f"pmod(hash(key.*), {partitions})").alias("want"),
+                        "key.key", "value.count").collect()
+    misplaced = [row for row in rows if row.partition_id != row.want]
+    assert not misplaced, misplaced[:5]
+    return [(row.key, row["count"]) for row in rows]
 
 
 def _one_error_line(err: str, code: str, remedy: str) -> None:

@@ -121,6 +121,56 @@ def test_start_from_a_snapshot_on_s3_cut_off_at_each_point_is_rolled_back_and_re
     assert spark.conf.get("fs.s3a.endpoint", None) is None
 
 
+# A start into another partition count of HDFS-provider state in a store: Spark tasks write
+# the new state files into the home before the checkpoint is published.
+REPARTITION_POINTS = ["restore.hdfs_partition_moved", "restore.repartitioned",
+                      "restore.published"]
+
+
+def test_start_into_another_partition_count_on_s3_cut_off_after_its_tasks_wrote_is_rolled_back(
+    spark: Any, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The move's tasks write into the new job's checkpoint in the store before it is
+    published: the intent and the checkpoint's ``metadata`` are there first, so a start cut
+    off after they wrote is recognised and rolled back by the next, which builds it again."""
+    from sparkpoint.checkpoint.layout import PROVIDER_CONF
+    from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER
+
+    home = _s3_home(s3_server, tmp_path, monkeypatch)
+    inp = tmp_path / "in"
+    events = write_clicks(inp, range(0, 3))
+    params = {"input": str(inp), "output": str(tmp_path / "v1"), "files_per_batch": "1"}
+    api.run(home, JOB, "v1", params=params, until_caught_up=True, spark=spark,
+            conf={"spark.sql.shuffle.partitions": "2", PROVIDER_CONF: HDFS_PROVIDER})
+    api.snapshot_create(home, "v1", "s1")
+    events += write_clicks(inp, range(3, 5))
+    expected = expected_hourly_counts(events)
+    first = output_rows(spark, tmp_path / "v1")
+
+    for point in REPARTITION_POINTS:
+        job = "into-3-after-" + point.split(".", 1)[1].replace("_", "-")
+        out = tmp_path / job
+        machine = tmp_path / f"machine-{job}"
+        _crash(home, point, machine, "run", str(JOB), "--job", job, "--from-snapshot", "s1",
+               "--param", f"input={inp}", "--param", f"output={out}",
+               "--param", "files_per_batch=1", "--conf", "spark.sql.shuffle.partitions=3",
+               "--conf", f"spark.jars={_s3a_jars()}", "--until-caught-up")
+        in_home = file_io(home.location).walk_sizes(home.checkpoint_location(job))
+        # The new partitions' files are in the home: written by the tasks, not uploaded.
+        assert [rel for rel in in_home if rel.startswith("state/0/2/")], sorted(in_home)
+        assert "metadata" in in_home, sorted(in_home)
+        shutil.rmtree(machine)
+
+        said: list[str] = []
+        api.run(home, JOB, job, params={**params, "output": str(out)}, from_snapshot="s1",
+                conf={"spark.sql.shuffle.partitions": "3"}, until_caught_up=True,
+                spark=spark, echo=said.append)
+        assert any("interrupted" in line for line in said), (point, said)
+        assert any("read and write the store" in line for line in said), (point, said)
+        assert first + output_rows(spark, out) == expected, point
+    assert Counter(api.snapshot_verify(home, "s1")) == Counter()
+
+
 def _job_conf() -> dict[str, str]:
     """What the job is run with: recorded with it, so that a command of another machine that
     starts Spark for it (a drain, a run without --conf) has the s3a jars too."""

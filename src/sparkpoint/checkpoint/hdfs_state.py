@@ -366,6 +366,12 @@ def write_records(
 
 def records_payload(records: Iterable[tuple[bytes, bytes | None]]) -> bytes:
     """The uncompressed bytes of ``records`` and their end marker, as the files hold them."""
+    return record_bytes(records) + _END_OF_RECORDS
+
+
+def record_bytes(records: Iterable[tuple[bytes, bytes | None]]) -> bytes:
+    """The uncompressed bytes of ``records`` without the end marker: slices of a file's
+    records that are concatenated later (``snapshot_of_records``)."""
     pieces: list[bytes] = []
     append = pieces.append
     pack = _INT.pack
@@ -377,7 +383,6 @@ def records_payload(records: Iterable[tuple[bytes, bytes | None]]) -> bytes:
         else:
             append(pack(len(value)))
             append(value)
-    append(_END_OF_RECORDS)
     return b"".join(pieces)
 
 
@@ -862,10 +867,16 @@ def _without_rows(state: FixedState, gone: Any) -> tuple[FixedState, int]:
 
 def write_fixed_snapshot(partition_dir_out: Path, version: int, state: FixedState) -> int:
     """``write_snapshot`` of a ``FixedState`` (records in its row order), built with numpy."""
-    import numpy as np
-
     if version < 1:
         raise UsageError(f"snapshot version must be >= 1, got {version}")
+    return _write_snapshot_file(partition_dir_out, version,
+                                snapshot_of_records([fixed_record_bytes(state)]))
+
+
+def fixed_record_bytes(state: FixedState) -> bytes:
+    """``record_bytes`` of a ``FixedState`` (records in its row order), built with numpy."""
+    import numpy as np
+
     count, key_len = state.keys.shape
     value_len = state.values.shape[1]
     records = np.empty((count, 8 + key_len + value_len), np.uint8)
@@ -873,9 +884,14 @@ def write_fixed_snapshot(partition_dir_out: Path, version: int, state: FixedStat
     records[:, 4 : 4 + key_len] = state.keys
     records[:, 4 + key_len : 8 + key_len] = np.frombuffer(_INT.pack(value_len), np.uint8)
     records[:, 8 + key_len :] = state.values
-    payload = records.tobytes() + _END_OF_RECORDS
-    data = _encode_payload(payload, _compression_level(DEFAULT_BLOCK_SIZE), DEFAULT_BLOCK_SIZE)
-    return _write_snapshot_file(partition_dir_out, version, data)
+    return records.tobytes()
+
+
+def snapshot_of_records(slices: Iterable[bytes]) -> bytes:
+    """The bytes of a ``.snapshot`` file holding the records of ``slices`` (each from
+    ``record_bytes``, with no key in two of them), as ``write_snapshot`` writes them."""
+    payload = b"".join(slices) + _END_OF_RECORDS
+    return _encode_payload(payload, _compression_level(DEFAULT_BLOCK_SIZE), DEFAULT_BLOCK_SIZE)
 
 
 # Odd 64-bit constant (from the golden ratio) mixing the words of a key into one hash.

@@ -176,27 +176,36 @@ class ObjectSnapshotStore(SnapshotStore):
     def local_dir(self, name: str) -> Path:
         """Fetch the snapshot into the home's scratch space once (keyed by its manifest, so a
         recreated snapshot of the same name is fetched again), checking every file."""
-        return self._fetched(name, with_state=True)
+        return self._fetched(name)
 
     def copies_into(self, target: Location) -> bool:
         return isinstance(target, StorePath) and target.io is self.io \
             and self.io.capabilities.server_side_copy
 
-    def local_dir_without_state(self, name: str) -> tuple[Path, dict[str, str]]:
+    def local_dir_without_state(self, name: str, every_state_file: bool = False
+                                ) -> tuple[Path, dict[str, str]]:
         manifest = self.get(name)
-        return self._fetched(name, with_state=False), {
-            entry.path: self._blob_url(entry) for entry in manifest.files if _left(entry)}
+        state = [entry for entry in manifest.files if is_state_data(entry.path)]
+        if every_state_file and not all(_left(entry) for entry in state):
+            left, suffix = _state_data, ".without-state-data"
+        else:
+            # The same files either way: one copy here serves both.
+            left, suffix = _left, ".without-state"
+        return self._fetched(name, left, suffix), {
+            entry.path: self._blob_url(entry) for entry in state if left(entry)}
 
-    def _fetched(self, name: str, with_state: bool) -> Path:
+    def _fetched(self, name: str, left: Callable[[FileEntry], bool] | None = None,
+                 suffix: str = "") -> Path:
+        """The snapshot here, but for the files ``left`` names (in a directory named with
+        ``suffix``: what it holds depends on them)."""
         manifest = self.get(name)
         key = manifest.created_at.replace(":", "").replace(".", "")
-        target = self.home.scratch_dir / "snapshots" / \
-            f"{name}.{key}{'' if with_state else '.without-state'}"
+        target = self.home.scratch_dir / "snapshots" / f"{name}.{key}{suffix}"
         if (target / _FETCHED_MARK).is_file():
             return target
         partial = target.with_name(f"{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
-        wanted = manifest if with_state else manifest.model_copy(update={
-            "files": [e for e in manifest.files if not _left(e)]})
+        wanted = manifest if left is None else manifest.model_copy(update={
+            "files": [e for e in manifest.files if not left(e)]})
         try:
             self._fetch_checked(name, wanted, partial)
             write_atomic(partial / MANIFEST_FILE, manifest.to_json().encode("utf-8"))
@@ -431,6 +440,10 @@ def is_state_data(path: str) -> bool:
     return (len(parts) >= 5 and parts[:2] == [CHECKPOINT_SUBDIR, "state"]
             and not any(part.startswith("_") for part in parts[2:])
             and parts[-1] != "schema")
+
+
+def _state_data(entry: FileEntry) -> bool:
+    return is_state_data(entry.path)
 
 
 def _left(entry: FileEntry) -> bool:

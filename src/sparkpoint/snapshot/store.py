@@ -85,18 +85,21 @@ class SnapshotStore(ABC):
     def logs_path(self, name: str) -> Path:
         """The snapshot's checkpoint for readers of its logs and metadata only (offsets,
         commits, sources, operator metadata): its state data files may be absent."""
-        return self.local_dir_without_state(name)[0] / CHECKPOINT_SUBDIR
+        return self.local_dir_without_state(name, every_state_file=True)[0] / CHECKPOINT_SUBDIR
 
     def copies_into(self, target: Location) -> bool:
         """Whether this store copies its files to ``target`` without them passing through
         this process (both in one S3 store)."""
         return False
 
-    def local_dir_without_state(self, name: str) -> tuple[Path, dict[str, str]]:
+    def local_dir_without_state(self, name: str, every_state_file: bool = False
+                                ) -> tuple[Path, dict[str, str]]:
         """Like ``local_dir``, but the state data files (the files of ``checkpoint/state``
         outside ``_``-named metadata directories) are left where they are: returns the
         directory and, for each file left, its path relative to it -> its URL, for a
-        ``copy_within`` by the target's FileIO (where ``copies_into`` says so)."""
+        ``copy_within`` by the target's FileIO (where ``copies_into`` says so), or for
+        Spark tasks that read them there (``every_state_file``: each one left, those a copy
+        could not take too). A store whose files only this machine reads leaves none."""
         return self.local_dir(name), {}
 
     def get(self, name: str) -> Manifest:

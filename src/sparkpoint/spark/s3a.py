@@ -57,3 +57,39 @@ def s3a_conf(location: str, conf: Mapping[str, str]) -> dict[str, str]:
     if not _connector_given(conf):
         settings[PACKAGES_CONF] = S3A_PACKAGES
     return {key: value for key, value in settings.items() if key not in conf}
+
+
+# The s3a settings a task's own S3 client takes, as the AWS variables it reads.
+_S3A_TO_AWS = (("endpoint", "AWS_ENDPOINT_URL"), ("access.key", "AWS_ACCESS_KEY_ID"),
+               ("secret.key", "AWS_SECRET_ACCESS_KEY"), ("session.token", "AWS_SESSION_TOKEN"),
+               ("endpoint.region", "AWS_REGION"))
+
+
+def aws_environment(conf: Mapping[str, str]) -> dict[str, str]:
+    """The AWS variables for an S3 client in a Spark task, from the application's s3a
+    settings (``conf``: the session's configuration), each missing one from this process's
+    environment (where sparkpoint's own client reads it); executors on other hosts have
+    neither. An endpoint s3a is given without a scheme gets the one its SSL setting says."""
+    found: dict[str, str] = {}
+    for s3a, aws in _S3A_TO_AWS:
+        value = conf.get(_PREFIX + s3a) or _from_environment(aws)
+        if value:
+            found[aws] = value
+    endpoint = found.get("AWS_ENDPOINT_URL")
+    if endpoint and "://" not in endpoint:
+        secure = conf.get(_PREFIX + "connection.ssl.enabled", "true").lower() != "false"
+        found["AWS_ENDPOINT_URL"] = f"{'https' if secure else 'http'}://{endpoint}"
+    if "AWS_ENDPOINT_URL" in found:
+        # The S3-specific variable wins over the general one in sparkpoint's client.
+        found["AWS_ENDPOINT_URL_S3"] = found["AWS_ENDPOINT_URL"]
+    return found
+
+
+def _from_environment(name: str) -> str | None:
+    """An AWS variable as sparkpoint's client reads it (the S3-specific endpoint and the
+    default region count too)."""
+    fallback = {"AWS_ENDPOINT_URL": "AWS_ENDPOINT_URL_S3", "AWS_REGION": "AWS_DEFAULT_REGION"}
+    if name == "AWS_ENDPOINT_URL":
+        return os.environ.get(fallback[name]) or os.environ.get(name)
+    return os.environ.get(name) or (os.environ.get(fallback[name]) if name in fallback
+                                    else None)

@@ -73,6 +73,13 @@ def repartition_hdfs_state(checkpoint: Path, batch: int, partitions: int,
         for old in old_partitions:
             if old >= partitions:
                 shutil.rmtree(operator.local_path / str(old))
+    record_partition_count(checkpoint, batch, partitions)
+
+
+def record_partition_count(checkpoint: Path, batch: int, partitions: int) -> None:
+    """Every operator's metadata and the ``spark.sql.shuffle.partitions`` of the last two
+    offsets entries say ``partitions``: the count the state was moved to."""
+    for operator in Checkpoint(checkpoint).operators():
         meta = operator.local_path / "_metadata" / "metadata"
         write_atomic(meta, operator.metadata.with_partitions(partitions).to_bytes())
     for offsets_batch in (batch - 1, batch):

@@ -57,11 +57,13 @@ from sparkpoint.spark.inspect import (
     write_empty_rocksdb_version,
 )
 from sparkpoint.spark.plan import PlannedOperator
+from sparkpoint.spark.s3a import aws_environment
 from sparkpoint.spark.sink import file_sink_path, sink_format
 from sparkpoint.spark.version import installed_pyspark_version
 from sparkpoint.storage.fileio import join
 from sparkpoint.storage.local import copy_file, fsync_dir, walk_files
 from sparkpoint.storage.location import Location, StorePath, remove_tree
+from sparkpoint.storage.task_store import task_store
 from sparkpoint.upgrade.adopt import unfinished_import_problem
 from sparkpoint.upgrade.assemble import (
     AssembleResult,
@@ -74,6 +76,7 @@ from sparkpoint.upgrade.assemble import (
 )
 from sparkpoint.upgrade.batches import BatchChoice, SinkInfo, number_batches
 from sparkpoint.upgrade.hdfs_repartition import repartition_hdfs_state
+from sparkpoint.upgrade.hdfs_store_repartition import repartition_hdfs_in_store
 from sparkpoint.upgrade.interrupted import clear_intent, record_intent, staging_prefix
 from sparkpoint.upgrade.provider_move import asked_provider, move_problems, move_state_provider
 from sparkpoint.upgrade.resume_point import ReadResumePoint, ResumePoint
@@ -145,6 +148,9 @@ class Resolution:
     # broker's earliest ones (upgrade/pipeline.py).
     accepted_loss: list[AcceptedLoss] = field(default_factory=list)
     raised_offsets: dict[str, str] = field(default_factory=dict)
+    # Every used snapshot's state data files were left in the store, for Spark tasks to
+    # repartition there (hdfs_store_repartition.py): none is fetched here.
+    state_in_tasks: bool = False
 
 
 def job_shape(planned: PlannedJob) -> tuple[JobShape, dict[str, NewOperatorLayout]]:
@@ -211,8 +217,15 @@ def resolve(
                 and not any(row.reshaped for row in plan.operators):
             directory, in_store = store.local_dir_without_state(name)
             resolution.snapshots[name] = UsedSnapshot(manifest, directory, in_store)
+        elif _repartitions_in_store(target, manifest, shape, planned.conf, plan):
+            directory, in_store = store.local_dir_without_state(name, every_state_file=True)
+            resolution.snapshots[name] = UsedSnapshot(manifest, directory, in_store)
         else:
             resolution.snapshots[name] = UsedSnapshot(manifest, store.local_dir(name))
+    resolution.state_in_tasks = bool(resolution.snapshots) and all(
+        used.in_store and _repartitions_in_store(target, used.manifest, shape, planned.conf,
+                                                 plan)
+        for used in resolution.snapshots.values())
     providers = {s.manifest.state_store_provider for s in resolution.snapshots.values()}
     if len(providers) > 1:
         plan.problems.append(
@@ -239,6 +252,19 @@ def resolve(
             f"the snapshots {', '.join(used)} have different partition counts "
             f"({listed_counts}); create them with one spark.sql.shuffle.partitions")
     return resolution
+
+
+def _repartitions_in_store(target: Location | None, manifest: Manifest, shape: JobShape,
+                           conf: Mapping[str, str], plan: UpgradePlan) -> bool:
+    """The start moves HDFS-provider state into another partition count and nothing else
+    (no move of provider or format, no migration), into a checkpoint in a store: Spark tasks
+    do it there, reading the snapshot's files from the store (hdfs_store_repartition.py)."""
+    return isinstance(target, StorePath) \
+        and manifest.state_store_provider == HDFS_BACKED.class_name \
+        and shape.partitions not in (None, manifest.shuffle_partitions) \
+        and conf.get(CHECKPOINT_FORMAT_CONF) is None \
+        and conf.get(PROVIDER_CONF) in (None, manifest.state_store_provider) \
+        and not any(row.reshaped or row.seed_query is not None for row in plan.operators)
 
 
 def _plan_provider_move(resolution: Resolution, store: SnapshotStore,
@@ -424,6 +450,30 @@ _REPARTITIONS = {ROCKSDB.class_name: _repartition_rocksdb,
                  HDFS_BACKED.class_name: _repartition_hdfs}
 
 
+def _repartition_in_store(planned: PlannedJob, resolution: Resolution, staging: Path,
+                          target: StorePath, result: AssembleResult, wanted: int,
+                          echo: Echo) -> AssembleResult:
+    """HDFS-provider state moved to ``wanted`` partitions by Spark tasks that read the
+    snapshot's files in the store and write the new ones into ``target``; this process
+    moves none of its bytes. The intent and the checkpoint's ``metadata`` go into the home
+    first: a start cut off once a task wrote is recognised, and rolled back, by the next."""
+    assert result.batch_id is not None
+    record_intent(target, staging)
+    target.io.put_files([(staging / "metadata", join(target.url, "metadata"))])
+    entries = {url: entry for used in resolution.snapshots.values()
+               for entry in used.manifest.files if (url := used.in_store.get(entry.path))}
+    s3 = aws_environment(dict(planned.spark.sparkContext.getConf().getAll()))
+    partitions = result.partitions or 0
+    echo(f"repartitioning state from {partitions} to {wanted} partitions (HDFS state, keys "
+         "rehashed as Spark places them, in Spark tasks that read and write the store)")
+    left, moved = repartition_hdfs_in_store(
+        planned.spark, staging, result.batch_id, partitions, wanted, result.in_store, entries,
+        task_store(next(iter(result.in_store.values())), s3), task_store(target.url, s3))
+    echo(f"the tasks read {moved.read_bytes} bytes of state from the store and wrote "
+         f"{moved.files} files of {moved.written_bytes} bytes into {target.url}")
+    return AssembleResult(result.batch_id, wanted, left)
+
+
 def upload_checkpoint(staging: Path, target: StorePath,
                       in_store: Mapping[str, str] | None = None,
                       expected_sha256: Mapping[str, str] | None = None) -> None:
@@ -493,6 +543,9 @@ def build_new_checkpoint(
         scratch = Path(tempfile.mkdtemp(prefix=TEMP_BUILD_PREFIX))
         staging = scratch / f".{target.name}.tmp"
     batches = plan.batches
+    # Spark tasks wrote into the target before it is published (a repartition in the
+    # store): a failure from then on takes the start back out of the home.
+    started_in_target = False
     try:
         result = assemble_checkpoint(staging, plan, resolution.snapshots, resolution.layouts,
                                      _empty_state_writer(planned, provider, scratch / "empty"),
@@ -511,19 +564,29 @@ def build_new_checkpoint(
         moved = wanted is not None and result.partitions is not None \
             and wanted != result.partitions
         rewritten = moved or new_provider is not provider or reshaped or seeded
-        if rewritten:
-            # Every way of moving the state runs Spark tasks on the staging copy: asked before
-            # the state is fetched into it.
+        in_tasks = resolution.state_in_tasks and publish and isinstance(target, StorePath) \
+            and moved and provider is HDFS_BACKED and new_provider is provider \
+            and not (reshaped or seeded or back_to_v2) and bool(result.in_store)
+        if rewritten and not in_tasks:
+            # These ways of moving the state run Spark tasks on the staging copy: asked
+            # before the state is fetched into it.
             require_driver_disk(planned.spark, staging)
-        if result.in_store and (rewritten or not isinstance(target, StorePath) or not publish):
+        if result.in_store and not in_tasks and (
+                rewritten or not isinstance(target, StorePath) or not publish):
             # The state is read here (a repartition), or it is not published into the store.
             fetch_into_place({staging / rel: url for rel, url in result.in_store.items()})
             result = AssembleResult(result.batch_id, result.partitions)
         if moved and wanted is not None and result.batch_id is not None:
-            move = _REPARTITIONS[provider.class_name]
-            batch = move(planned, staging, result.batch_id, result.partitions or 0, wanted,
-                         echo)
-            result = AssembleResult(batch, wanted)
+            if in_tasks:
+                assert isinstance(target, StorePath)
+                started_in_target = True
+                result = _repartition_in_store(planned, resolution, staging, target, result,
+                                               wanted, echo)
+            else:
+                move = _REPARTITIONS[provider.class_name]
+                batch = move(planned, staging, result.batch_id or 0, result.partitions or 0,
+                             wanted, echo)
+                result = AssembleResult(batch, wanted)
             if publish:
                 crash_point("restore.repartitioned")
         if new_provider is not provider and result.batch_id is not None:
@@ -576,11 +639,17 @@ def build_new_checkpoint(
                         if entry.sha256 is not None and (url := snap.in_store.get(entry.path))})
                 except SnapshotDamagedError:
                     # Refused: nothing of this start stays in the home.
-                    remove_tree(target)
-                    clear_intent(target)
+                    if not started_in_target:  # else taken back below
+                        remove_tree(target)
+                        clear_intent(target)
                     raise
             crash_point("restore.published")
         return result
+    except Exception:
+        if started_in_target:
+            remove_tree(target)
+            clear_intent(target)
+        raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         if staging.exists():

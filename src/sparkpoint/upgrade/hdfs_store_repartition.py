@@ -1,0 +1,255 @@
+"""Repartition HDFS-provider state that stays in a store, with executors that share no disk
+with the driver.
+
+The checkpoint being built holds, on the driver, everything but the state's data files,
+which are still the snapshot's files in the store (``in_store``: path in the checkpoint ->
+URL). One Spark job moves them: a task per old partition (and store) fetches the files that
+load the version (``hdfs_state.files_for_version``), places every key where Spark's
+``HashPartitioning`` puts it for the new count (as hdfs_repartition.py does) and emits, per
+new partition, that partition's records as one slice of record bytes; Spark's shuffle
+brings each new partition's slices to one task, which writes its snapshot file in a
+temporary directory of its executor and uploads it to the target checkpoint in the store.
+The driver moves no state bytes: it passes URLs and names, and gets back names and sizes.
+
+The caller records the start's intent and uploads the checkpoint's ``metadata`` before this
+runs: a start cut off after a task's upload is rolled back by the next (upgrade/interrupted.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import re
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sparkpoint.checkpoint import hdfs_state
+from sparkpoint.checkpoint.layout import Checkpoint
+from sparkpoint.checkpoint.murmur3 import partition_of
+from sparkpoint.checkpoint.unsafe_row import read_fields
+from sparkpoint.crash_points import crash_point
+from sparkpoint.errors import CheckpointFormatError, SnapshotDamagedError
+from sparkpoint.progress import phase
+from sparkpoint.snapshot.manifest import FileEntry, content_mismatch
+from sparkpoint.storage.fileio import join
+from sparkpoint.storage.local import remove_checksum_sibling
+from sparkpoint.storage.task_store import TaskStore
+from sparkpoint.upgrade.hdfs_repartition import (
+    partition_key_fields,
+    record_partition_count,
+    run_tasks,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_STATE_FILE = re.compile(r"^\d+\.(delta|snapshot)$")
+
+
+@dataclass(frozen=True)
+class _Store:
+    """One state store of one operator: where its partitions are in the checkpoint, and
+    the key columns its partition is hashed from."""
+
+    operator_dir: str  # relative to the checkpoint: state/<operator id>
+    subdir: str | None  # a join's store keeps its files in a subdirectory of the partition
+    key_fields: list[dict[str, Any]]
+    hashed_fields: int
+
+    def partition_dir(self, partition: int) -> str:
+        base = f"{self.operator_dir}/{partition}"
+        return f"{base}/{self.subdir}" if self.subdir else base
+
+
+@dataclass(frozen=True)
+class _OldPartition:
+    """What a task reads: a store's old partition, its files by name (URL and the
+    manifest's entry, to check the fetched bytes), and the few state files the build wrote
+    here (an empty start under renumbered versions) with their bytes."""
+
+    store: int
+    partition: int
+    in_store: dict[str, tuple[str, FileEntry | None]]
+    written_here: dict[str, bytes]
+
+
+@dataclass(frozen=True)
+class StoreMove:
+    """What the move did: files written into the target, their bytes, and the state bytes
+    the tasks fetched."""
+
+    files: int
+    written_bytes: int
+    read_bytes: int
+
+
+def repartition_hdfs_in_store(
+    spark: SparkSession, staging: Path, batch: int, old_count: int, wanted: int,
+    in_store: Mapping[str, str], entries: Mapping[str, FileEntry], source: TaskStore,
+    target: TaskStore,
+) -> tuple[dict[str, str], StoreMove]:
+    """Move state version ``batch + 1`` of every operator of the checkpoint built in
+    ``staging`` from ``old_count`` to ``wanted`` partitions, its data files read from the
+    store (``in_store``; ``entries``: the manifest's entry of each URL) through ``source``
+    and written into the checkpoint at ``target``. ``staging`` is left with the metadata of
+    the new count and without state data files; returns the files of ``in_store`` still to
+    be copied (those of no moved operator), and what was moved."""
+    version = batch + 1
+    stores: list[_Store] = []
+    reads: list[_OldPartition] = []
+    moved_dirs: list[str] = []
+    for operator in Checkpoint(staging).operators():
+        op_dir = operator.local_path.relative_to(staging).as_posix()
+        moved_dirs.append(op_dir)
+        prefixes = {s.name: s.num_cols_prefix_key for s in operator.metadata.stores}
+        for layout in operator.stores():
+            schema = operator.schema(layout)
+            if schema is None:
+                raise CheckpointFormatError(
+                    f"{layout.partition_dir(operator.local_path, 0)}: expected the store's "
+                    "schema file _metadata/schema to find its key columns, found none")
+            key_fields = schema.key_schema["fields"]
+            hashed = partition_key_fields(operator.operator_name, layout.name,
+                                          prefixes.get(layout.name, 0), key_fields)
+            store = _Store(op_dir, layout.subdir, key_fields, len(hashed))
+            reads.extend(_old_partition(len(stores), store, partition, staging, in_store,
+                                        entries, version) for partition in range(old_count))
+            stores.append(store)
+    if not reads:
+        return dict(in_store), StoreMove(0, 0, 0)
+    place = functools.partial(_place, stores=stores, version=version, wanted=wanted,
+                              source=source)
+    write = functools.partial(_write, stores=stores, version=version, wanted=wanted,
+                              target=target)
+    context = spark.sparkContext
+    with phase("repartition: moving the state in the store (Spark tasks)"):
+        written = run_tasks(staging, lambda: context.parallelize(reads, len(reads))
+                            .flatMap(place)
+                            # The key is the new partition (of every store in turn): Spark's
+                            # shuffle takes it as the partition index.
+                            .partitionBy(len(stores) * wanted, _identity)
+                            .mapPartitionsWithIndex(write).collect())
+    crash_point("restore.hdfs_partition_moved")
+    _drop_state_files(staging, moved_dirs, old_count, wanted)
+    record_partition_count(staging, batch, wanted)
+    left = {rel: url for rel, url in in_store.items()
+            if not any(rel.startswith(f"{op_dir}/") for op_dir in moved_dirs)}
+    read = sum(entry.bytes for part in reads for _url, entry in part.in_store.values()
+               if entry is not None)
+    return left, StoreMove(len(written), sum(size for _rel, size in written), read)
+
+
+def _identity(partition: int) -> int:
+    return partition
+
+
+def _old_partition(index: int, store: _Store, partition: int, staging: Path,
+                   in_store: Mapping[str, str], entries: Mapping[str, FileEntry],
+                   version: int) -> _OldPartition:
+    """The files that load ``version`` of the partition (chosen by name here, so that a
+    missing one is reported before any task runs)."""
+    where = store.partition_dir(partition)
+    found = {rel.rsplit("/", 1)[1]: (url, entries.get(url)) for rel, url in in_store.items()
+             if rel.rsplit("/", 1)[0] == where}
+    local = staging / where
+    here = [path for path in local.iterdir() if path.is_file()
+            and _STATE_FILE.match(path.name)] if local.is_dir() else []
+    needed = set(hdfs_state.files_for_version(
+        local, version, [*found, *(path.name for path in here)]).names())
+    return _OldPartition(index, partition,
+                         {name: found[name] for name in needed if name in found},
+                         {path.name: path.read_bytes() for path in here if path.name in needed})
+
+
+def _place(part: _OldPartition, stores: list[_Store], version: int, wanted: int,
+           source: TaskStore) -> Iterator[tuple[int, bytes]]:
+    """A task: the old partition's records, as (new partition of its store, record
+    bytes) slices, from its files fetched into the executor's temporary directory."""
+    store = stores[part.store]
+    where = store.partition_dir(part.partition)
+    with tempfile.TemporaryDirectory(prefix="sparkpoint-move-") as scratch:
+        directory = Path(scratch)
+        with source.opened() as io:
+            io.get_files([(url, directory / name)
+                          for name, (url, _entry) in part.in_store.items()])
+        for name, (url, entry) in part.in_store.items():
+            mismatch = content_mismatch(directory / name, entry) if entry is not None else None
+            if mismatch is not None:
+                raise SnapshotDamagedError(
+                    f"{url}: {where}/{name}: {mismatch}; the snapshot's file was modified or "
+                    "corrupted: delete the snapshot and create it again")
+        for name, data in part.written_here.items():
+            (directory / name).write_bytes(data)
+        slices = _slices(directory, where, store, version, wanted)
+    for partition, data in slices:
+        yield part.store * wanted + partition, data
+
+
+def _slices(directory: Path, where: str, store: _Store, version: int,
+            wanted: int) -> Iterable[tuple[int, bytes]]:
+    """(new partition, record bytes) of the state loaded from ``directory``: with numpy
+    when the records have one length and their key columns hash column-wise, else record
+    by record."""
+    import numpy as np
+
+    from sparkpoint.checkpoint.murmur3_columns import hash_columns  # numpy: imported late
+
+    fixed = hdfs_state.load_fixed_version(directory, version)
+    if fixed is not None and not len(fixed.keys):
+        return []
+    hashed = hash_columns(fixed.keys, store.key_fields, store.hashed_fields) \
+        if fixed is not None and fixed.keys.shape[1] % 8 == 0 else None
+    if fixed is not None and hashed is not None:
+        # pmod, as Spark's HashPartitioning: numpy's remainder takes the divisor's sign.
+        targets = hashed.astype("int64") % wanted
+        order = np.argsort(targets, kind="stable")
+        bounds = np.searchsorted(targets[order], np.arange(wanted + 1))
+        return [(partition, hdfs_state.fixed_record_bytes(hdfs_state.FixedState(
+                    fixed.keys[order[start:end]], fixed.values[order[start:end]])))
+                for partition, (start, end) in enumerate(itertools.pairwise(bounds))
+                if end > start]
+    fields = store.key_fields
+    types = [field["type"] for field in fields[:store.hashed_fields]]
+    placed: dict[int, list[tuple[bytes, bytes | None]]] = {}
+    for key, value in hdfs_state.load_version(directory, version).items():
+        values = read_fields(key, fields, where)[:store.hashed_fields]
+        placed.setdefault(partition_of(values, types, wanted), []).append((key, value))
+    return [(partition, hdfs_state.record_bytes(records))
+            for partition, records in sorted(placed.items())]
+
+
+def _write(index: int, slices: Iterator[tuple[int, bytes]], stores: list[_Store],
+           version: int, wanted: int, target: TaskStore) -> Iterator[tuple[str, int]]:
+    """A task: new partition ``index``'s snapshot file (of store ``index // wanted``), from
+    its slices, uploaded into the target checkpoint; yields its path there and its size.
+    Every new partition gets one, an empty one too (Spark loads each partition's version)."""
+    store, partition = divmod(index, wanted)
+    data = hdfs_state.snapshot_of_records(records for _key, records in slices)
+    rel = f"{stores[store].partition_dir(partition)}/{version}.snapshot"
+    with tempfile.TemporaryDirectory(prefix="sparkpoint-move-") as scratch:
+        path = Path(scratch) / f"{version}.snapshot"
+        path.write_bytes(data)
+        with target.opened() as io:
+            # A retried task writes the same bytes again: an upload replaces the file.
+            io.put_files([(path, join(target.location, rel))])
+    yield rel, len(data)
+
+
+def _drop_state_files(staging: Path, operator_dirs: list[str], old_count: int,
+                      wanted: int) -> None:
+    """The copy here keeps the operators' metadata only: their state files are in the
+    target, written by the tasks (old partitions past the new count go entirely)."""
+    for op_dir in operator_dirs:
+        for partition in range(old_count):
+            directory = staging / op_dir / str(partition)
+            if partition >= wanted:
+                shutil.rmtree(directory, ignore_errors=True)
+                continue
+            for path in directory.rglob("*") if directory.is_dir() else []:
+                if path.is_file() and _STATE_FILE.match(path.name):
+                    path.unlink()
+                    remove_checksum_sibling(path)
