@@ -42,6 +42,18 @@ T = TypeVar("T")
 _STATE_FILE = re.compile(r"^\d+\.(delta|snapshot)$")
 
 
+def store_key_fields(operator: OperatorDir, layout: StoreLayout) -> list[dict[str, Any]]:
+    """The key columns of one store of ``operator``, from its schema file (parsed once: the
+    schema property decodes its JSON on every access)."""
+    schema = operator.schema(layout)
+    if schema is None:
+        raise CheckpointFormatError(
+            f"{layout.partition_dir(operator.local_path, 0)}: expected the store's schema file "
+            "_metadata/schema to find its key columns, found none")
+    fields: list[dict[str, Any]] = schema.key_schema["fields"]
+    return fields
+
+
 def partition_key_fields(operator_name: str, store: str, num_cols_prefix_key: int,
                          key_fields: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The leading key columns an operator's input is clustered by."""
@@ -111,13 +123,7 @@ def _repartition_rows(operator: OperatorDir, layout: StoreLayout, prefix: int,
         records.update(hdfs_state.load_version(layout.partition_dir(op_dir, old), version))
     targets: list[dict[bytes, bytes]] = [{} for _ in range(partitions)]
     if records:
-        schema = operator.schema(layout)
-        if schema is None:
-            raise CheckpointFormatError(
-                f"{layout.partition_dir(op_dir, 0)}: expected the store's schema file "
-                "_metadata/schema to find its key columns, found none")
-        # Parsed once: the schema property decodes its JSON on every access.
-        key_fields = schema.key_schema["fields"]
+        key_fields = store_key_fields(operator, layout)
         fields = partition_key_fields(operator.operator_name, layout.name, prefix, key_fields)
         types = [f["type"] for f in fields]
         where = str(layout.partition_dir(op_dir, 0))

@@ -32,7 +32,7 @@ from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.murmur3 import partition_of
 from sparkpoint.checkpoint.unsafe_row import read_fields
 from sparkpoint.crash_points import crash_point
-from sparkpoint.errors import CheckpointFormatError, SnapshotDamagedError
+from sparkpoint.errors import SnapshotDamagedError
 from sparkpoint.progress import phase
 from sparkpoint.snapshot.manifest import FileEntry, content_mismatch
 from sparkpoint.storage.fileio import join
@@ -42,6 +42,7 @@ from sparkpoint.upgrade.hdfs_repartition import (
     partition_key_fields,
     record_partition_count,
     run_tasks,
+    store_key_fields,
 )
 
 if TYPE_CHECKING:
@@ -107,12 +108,7 @@ def repartition_hdfs_in_store(
         moved_dirs.append(op_dir)
         prefixes = {s.name: s.num_cols_prefix_key for s in operator.metadata.stores}
         for layout in operator.stores():
-            schema = operator.schema(layout)
-            if schema is None:
-                raise CheckpointFormatError(
-                    f"{layout.partition_dir(operator.local_path, 0)}: expected the store's "
-                    "schema file _metadata/schema to find its key columns, found none")
-            key_fields = schema.key_schema["fields"]
+            key_fields = store_key_fields(operator, layout)
             hashed = partition_key_fields(operator.operator_name, layout.name,
                                           prefixes.get(layout.name, 0), key_fields)
             store = _Store(op_dir, layout.subdir, key_fields, len(hashed))
