@@ -1,14 +1,15 @@
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support import spark_session
 from tests.support.jvm import use_fast_start_jvms
+from tests.support.spark_session import KAFKA_CONNECTOR_JARS, S3A_JARS
 
 # Spark and Python must agree on the wall clock zone for timestamps to compare.
 os.environ["TZ"] = "UTC"
@@ -18,11 +19,7 @@ use_fast_start_jvms()
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
-SHUFFLE_PARTITIONS = "2"
-# hadoop-aws and the AWS SDK (scripts/test-deps.sh), so that the session reaches s3a://.
-S3A_JARS = REPO / ".cache" / "s3a" / "lib"
-# Spark's Kafka connector and its dependencies (scripts/test-deps.sh), for format("kafka").
-KAFKA_CONNECTOR_JARS = REPO / ".cache" / "kafka-connector" / "lib"
+SHUFFLE_PARTITIONS = spark_session.SHUFFLE_PARTITIONS
 # Delta Lake (scripts/test-deps.sh), for the plain job of test_delta_sink.py only.
 DELTA_JARS = REPO / ".cache" / "delta" / "lib"
 
@@ -58,26 +55,10 @@ def s3a_jars() -> str:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    """One SparkSession for the whole test session, created the way sparkpoint creates one."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from sparkpoint.spark.session import create_session
-
-    conf = {
-        "spark.sql.shuffle.partitions": SHUFFLE_PARTITIONS,
-        # The state store maintenance thread keeps the interval of the first stateful query
-        # in the JVM; a short one lets HDFS-provider tests see Spark write snapshot files.
-        "spark.sql.streaming.stateStore.maintenanceInterval": "500ms",
-    }
-    jars = sorted(str(jar) for lib in (S3A_JARS, KAFKA_CONNECTOR_JARS)
-                  for jar in lib.glob("*.jar"))
-    if jars:
-        # On the driver's class path (the executors of local[2] are in the same JVM): read
-        # from there when s3a:// or format("kafka") is first used, nothing copied at startup
-        # as spark.jars is.
-        conf["spark.driver.extraClassPath"] = os.pathsep.join(jars)
-    session = create_session("local[2]", conf, "sparkpoint-tests")
-    yield session
-    session.stop()
+    """One SparkSession for the whole test session, created the way sparkpoint creates one;
+    the CLI commands a test runs in this process share its JVM (tests/support/cli.py)."""
+    yield spark_session.shared_session()
+    spark_session.stop()
 
 
 @pytest.fixture

@@ -1,4 +1,16 @@
-"""Driving the ``sparkpoint`` CLI as a user would: a separate process, real exit codes."""
+"""Driving the ``sparkpoint`` CLI as a user would: its arguments, its output and exit code.
+
+A command runs in the test's own process, in the JVM the process already has
+(``tests/support/spark_session.py``), unless being a separate process is what the test is
+about or what the command needs: a crash or freeze point (the process exits or stops
+itself), a JVM of other settings (a master, the UI, jars or options only a new JVM takes, a
+Python of the user's shell), the machine's environment changed for it (``AWS_*``, Spark's
+and Hadoop's variables, another host), a terminal, a background process, or
+``process=True``. ``SPARKPOINT_TEST_CLI=process`` runs every command as a process, to
+compare. Each in-process command gets a Spark session of its own (``create_session`` over a
+running JVM), and once it returned the JVM's state stores are closed, as the end of a process
+closes them: a finished run's provider must not write into a checkpoint after the command
+that held the job's lease returned (Spark's maintenance pass would)."""
 
 from __future__ import annotations
 
@@ -12,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkpoint.storage.home import Home
+from tests.support import in_process
 
 
 @dataclass
@@ -42,10 +55,13 @@ def command(home: Home, *args: str) -> list[str]:
 
 
 def sparkpoint(home: Home, *args: str, timeout: float = 300, worker_python: bool = True,
-               env: dict[str, str] | None = None) -> Result:
-    done = subprocess.run(command(home, *args), capture_output=True, text=True,
-                          timeout=timeout, env=_env(worker_python, env))
-    return Result(done.returncode, done.stdout, done.stderr)
+               env: dict[str, str] | None = None, process: bool = False) -> Result:
+    if process or not in_process.allowed(args, worker_python, env):
+        done = subprocess.run(command(home, *args), capture_output=True, text=True,
+                              timeout=timeout, env=_env(worker_python, env))
+        return Result(done.returncode, done.stdout, done.stderr)
+    code, out, err = in_process.run(["--home", home.location, *args], env or {}, timeout)
+    return Result(code, out, err)
 
 
 def sparkpoint_on_a_terminal(home: Home, *args: str, env: dict[str, str] | None = None,

@@ -53,6 +53,7 @@ def forbid_spark_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
     def started(*_args: object, **_kwargs: object) -> None:
         raise SparkSessionStarted("a Spark session was asked for")
 
+    started.forbids_sessions = True  # type: ignore[attr-defined]  # seen by tests/support/cli.py
     monkeypatch.setattr(SparkSession.Builder, "getOrCreate", started)
     for name, module in list(sys.modules.items()):
         if name.startswith("sparkpoint") and hasattr(module, "create_session"):

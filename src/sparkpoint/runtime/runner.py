@@ -76,6 +76,7 @@ from sparkpoint.spark.progress_reports import NewProgress
 from sparkpoint.spark.s3a import s3a_conf
 from sparkpoint.spark.session import apply_query_conf, create_session, session_log_file
 from sparkpoint.spark.sink import file_sink_path, kafka_output, sink_format
+from sparkpoint.spark.state_stores import close_idle_state_stores
 from sparkpoint.storage import fencing
 from sparkpoint.storage.fileio import spark_url
 from sparkpoint.storage.home import Home
@@ -463,6 +464,9 @@ def held_run(home: Home, options: RunOptions, spark: SparkSession | None = None,
                 planned.sink.finish_rewinds(lambda line: echo(f"job '{job}': {line}"))
             yield HeldRun(home, options, registry, record, planned, lease, log_file, echo)
         finally:
+            # While the run still holds the job and its fence: nothing of its state stores
+            # writes into the checkpoint after it let go (spark/state_stores.py).
+            close_idle_state_stores(planned.spark)
             for end in end_fences:
                 end()
             planned.release()

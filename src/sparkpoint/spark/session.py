@@ -158,14 +158,34 @@ def create_session(
     settings = {**defaults, **conf}
     if starts_jvm:
         settings = own_jar.with_jar(settings, spark_defaults())
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    if starts_jvm:
+        for key, value in settings.items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
+    else:
+        spark = _own_session(settings)
     if log_file is not None:
         _session_log = log_file
         _route_pyspark_loggers(log_file)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _own_session(settings: Mapping[str, str]) -> SparkSession:
+    """A session of the command's own over the JVM this process already runs (a notebook's,
+    a test's, spark-submit's): ``getOrCreate`` would hand back the process's default session
+    and set this command's confs on it (PySpark's ``Builder.getOrCreate``), so that its
+    provider, fences and Hadoop settings held for every later query of the process.
+
+    ``newSession`` shares the SparkContext and starts from the SparkConf, as a session of a
+    fresh JVM would; the settings are applied the way ``getOrCreate`` applies them to an
+    existing session (``SparkSession.applyModifiableSettings``: runtime SQL confs set, static
+    ones left as the JVM started with them)."""
+    from pyspark.sql import SparkSession
+
+    running = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+    return SparkSession(running.sparkContext, running._jsparkSession.newSession(),
+                        options=dict(settings))
 
 
 HADOOP_PREFIX = "spark.hadoop."
