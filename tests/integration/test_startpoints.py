@@ -469,3 +469,62 @@ def test_a_start_with_startpoints_proves_the_partitions_they_leave_where_they_we
     [applied] = shown["startpoints_applied"]
     assert f"{topic}-1: 4 -> 6 ({lost} record(s) deleted from the broker, accepted with " \
            "--accept-data-loss)" in applied["positions"], applied
+
+
+def test_a_startpoint_from_a_consumer_groups_commits_moves_a_job_off_its_application(
+    spark: object, home: Home, tmp_path: Path, kafka_broker: KafkaBroker
+) -> None:
+    """A job taking over from a Kafka consumer application starts each partition where the
+    application's consumer group committed (read from the broker when the startpoint is
+    applied); a partition the group never committed keeps the job's own position; a group
+    that committed nothing, or a position the topic's retention deleted, is refused with
+    nothing stored."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = kafka_broker.new_topic("legacy", 3)
+    records = _produce(kafka_broker, topic, 0, 12)
+    _kafka_run(spark, home, tmp_path, kafka_broker, topic, "sparkpoint-kafka")
+    assert _out(spark, tmp_path) == _kafka_rows(records)
+    later = _produce(kafka_broker, topic, 12, 6)
+
+    def commit(group: str, offsets: dict[int, int]) -> None:
+        consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": group,
+                             "enable.auto.commit": False})
+        try:
+            consumer.commit(offsets=[TopicPartition(topic, part, offset)
+                                     for part, offset in offsets.items()], asynchronous=False)
+        finally:
+            consumer.close()
+
+    # The application read partition 0 up to offset 1 and partition 1 up to 3; it never
+    # committed partition 2.
+    commit("billing-app", {0: 1, 1: 3})
+    nothing = sparkpoint(home, "startpoint", "set", "k", "events", "--group", "no-such-app")
+    assert nothing.code == 3, nothing.err
+    assert "group no-such-app: the consumer group has committed no offset" in nothing.err
+    assert sparkpoint(home, "startpoint", "list", "k", "--json").json() == []
+
+    shown = sparkpoint(home, "startpoint", "set", "k", "events", "--group", "billing-app",
+                       "--json")
+    assert shown.code == 0, shown.err
+    assert shown.json()["resolves_to"]["offset_after"] == {topic: {"0": 1, "1": 3, "2": 4}}
+    assert f"{topic}-2: 4 (no offset committed by group 'billing-app': unchanged)" in \
+        shown.json()["resolves_to"]["positions"]
+    _kafka_run(spark, home, tmp_path, kafka_broker, topic, "sparkpoint-kafka")
+    everything = records + later
+    again = [r for r in everything if (r[1] == 0 and r[2] >= 1) or (r[1] == 1 and r[2] >= 3)]
+    new_in_2 = [r for r in later if r[1] == 2]
+    assert _out(spark, tmp_path) == _kafka_rows(records) + _kafka_rows(again + new_in_2)
+
+    # The application's position in partition 0 deleted since (as by the topic's
+    # retention): refused, naming what is gone and how to go on; nothing stored.
+    kafka_broker.delete_records(topic, {0: 3})
+    gone = sparkpoint(home, "startpoint", "set", "k", "events", "--group", "billing-app")
+    assert gone.code == 3, gone.err
+    end = kafka_broker.watermarks(topic, 0)[1]
+    assert gone.err.strip() == (
+        f"error: [VALIDATION_FAILED] startpoint events: group billing-app: the group "
+        f"committed offset 1 of {topic}-0, outside what the broker holds (3..{end})"
+        f"; the records from 1 to 2 were deleted (the topic's retention): set this partition "
+        f"with --partition {topic}:0 --earliest to read what is left"), gone.err
+    assert sparkpoint(home, "startpoint", "list", "k", "--json").json() == []

@@ -5,12 +5,13 @@ A command runs in the test's own process, in the JVM the process already has
 about or what the command needs: a crash or freeze point (the process exits or stops
 itself), a JVM of other settings (a master, the UI, jars or options only a new JVM takes, a
 Python of the user's shell), the machine's environment changed for it (``AWS_*``, Spark's
-and Hadoop's variables, another host), a terminal, a background process, or
-``process=True``. ``SPARKPOINT_TEST_CLI=process`` runs every command as a process, to
-compare. Each in-process command gets a Spark session of its own (``create_session`` over a
-running JVM), and once it returned the JVM's state stores are closed, as the end of a process
-closes them: a finished run's provider must not write into a checkpoint after the command
-that held the job's lease returned (Spark's maintenance pass would)."""
+and Hadoop's variables, another host), a job held by a thread of the test, a terminal, a
+background process, or ``process=True``. ``SPARKPOINT_TEST_CLI=process`` runs every
+command as a process, to compare. Each in-process command gets a Spark session of its own
+(``create_session`` over a running JVM), and once it returned the JVM's state stores are
+closed, as the end of a process closes them: a finished run's provider must not write into
+a checkpoint after the command that held the job's lease returned (Spark's maintenance pass
+would)."""
 
 from __future__ import annotations
 

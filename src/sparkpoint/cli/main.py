@@ -649,6 +649,9 @@ def startpoint() -> None:
               help="First record (Kafka) or file modified at or after this time.")
 @click.option("--earliest", is_flag=True, help="The beginning: read everything again.")
 @click.option("--latest", is_flag=True, help="The end: skip what has not been read yet.")
+@click.option("--group", default=None, metavar="GROUP",
+              help="Kafka: the offsets consumer group GROUP committed (where a consumer "
+                   "application left off), read from the broker when applied.")
 @click.option("--partition", default=None, metavar="P",
               help="Only this partition (Kafka: P or TOPIC:P).")
 @click.option("--dry-run", is_flag=True, help="Show what it resolves to; store nothing.")
@@ -656,8 +659,8 @@ def startpoint() -> None:
 @click.pass_context
 @handle_errors
 def startpoint_set(ctx: click.Context, job: str, source: str, offset: str | None,
-                   timestamp: str | None, earliest: bool, latest: bool, partition: str | None,
-                   dry_run: bool, as_json: bool) -> Output:
+                   timestamp: str | None, earliest: bool, latest: bool, group: str | None,
+                   partition: str | None, dry_run: bool, as_json: bool) -> Output:
     """Set where SOURCE of JOB starts at the job's next start."""
     given: list[tuple[PositionKind, str | None]] = []
     if offset is not None:
@@ -668,9 +671,11 @@ def startpoint_set(ctx: click.Context, job: str, source: str, offset: str | None
         given.append(("earliest", None))
     if latest:
         given.append(("latest", None))
+    if group is not None:
+        given.append(("group", group))
     if len(given) != 1:
         raise UsageError("give exactly one of --offset JSON, --timestamp ISO8601, --earliest, "
-                         "--latest")
+                         "--latest, --group GROUP")
     kind, value = given[0]
     preview = api.startpoint_set(_home(ctx), job, source, kind, value, partition, dry_run)
     return Output(preview.to_dict(), lambda: render.startpoint_text(preview))

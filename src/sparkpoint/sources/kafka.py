@@ -116,6 +116,7 @@ class KafkaMetadata:
         from confluent_kafka import Consumer
 
         self.timeout = timeout
+        self._bootstrap = bootstrap
         # quiet: librdkafka's own log lines (a refused connection, every 50 ms) stay off
         # stderr; the caller says what failed in its own words.
         self._consumer = Consumer({**_client_conf(bootstrap),
@@ -187,6 +188,24 @@ class KafkaMetadata:
         finally:
             self._consumer.unassign()
         return found
+
+    def group_offsets(self, group: str, partitions: dict[str, list[int]]
+                      ) -> dict[tuple[str, int], int]:
+        """The offsets consumer group ``group`` committed for the partitions (the next
+        record its application would read); a partition it committed nothing for is left
+        out. Read with the group's id without joining it: the group's members, if any run,
+        are not disturbed."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        reader = Consumer({**_client_conf(self._bootstrap), "group.id": group})
+        try:
+            found = reader.committed([TopicPartition(topic, number)
+                                      for topic, numbers in partitions.items()
+                                      for number in numbers], timeout=self.timeout)
+        finally:
+            reader.close()
+        return {(entry.topic, entry.partition): int(entry.offset) for entry in found
+                if entry.error is None and entry.offset >= 0}
 
     def watermarks(self, partitions: dict[str, list[int]]) -> dict[str, dict[str, tuple[int, int]]]:
         """(earliest, latest) of every partition, one broker request each."""

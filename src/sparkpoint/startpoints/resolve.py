@@ -78,6 +78,12 @@ def resolve(source: SourceDescription, startpoints: list[Startpoint], checkpoint
     batch = checkpoint.latest_committed_batch()
     current = (checkpoint.offsets(batch).source_offsets().get(source.name)
                if batch is not None else None)
+    grouped = [s for s in startpoints if s.kind == "group"]
+    if grouped and source.kind not in KAFKA_KINDS:
+        raise ValidationError(
+            f"{_where(grouped[0])}: a consumer group's offsets are a Kafka source's position; "
+            f"'{source.name}' is a {source.kind} source: set --offset, --timestamp, "
+            "--earliest or --latest")
     if source.kind == "file":
         return _resolve_file(source, startpoints, checkpoint, current, compact_interval)
     if source.kind in KAFKA_KINDS:
@@ -210,6 +216,8 @@ def _resolve_kafka(source: SourceDescription, startpoints: list[Startpoint],
             matched = False
             explicit = (_explicit_offsets(startpoint, partitions)
                         if startpoint.kind == "offset" else None)
+            group = _group_offsets(meta, startpoint, partitions) \
+                if startpoint.kind == "group" else None
             if explicit is not None:
                 for topic, parts in explicit.items():
                     for part in parts:
@@ -226,6 +234,14 @@ def _resolve_kafka(source: SourceDescription, startpoints: list[Startpoint],
                         continue
                     matched = True
                     low, high = meta.bounds(topic, number)
+                    was = before.get(topic, {}).get(part)
+                    if group is not None and (topic, number) not in group:
+                        # The application never committed here: the job's own position
+                        # stays (Spark's startingOffsets for a partition it never read).
+                        lines.append(f"{topic}-{part}: {'-' if was is None else was} "
+                                     f"(no offset committed by group '{startpoint.value}': "
+                                     "unchanged)")
+                        continue
                     if startpoint.kind == "earliest":
                         offset = low
                     elif startpoint.kind == "latest":
@@ -233,6 +249,17 @@ def _resolve_kafka(source: SourceDescription, startpoints: list[Startpoint],
                     elif startpoint.kind == "timestamp":
                         at = parse_timestamp(startpoint.value or "", _where(startpoint))
                         offset = meta.offset_for_time(topic, number, at)
+                    elif group is not None:
+                        offset = group[(topic, number)]
+                        if not low <= offset <= high:
+                            deleted = (f"; the records from {offset} to {low - 1} were "
+                                       "deleted (the topic's retention): set this partition "
+                                       f"with --partition {topic}:{part} --earliest to read "
+                                       "what is left") if offset < low else ""
+                            raise ValidationError(
+                                f"{_where(startpoint)}: the group committed offset {offset} "
+                                f"of {topic}-{part}, outside what the broker "
+                                f"holds ({low}..{high}){deleted}")
                     else:
                         assert explicit is not None
                         offset = explicit[topic][part]
@@ -240,7 +267,6 @@ def _resolve_kafka(source: SourceDescription, startpoints: list[Startpoint],
                             raise ValidationError(
                                 f"{_where(startpoint)}: offset {offset} of {topic}-{part} is "
                                 f"outside what the broker holds ({low}..{high})")
-                    was = before.get(topic, {}).get(part)
                     after[topic][part] = offset
                     line = f"{topic}-{part}: {'-' if was is None else was} -> {offset}"
                     if startpoint.kind == "timestamp" and offset == low > 0:
@@ -260,6 +286,26 @@ def _resolve_kafka(source: SourceDescription, startpoints: list[Startpoint],
         meta.close()
     text = json.dumps(after, separators=(",", ":"))
     return Resolved(source.name, current, text, lines=lines)
+
+
+def _group_offsets(meta: KafkaMetadata, startpoint: Startpoint,
+                   partitions: dict[str, list[int]]) -> dict[tuple[str, int], int]:
+    """The offsets the consumer group committed for the source's partitions (those the
+    startpoint selects); a group that committed none of them is refused: its name is
+    probably wrong."""
+    group = startpoint.value or ""
+    if not group.strip():
+        raise UsageError(f"{_where(startpoint)}: expected a consumer group's name after "
+                         "--group, found an empty one")
+    found = meta.group_offsets(group, partitions)
+    selected = {key: offset for key, offset in found.items()
+                if _partition_filter(startpoint, key[0], str(key[1]))}
+    if not selected:
+        raise ValidationError(
+            f"{_where(startpoint)}: the consumer group has committed no offset for "
+            f"{_listing(partitions)}; check the group's name (kafka-consumer-groups.sh "
+            "--list) and that its application committed")
+    return selected
 
 
 def _explicit_offsets(startpoint: Startpoint, partitions: dict[str, list[int]]) -> Offsets:

@@ -38,7 +38,7 @@ from sparkpoint.storage.fileio import FileIO, join
 from sparkpoint.storage.home import Home, name_problem, validate_name
 from sparkpoint.storage.stores import file_io
 
-PositionKind = Literal["earliest", "latest", "timestamp", "offset"]
+PositionKind = Literal["earliest", "latest", "timestamp", "offset", "group"]
 WHOLE_SOURCE = "*"
 LEGACY_ID = "legacy"
 DONE_SUFFIX = ".done"
