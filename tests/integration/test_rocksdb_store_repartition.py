@@ -85,3 +85,42 @@ def test_rocksdb_start_into_another_partition_count_moves_the_state_in_the_store
         for key in settings:
             hadoop.unset(key)
     assert started == snapshot == Counter(Counter(keys).items())
+
+
+def test_a_joins_four_rocksdb_stores_are_moved_in_the_store(
+    spark: Any, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stream-stream join keeps its four stores in subdirectories of each partition, its
+    keyWithIndexToValue stores hashed on the join keys without the index: moved by the
+    tasks too, the output of the job continued in 3 partitions is the output of one
+    uninterrupted run of 2."""
+    from sparkpoint import api
+    from sparkpoint.testing import output_rows
+    from tests.integration.test_upgrade_operator_kinds import JOB as KINDS
+    from tests.integration.test_upgrade_operator_kinds import _params, _write_slices
+
+    monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine"))
+    home = Home.resolve(f"s3://{s3_server.new_bucket()}/home")
+    reference_root = tmp_path / "reference"
+    for slices in (range(0, 3), range(3, 6)):
+        _write_slices(reference_root, slices)
+        api.run(Home(reference_root / "home"), KINDS, "reference",
+                params=_params(reference_root, "join", "v1", "ref"), until_caught_up=True,
+                spark=spark, conf={"spark.sql.shuffle.partitions": "2"})
+    _write_slices(tmp_path, range(0, 3))
+    api.run(home, KINDS, "old", params=_params(tmp_path, "join", "v1", "out1"),
+            until_caught_up=True, spark=spark, conf={"spark.sql.shuffle.partitions": "2"})
+    api.snapshot_create(home, "old", "s1")
+    _write_slices(tmp_path, range(3, 6))
+    scratch = tmp_path / "driver"
+    monkeypatch.setenv("SPARKPOINT_SCRATCH", str(scratch))
+    said: list[str] = []
+    api.run(Home.resolve(home.location), KINDS, "new",
+            params=_params(tmp_path, "join", "v1", "out2"), from_snapshot="s1",
+            until_caught_up=True, spark=spark, conf={"spark.sql.shuffle.partitions": "3"},
+            echo=said.append)
+    assert any("RocksDB state" in line and "read and write the store" in line
+               for line in said), said
+    assert not [p for p in scratch.rglob("*") if p.is_file() and STATE_FILE.search(p.name)]
+    combined = output_rows(spark, tmp_path / "out1") + output_rows(spark, tmp_path / "out2")
+    assert combined == output_rows(spark, reference_root / "ref") and combined
