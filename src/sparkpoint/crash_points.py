@@ -55,9 +55,9 @@ CRASH_POINTS: dict[str, str] = {
     "restore.job_locked": "new job's lock taken, nothing assembled",
     "restore.assembled": "new checkpoint assembled in staging, not checked by Spark",
     "restore.hdfs_partition_moved": "one HDFS state store rewritten in staging, others not (a "
-                                    "home in a store: every store's new files written into "
-                                    "the new checkpoint there by Spark tasks, after the "
-                                    "intent and its metadata)",
+                                    "home in a store, HDFS or RocksDB state: every store's "
+                                    "new files written into the new checkpoint there by "
+                                    "Spark tasks, after the intent and its metadata)",
     "restore.repartitioned": "state repartitioned in staging (a home in a store: in the new "
                              "checkpoint there), not checked by Spark",
     "restore.provider_moved": "state moved to the state store provider the job asks for, in "

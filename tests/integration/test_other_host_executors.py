@@ -6,10 +6,11 @@ S3 (moto's server), as a cluster of several hosts needs: the workers reach it, a
 the master and the driver, over the network only.
 
 What must hold there: a job continued from a snapshot runs on the cluster with its state; a
-start into another partition count moves the state in Spark tasks that read and write the
-store, none of its bytes through the driver, and gives the state Spark's own reader finds in
-the snapshot; a command whose rewrite still reads a scratch copy on the driver's disk (a
-prune) fails with one line that says so and what to do, and changes nothing."""
+start into another partition count moves the state (HDFS-provider or RocksDB) in Spark
+tasks that read and write the store, none of its bytes through the driver, and gives the
+state Spark's own reader finds in the snapshot; a command whose rewrite still reads a
+scratch copy on the driver's disk (a prune) fails with one line that says so and what to
+do, and changes nothing."""
 
 from __future__ import annotations
 
@@ -161,17 +162,50 @@ def test_start_into_another_partition_count_from_an_s3_home(
     for key, value in s3a_conf(str(home.url), {}).items():
         if key.startswith("spark.hadoop."):
             hadoop.set(key.removeprefix("spark.hadoop."), value)
-    # s3a's jars where each worker reads them, on its executors' class path (a cluster's
-    # image would hold them): Hadoop looks s3a's classes up there, not among the jars an
-    # application ships.
+    _start_into_3(spark, home, url, inp, tmp_path, Counter(keys + more), *_s3a_options())
+
+
+def _s3a_options() -> list[str]:
+    """s3a's jars where each worker reads them, on its executors' class path (a cluster's
+    image would hold them): Hadoop looks s3a's classes up there, not among the jars an
+    application ships."""
     jars = sorted(str(jar) for jar in S3A_JARS.glob("*.jar"))
-    _start_into_3(spark, home, url, inp, tmp_path, Counter(keys + more),
-                  "--conf", f"spark.jars={s3a_jars()}",
-                  "--conf", f"spark.executor.extraClassPath={':'.join(jars)}")
+    return ["--conf", f"spark.jars={s3a_jars()}",
+            "--conf", f"spark.executor.extraClassPath={':'.join(jars)}"]
+
+
+def test_rocksdb_start_into_another_partition_count_from_an_s3_home(
+    other_host_cluster: str, spark: Any, hdfs_server: Any, s3_server: Any, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same move with RocksDB state (sparkpoint's default): the tasks fetch each old
+    partition's zip and SSTs from the bucket and upload the new partitions' versions."""
+    from sparkpoint import api
+
+    url = other_host_cluster
+    monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    home = Home.resolve(f"s3://{s3_server.new_bucket()}/home")
+    inp = join(hdfs_server.new_dir(), "in")
+    keys = [f"r{n:05d}" for n in range(1800)] + [f"r{n:05d}" for n in range(0, 1800, 3)]
+    _write_keys(spark, inp, keys)
+    api.run(home, JOB, "keys", params={"input": inp},
+            conf={"spark.sql.shuffle.partitions": "4"}, until_caught_up=True, spark=spark)
+    api.snapshot_create(home, "keys", "k1")
+    assert api.snapshot_show(home, "k1").state_store_provider.endswith(
+        "RocksDBStateStoreProvider")
+    more = keys[:300] + [f"t{n:03d}" for n in range(40)]
+    _write_keys(spark, inp, more)
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, value in s3a_conf(str(home.url), {}).items():
+        if key.startswith("spark.hadoop."):
+            hadoop.set(key.removeprefix("spark.hadoop."), value)
+    _start_into_3(spark, home, url, inp, tmp_path, Counter(keys + more), *_s3a_options(),
+                  kind="RocksDB")
 
 
 def _start_into_3(spark: Any, home: Home, url: str, inp: str, tmp_path: Path,
-                  expected: Counter[str], *options: str) -> None:
+                  expected: Counter[str], *options: str, kind: str = "HDFS") -> None:
     """``keys-3`` started from snapshot k1 into 3 partitions on the cluster and run until
     caught up: its state at the start is the snapshot's (Spark's reader on both), each key
     in the partition Spark's hash gives it, and the state it ends with is ``expected``
@@ -185,10 +219,12 @@ def _start_into_3(spark: Any, home: Home, url: str, inp: str, tmp_path: Path,
                        "--until-caught-up", *options, timeout=600,
                        env={"SPARKPOINT_SCRATCH": str(driver_scratch)})
     assert moved.code == 0, moved.err[-3000:]
-    assert "Spark tasks that read and write the store" in moved.err + moved.out
+    assert f"({kind} state, keys rehashed as Spark places them, in Spark tasks that read and " \
+        "write the store)" in moved.err + moved.out
     # The driver fetched the snapshot's logs and metadata only.
     fetched = [p for p in driver_scratch.rglob("*") if p.is_file()]
-    assert fetched and not [p for p in fetched if re.fullmatch(r"\d+\.(delta|snapshot)", p.name)]
+    assert fetched and not [p for p in fetched if re.fullmatch(
+        r"\d+\.(delta|snapshot|zip|changelog)|.*\.sst", p.name)]
 
     manifest = api.snapshot_show(home, "k1")
     snapshot = Counter(_state_rows(spark, open_snapshot_store(home).checkpoint_path("k1"),

@@ -121,27 +121,30 @@ def test_start_from_a_snapshot_on_s3_cut_off_at_each_point_is_rolled_back_and_re
     assert spark.conf.get("fs.s3a.endpoint", None) is None
 
 
-# A start into another partition count of HDFS-provider state in a store: Spark tasks write
-# the new state files into the home before the checkpoint is published.
+# A start into another partition count of HDFS-provider or RocksDB state in a store: Spark
+# tasks write the new state files into the home before the checkpoint is published.
 REPARTITION_POINTS = ["restore.hdfs_partition_moved", "restore.repartitioned",
                       "restore.published"]
 
 
+@pytest.mark.parametrize("provider", ["hdfs", "rocksdb"])
 def test_start_into_another_partition_count_on_s3_cut_off_after_its_tasks_wrote_is_rolled_back(
-    spark: Any, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: Any, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    provider: str,
 ) -> None:
     """The move's tasks write into the new job's checkpoint in the store before it is
     published: the intent and the checkpoint's ``metadata`` are there first, so a start cut
     off after they wrote is recognised and rolled back by the next, which builds it again."""
     from sparkpoint.checkpoint.layout import PROVIDER_CONF
-    from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER
+    from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
 
     home = _s3_home(s3_server, tmp_path, monkeypatch)
     inp = tmp_path / "in"
     events = write_clicks(inp, range(0, 3))
     params = {"input": str(inp), "output": str(tmp_path / "v1"), "files_per_batch": "1"}
     api.run(home, JOB, "v1", params=params, until_caught_up=True, spark=spark,
-            conf={"spark.sql.shuffle.partitions": "2", PROVIDER_CONF: HDFS_PROVIDER})
+            conf={"spark.sql.shuffle.partitions": "2", PROVIDER_CONF: {
+                "hdfs": HDFS_PROVIDER, "rocksdb": ROCKSDB_PROVIDER}[provider]})
     api.snapshot_create(home, "v1", "s1")
     events += write_clicks(inp, range(3, 5))
     expected = expected_hourly_counts(events)
@@ -166,7 +169,9 @@ def test_start_into_another_partition_count_on_s3_cut_off_after_its_tasks_wrote_
                 conf={"spark.sql.shuffle.partitions": "3"}, until_caught_up=True,
                 spark=spark, echo=said.append)
         assert any("interrupted" in line for line in said), (point, said)
-        assert any("read and write the store" in line for line in said), (point, said)
+        assert any("read and write the store" in line and
+                   ("RocksDB state" in line) == (provider == "rocksdb")
+                   for line in said), (point, said)
         assert first + output_rows(spark, out) == expected, point
     assert Counter(api.snapshot_verify(home, "s1")) == Counter()
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparkpoint.checkpoint.murmur3 import hash_row
-from sparkpoint.checkpoint.murmur3_columns import hash_columns
+from sparkpoint.checkpoint.murmur3_columns import columns_hashed, hash_columns
 from sparkpoint.checkpoint.unsafe_row import read_fields
 
 WINDOW = {"type": "struct", "fields": [{"name": "start", "type": "timestamp"},
@@ -72,9 +72,14 @@ def test_columns_hash_like_rows(rows: list[list[Any]], count: int) -> None:
     hashed = hash_columns(array, FIELDS, count)
     assert hashed is not None
     assert hashed.tolist() == expected
+    assert columns_hashed(FIELDS, count)
 
 
 def test_unhandled_types_say_so() -> None:
     fields = [{"name": "x", "type": "double"}]
     rows = np.zeros((1, 16), dtype=np.uint8)
     assert hash_columns(rows, fields, 1) is None
+    assert not columns_hashed(fields, 1)
+    nested = [{"name": "i", "type": "integer"},
+              {"name": "w", "type": {"type": "struct", "fields": [*FIELDS[:2], *fields]}}]
+    assert not columns_hashed(nested, 2) and columns_hashed(nested, 1)

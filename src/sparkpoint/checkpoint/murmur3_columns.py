@@ -89,6 +89,21 @@ def hash_columns(rows: Array, fields: list[dict[str, Any]], count: int) -> Array
     return None if hashed is None else hashed.view(np.int32)
 
 
+def columns_hashed(fields: list[dict[str, Any]], count: int) -> bool:
+    """Whether :func:`hash_columns` hashes the first ``count`` of ``fields`` (told from
+    their types alone, before any key is read)."""
+    for field in fields[:count]:
+        spark_type = field["type"]
+        kind = spark_type if isinstance(spark_type, str) else spark_type.get("type")
+        if kind == "struct":
+            if not columns_hashed(spark_type["fields"], len(spark_type["fields"])):
+                return False
+        elif kind not in _INT_KINDS and kind not in _LONG_KINDS \
+                and kind not in ("boolean", "string", "binary"):
+            return False
+    return True
+
+
 def _hash_struct(rows: Array, base: Array | None, fields: list[dict[str, Any]], count: int,
                  seeds: Array) -> Array | None:
     bitset = ((len(fields) + 63) // 64) * 8

@@ -166,7 +166,11 @@ def plain_zip_metadata(partition_dir: Path, version: int) -> dict[str, Any] | No
 
 def options_text(partition_dir: Path, version: int) -> str:
     """The OPTIONS file Spark's RocksDB wrote with ``version`` (its store settings)."""
-    zip_path = partition_dir / locate_version(partition_dir, version).zip_name
+    return zip_options_text(partition_dir / locate_version(partition_dir, version).zip_name)
+
+
+def zip_options_text(zip_path: Path) -> str:
+    """The OPTIONS file packed in a version's zip."""
     with zipfile.ZipFile(zip_path) as archive:
         names = sorted(n for n in archive.namelist() if n.startswith("OPTIONS-"))
         if not names:

@@ -39,7 +39,7 @@ from sparkpoint.errors import (
 )
 from sparkpoint.losses import AcceptedLoss
 from sparkpoint.progress import phase
-from sparkpoint.snapshot.manifest import Manifest, OperatorEntry
+from sparkpoint.snapshot.manifest import FileEntry, Manifest, OperatorEntry
 from sparkpoint.snapshot.store import SnapshotStore
 from sparkpoint.sources.positions import (
     ResolvedPosition,
@@ -63,7 +63,7 @@ from sparkpoint.spark.version import installed_pyspark_version
 from sparkpoint.storage.fileio import join
 from sparkpoint.storage.local import copy_file, fsync_dir, walk_files
 from sparkpoint.storage.location import Location, StorePath, remove_tree
-from sparkpoint.storage.task_store import task_store
+from sparkpoint.storage.task_store import TaskStore, task_store
 from sparkpoint.upgrade.adopt import unfinished_import_problem
 from sparkpoint.upgrade.assemble import (
     AssembleResult,
@@ -81,6 +81,11 @@ from sparkpoint.upgrade.interrupted import clear_intent, record_intent, staging_
 from sparkpoint.upgrade.provider_move import asked_provider, move_problems, move_state_provider
 from sparkpoint.upgrade.resume_point import ReadResumePoint, ResumePoint
 from sparkpoint.upgrade.rocksdb_repartition import repartition_rocksdb_state
+from sparkpoint.upgrade.rocksdb_store_repartition import (
+    RocksDBStoreMove,
+    plan_rocksdb_in_store,
+    repartition_rocksdb_in_store,
+)
 from sparkpoint.upgrade.state_migration import (
     declared_sql_problems,
     merge_sql_problems,
@@ -149,7 +154,8 @@ class Resolution:
     accepted_loss: list[AcceptedLoss] = field(default_factory=list)
     raised_offsets: dict[str, str] = field(default_factory=dict)
     # Every used snapshot's state data files were left in the store, for Spark tasks to
-    # repartition there (hdfs_store_repartition.py): none is fetched here.
+    # repartition there (hdfs_store_repartition.py, rocksdb_store_repartition.py): none is
+    # fetched here (RocksDB state: unless its stores are not ones the tasks move).
     state_in_tasks: bool = False
 
 
@@ -256,11 +262,13 @@ def resolve(
 
 def _repartitions_in_store(target: Location | None, manifest: Manifest, shape: JobShape,
                            conf: Mapping[str, str], plan: UpgradePlan) -> bool:
-    """The start moves HDFS-provider state into another partition count and nothing else
-    (no move of provider or format, no migration), into a checkpoint in a store: Spark tasks
-    do it there, reading the snapshot's files from the store (hdfs_store_repartition.py)."""
+    """The start moves HDFS-provider or RocksDB state into another partition count and
+    nothing else (no move of provider or format, no migration), into a checkpoint in a
+    store: Spark tasks do it there, reading the snapshot's files from the store
+    (hdfs_store_repartition.py, rocksdb_store_repartition.py; RocksDB state whose stores
+    those tasks do not move is still staged here, see build_new_checkpoint)."""
     return isinstance(target, StorePath) \
-        and manifest.state_store_provider == HDFS_BACKED.class_name \
+        and manifest.state_store_provider in (HDFS_BACKED.class_name, ROCKSDB.class_name) \
         and shape.partitions not in (None, manifest.shuffle_partitions) \
         and conf.get(CHECKPOINT_FORMAT_CONF) is None \
         and conf.get(PROVIDER_CONF) in (None, manifest.state_store_provider) \
@@ -450,25 +458,44 @@ _REPARTITIONS = {ROCKSDB.class_name: _repartition_rocksdb,
                  HDFS_BACKED.class_name: _repartition_hdfs}
 
 
+def _store_entries(resolution: Resolution) -> dict[str, FileEntry]:
+    """The manifest's entry of each snapshot file left in the store, by URL."""
+    return {url: entry for used in resolution.snapshots.values()
+            for entry in used.manifest.files if (url := used.in_store.get(entry.path))}
+
+
+def _task_stores(planned: PlannedJob, result: AssembleResult,
+                 target_url: str) -> tuple[TaskStore, TaskStore]:
+    """The stores the tasks read the snapshot's files from and write the new ones to."""
+    s3 = aws_environment(dict(planned.spark.sparkContext.getConf().getAll()))
+    return (task_store(next(iter(result.in_store.values())), s3),
+            task_store(target_url, s3))
+
+
 def _repartition_in_store(planned: PlannedJob, resolution: Resolution, staging: Path,
                           target: StorePath, result: AssembleResult, wanted: int,
-                          echo: Echo) -> AssembleResult:
-    """HDFS-provider state moved to ``wanted`` partitions by Spark tasks that read the
-    snapshot's files in the store and write the new ones into ``target``; this process
-    moves none of its bytes. The intent and the checkpoint's ``metadata`` go into the home
-    first: a start cut off once a task wrote is recognised, and rolled back, by the next."""
+                          echo: Echo, rocksdb: RocksDBStoreMove | None) -> AssembleResult:
+    """HDFS-provider or RocksDB state (``rocksdb``: its move, planned) moved to ``wanted``
+    partitions by Spark tasks that read the snapshot's files in the store and write the new
+    ones into ``target``; this process moves none of its keys or values. The intent and the
+    checkpoint's ``metadata`` go into the home first: a start cut off once a task wrote is
+    recognised, and rolled back, by the next."""
     assert result.batch_id is not None
     record_intent(target, staging)
     target.io.put_files([(staging / "metadata", join(target.url, "metadata"))])
-    entries = {url: entry for used in resolution.snapshots.values()
-               for entry in used.manifest.files if (url := used.in_store.get(entry.path))}
-    s3 = aws_environment(dict(planned.spark.sparkContext.getConf().getAll()))
+    source, into = _task_stores(planned, result, target.url)
     partitions = result.partitions or 0
-    echo(f"repartitioning state from {partitions} to {wanted} partitions (HDFS state, keys "
+    kind = "RocksDB" if rocksdb is not None else "HDFS"
+    echo(f"repartitioning state from {partitions} to {wanted} partitions ({kind} state, keys "
          "rehashed as Spark places them, in Spark tasks that read and write the store)")
-    left, moved = repartition_hdfs_in_store(
-        planned.spark, staging, result.batch_id, partitions, wanted, result.in_store, entries,
-        task_store(next(iter(result.in_store.values())), s3), task_store(target.url, s3))
+    if rocksdb is not None:
+        left, moved = repartition_rocksdb_in_store(
+            planned.spark, rocksdb, staging, result.batch_id, partitions, wanted,
+            result.in_store, source, into)
+    else:
+        left, moved = repartition_hdfs_in_store(
+            planned.spark, staging, result.batch_id, partitions, wanted, result.in_store,
+            _store_entries(resolution), source, into)
     echo(f"the tasks read {moved.read_bytes} bytes of state from the store and wrote "
          f"{moved.files} files of {moved.written_bytes} bytes into {target.url}")
     return AssembleResult(result.batch_id, wanted, left)
@@ -565,8 +592,17 @@ def build_new_checkpoint(
             and wanted != result.partitions
         rewritten = moved or new_provider is not provider or reshaped or seeded
         in_tasks = resolution.state_in_tasks and publish and isinstance(target, StorePath) \
-            and moved and provider is HDFS_BACKED and new_provider is provider \
+            and moved and provider in (HDFS_BACKED, ROCKSDB) and new_provider is provider \
             and not (reshaped or seeded or back_to_v2) and bool(result.in_store)
+        rocksdb_move = None
+        if in_tasks and provider is ROCKSDB:
+            # Only stores the tasks can move (else staged here, as before).
+            assert isinstance(target, StorePath) and result.batch_id is not None
+            rocksdb_move = plan_rocksdb_in_store(
+                planned.spark, staging, result.batch_id, result.partitions or 0,
+                result.in_store, _store_entries(resolution),
+                _task_stores(planned, result, target.url)[0])
+            in_tasks = rocksdb_move is not None
         if rewritten and not in_tasks:
             # These ways of moving the state run Spark tasks on the staging copy: asked
             # before the state is fetched into it.
@@ -581,7 +617,7 @@ def build_new_checkpoint(
                 assert isinstance(target, StorePath)
                 started_in_target = True
                 result = _repartition_in_store(planned, resolution, staging, target, result,
-                                               wanted, echo)
+                                               wanted, echo, rocksdb_move)
             else:
                 move = _REPARTITIONS[provider.class_name]
                 batch = move(planned, staging, result.batch_id or 0, result.partitions or 0,

@@ -39,6 +39,7 @@ from sparkpoint.storage.local import write_atomic
 from sparkpoint.upgrade.hdfs_repartition import partition_key_fields, run_tasks, task_slices
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import SparkSession
 
 # SQLConf.STREAMING_STATE_STORE_ENCODING_FORMAT, recorded in every offsets entry.
@@ -145,6 +146,46 @@ def repartition_rocksdb_state(checkpoint: Path, batch: int, partitions: int,
     return True
 
 
+def key_partitions(keys: pa.Array, key_fields: list[dict[str, Any]], hashed_fields: int,
+                   partitions: int) -> Any:
+    """The new partition of every stored key (Arrow binary: the encoding byte, then the
+    UnsafeRow), as Spark's ``HashPartitioning`` places it among ``partitions``: a numpy
+    int64 array, or None when a key is not ``[encoding version 0][UnsafeRow]`` or its
+    columns are not hashed here (murmur3_columns.py)."""
+    import numpy as np
+
+    from sparkpoint.checkpoint.murmur3_columns import hash_columns  # numpy: imported late
+
+    targets = np.zeros(len(keys), np.int64)
+    if not len(keys):
+        return targets
+    offsets = np.frombuffer(keys.buffers()[1], np.int32)[keys.offset : keys.offset
+                                                         + len(keys) + 1]
+    data = np.frombuffer(keys.buffers()[2], np.uint8)
+    lengths = np.diff(offsets)
+    if (lengths < 1).any() or (data[offsets[:-1][lengths > 0]] != 0).any():
+        return None  # not [encoding version 0][UnsafeRow]: another key encoding
+    # Keys of one length are hashed together, column by column (strings make lengths
+    # differ); the stored key is the encoding byte, then the UnsafeRow Spark hashes.
+    widths = np.unique(lengths)
+    for length in widths:
+        if (length - 1) % 8:
+            return None
+        if len(widths) == 1:  # the common case: the rows are Arrow's buffer as it is
+            rows = np.arange(len(keys))
+            gathered = np.ascontiguousarray(
+                data[offsets[0] : offsets[-1]].reshape(len(keys), length)[:, 1:])
+        else:
+            rows = np.nonzero(lengths == length)[0]
+            gathered = data[offsets[:-1][rows][:, None] + np.arange(1, length)]
+        hashed = hash_columns(gathered, key_fields, hashed_fields)
+        if hashed is None:
+            return None
+        # pmod, as Spark's HashPartitioning: numpy's remainder takes the divisor's sign.
+        targets[rows] = hashed.astype("int64") % partitions
+    return targets
+
+
 def _spill_partition(job: tuple[_Store, int, Path], version: int, partitions: int
                      ) -> list[int] | None:
     """A task: one old partition's pairs hashed to their new partitions and written to the
@@ -154,36 +195,12 @@ def _spill_partition(job: tuple[_Store, int, Path], version: int, partitions: in
     import numpy as np
     import pyarrow as pa
 
-    from sparkpoint.checkpoint.murmur3_columns import hash_columns  # numpy: imported late
-
     store, old, spill_path = job
     check_here(store.operator_dir)
     keys, values = rocksdb_writer.read_arrow(store.partition_dir(old), version)
-    targets = np.zeros(len(keys), np.int64)
-    if len(keys):
-        offsets = np.frombuffer(keys.buffers()[1], np.int32)[: len(keys) + 1]
-        data = np.frombuffer(keys.buffers()[2], np.uint8)
-        lengths = np.diff(offsets)
-        if (lengths < 1).any() or (data[offsets[:-1][lengths > 0]] != 0).any():
-            return None  # not [encoding version 0][UnsafeRow]: another key encoding
-        # Keys of one length are hashed together, column by column (strings make lengths
-        # differ); the stored key is the encoding byte, then the UnsafeRow Spark hashes.
-        widths = np.unique(lengths)
-        for length in widths:
-            if (length - 1) % 8:
-                return None
-            if len(widths) == 1:  # the common case: the rows are Arrow's buffer as it is
-                rows = np.arange(len(keys))
-                gathered = np.ascontiguousarray(
-                    data[offsets[0] : offsets[-1]].reshape(len(keys), length)[:, 1:])
-            else:
-                rows = np.nonzero(lengths == length)[0]
-                gathered = data[offsets[:-1][rows][:, None] + np.arange(1, length)]
-            hashed = hash_columns(gathered, store.key_fields, store.hashed_fields)
-            if hashed is None:
-                return None
-            # pmod, as Spark's HashPartitioning: numpy's remainder takes the divisor's sign.
-            targets[rows] = hashed.astype("int64") % partitions
+    targets = key_partitions(keys, store.key_fields, store.hashed_fields, partitions)
+    if targets is None:
+        return None
     order = np.argsort(targets, kind="stable")
     table = pa.table({"key": keys, "value": values}).take(pa.array(order))
     with pa.OSFile(str(spill_path), "wb") as sink, \
@@ -197,7 +214,6 @@ def _write_partition(task: tuple[_Store, list[tuple[Path, list[int]]], int],
                      version: int) -> None:
     """A task: new partition ``partition``'s store, from its slice of each spill."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     store, pieces, partition = task
     check_here(store.operator_dir)
@@ -207,13 +223,20 @@ def _write_partition(task: tuple[_Store, list[tuple[Path, list[int]]], int],
         if end > first:
             with pa.memory_map(str(path)) as source:
                 parts.append(pa.ipc.open_file(source).read_all().slice(first, end - first))
-    if parts:
-        table = pa.concat_tables(parts)
-        # Arrow orders binaries as RocksDB's bytewise comparator does (unsigned bytes, a
-        # prefix first); the SST writer refuses any other order.
-        table = table.take(pc.sort_indices(table.column("key")))
-        keys, values = table.column("key").combine_chunks(), table.column("value").combine_chunks()
-    else:
-        keys = values = pa.array([], pa.binary())
+    keys, values = sorted_pairs(parts)
     rocksdb_writer.write_sorted(store.partition_dir(partition), version, keys, values,
                                 store.options, store.metadata)
+
+
+def sorted_pairs(parts: list[pa.Table]) -> tuple[pa.Array, pa.Array]:
+    """The (key, value) tables' pairs as two arrays in RocksDB's key order."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not parts:
+        return pa.array([], pa.binary()), pa.array([], pa.binary())
+    table = pa.concat_tables(parts)
+    # Arrow orders binaries as RocksDB's bytewise comparator does (unsigned bytes, a prefix
+    # first); the SST writer refuses any other order.
+    table = table.take(pc.sort_indices(table.column("key")))
+    return table.column("key").combine_chunks(), table.column("value").combine_chunks()
