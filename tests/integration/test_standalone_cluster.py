@@ -155,10 +155,11 @@ def test_spark_submit_job_is_managed_snapshotted_while_running_and_continued(
     shown = sparkpoint(home, "jobs", "show", "after-submit", "--json").json()
     assert shown["master"] == url and shown["lineage"]["from_snapshot"] == "s-live"
     assert len(_executor_workers(logs, "sparkpoint:after-submit")) == 2
-    # The move (upgrade/rocksdb_repartition.py: hashing each old partition, writing each
-    # new one) ran its tasks on the executors of both workers.
+    # The move (upgrade/rocksdb_store_repartition.py, the home being on HDFS: each old
+    # partition read from the store and hashed, each new one written into it) ran its tasks
+    # on the executors of both workers.
     repartition_executors = _task_executors(events_dir, "sparkpoint:after-submit",
-                                            "rocksdb_repartition.py")
+                                            "rocksdb_store_repartition.py")
     assert len(repartition_executors) == 2, repartition_executors
     before = output_rows(spark, out, sink_files_up_to(out, live_batch))  # type: ignore[arg-type]
     after = output_rows(spark, tmp_path / "o2")  # type: ignore[arg-type]

@@ -38,8 +38,21 @@ PROCESS_CONF_PREFIXES = ("spark.sql.", "spark.hadoop.")
 STEPS_LOGGER = "sparkpoint.steps"
 
 
+# The CLI's own options that take a value (before the command's words).
+GLOBAL_VALUE_OPTIONS = {"--home", "--snapshots"}
+
+
 def _command_words(args: Sequence[str]) -> tuple[str, ...]:
-    return tuple(arg for arg in args if not arg.startswith("-"))[:2]
+    words: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in GLOBAL_VALUE_OPTIONS:
+            skip = True
+        elif not arg.startswith("-"):
+            words.append(arg)
+    return tuple(words[:2])
 
 
 def needs_spark(args: Sequence[str]) -> bool:
@@ -93,9 +106,12 @@ def allowed(args: Sequence[str], worker_python: bool, env: Mapping[str, str] | N
 
 
 def run(argv: list[str], env: Mapping[str, str], timeout: float) -> tuple[int, str, str]:
-    spark = needs_spark(argv[2:]) and not _forbidden_sessions()
+    from pyspark import SparkContext
+
+    spark = needs_spark(argv) and not _forbidden_sessions()
     if spark:
         spark_session.shared_session()
+    jvm_before = SparkContext._active_spark_context is not None
     steps = logging.getLogger(STEPS_LOGGER)
     saved_steps = (list(steps.handlers), steps.level, steps.propagate)
     saved_progress = progress._enabled
@@ -134,4 +150,9 @@ def run(argv: list[str], env: Mapping[str, str], timeout: float) -> tuple[int, s
         if spark:
             # As the process's end would: readers' providers too (spark/state_stores.py).
             close_idle_state_stores(spark_session.shared_session())
+    if not jvm_before and SparkContext._active_spark_context is not None:
+        # The JVM, started with this command's settings, would serve every later test of
+        # the process: the command must be known to need Spark.
+        raise AssertionError(f"'{' '.join(argv[2:])}' started Spark in the test process; "
+                             "add its command to SPARK_COMMANDS in tests/support/in_process.py")
     return code, texts[0], texts[1]
