@@ -127,10 +127,10 @@ def repartition_hdfs_in_store(
                             .flatMap(place)
                             # The key is the new partition (of every store in turn): Spark's
                             # shuffle takes it as the partition index.
-                            .partitionBy(len(stores) * wanted, _identity)
+                            .partitionBy(len(stores) * wanted, identity_partition)
                             .mapPartitionsWithIndex(write).collect())
     crash_point("restore.hdfs_partition_moved")
-    _drop_state_files(staging, moved_dirs, old_count, wanted)
+    drop_state_files(staging, moved_dirs, old_count, wanted, _STATE_FILE)
     record_partition_count(staging, batch, wanted)
     left = {rel: url for rel, url in in_store.items()
             if not any(rel.startswith(f"{op_dir}/") for op_dir in moved_dirs)}
@@ -139,8 +139,18 @@ def repartition_hdfs_in_store(
     return left, StoreMove(len(written), sum(size for _rel, size in written), read)
 
 
-def _identity(partition: int) -> int:
+def identity_partition(partition: int) -> int:
+    """Spark's shuffle partition of a key that is the new partition's index itself."""
     return partition
+
+
+def check_fetched(path: Path, url: str, entry: FileEntry | None, where: str) -> None:
+    """Refuse a snapshot file fetched in a task whose bytes are not the manifest's."""
+    mismatch = content_mismatch(path, entry) if entry is not None else None
+    if mismatch is not None:
+        raise SnapshotDamagedError(
+            f"{url}: {where}: {mismatch}; the snapshot's file was modified or corrupted: "
+            "delete the snapshot and create it again")
 
 
 def _old_partition(index: int, store: _Store, partition: int, staging: Path,
@@ -173,11 +183,7 @@ def _place(part: _OldPartition, stores: list[_Store], version: int, wanted: int,
             io.get_files([(url, directory / name)
                           for name, (url, _entry) in part.in_store.items()])
         for name, (url, entry) in part.in_store.items():
-            mismatch = content_mismatch(directory / name, entry) if entry is not None else None
-            if mismatch is not None:
-                raise SnapshotDamagedError(
-                    f"{url}: {where}/{name}: {mismatch}; the snapshot's file was modified or "
-                    "corrupted: delete the snapshot and create it again")
+            check_fetched(directory / name, url, entry, f"{where}/{name}")
         for name, data in part.written_here.items():
             (directory / name).write_bytes(data)
         slices = _slices(directory, where, store, version, wanted)
@@ -235,10 +241,11 @@ def _write(index: int, slices: Iterator[tuple[int, bytes]], stores: list[_Store]
     yield rel, len(data)
 
 
-def _drop_state_files(staging: Path, operator_dirs: list[str], old_count: int,
-                      wanted: int) -> None:
-    """The copy here keeps the operators' metadata only: their state files are in the
-    target, written by the tasks (old partitions past the new count go entirely)."""
+def drop_state_files(staging: Path, operator_dirs: list[str], old_count: int, wanted: int,
+                     state_file: re.Pattern[str]) -> None:
+    """The copy here keeps the operators' metadata only: their state files (names
+    ``state_file`` matches) are in the target, written by the tasks (old partitions past the
+    new count go entirely)."""
     for op_dir in operator_dirs:
         for partition in range(old_count):
             directory = staging / op_dir / str(partition)
@@ -246,6 +253,6 @@ def _drop_state_files(staging: Path, operator_dirs: list[str], old_count: int,
                 shutil.rmtree(directory, ignore_errors=True)
                 continue
             for path in directory.rglob("*") if directory.is_dir() else []:
-                if path.is_file() and _STATE_FILE.match(path.name):
+                if path.is_file() and state_file.match(path.name):
                     path.unlink()
                     remove_checksum_sibling(path)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import re
-import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -38,19 +37,23 @@ from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.murmur3_columns import columns_hashed
 from sparkpoint.checkpoint.rocksdb_state import read_zip_metadata
 from sparkpoint.crash_points import crash_point
-from sparkpoint.errors import CheckpointFormatError, SnapshotDamagedError
+from sparkpoint.errors import CheckpointFormatError
 from sparkpoint.progress import phase
-from sparkpoint.snapshot.manifest import FileEntry, content_mismatch
+from sparkpoint.snapshot.manifest import FileEntry
 from sparkpoint.spark.version import spark_rocksdb_version
 from sparkpoint.storage.fileio import join
-from sparkpoint.storage.local import remove_checksum_sibling
 from sparkpoint.storage.task_store import TaskStore
 from sparkpoint.upgrade.hdfs_repartition import (
     partition_key_fields,
     record_partition_count,
     run_tasks,
 )
-from sparkpoint.upgrade.hdfs_store_repartition import StoreMove
+from sparkpoint.upgrade.hdfs_store_repartition import (
+    StoreMove,
+    check_fetched,
+    drop_state_files,
+    identity_partition,
+)
 from sparkpoint.upgrade.rocksdb_repartition import key_partitions, sorted_pairs
 from sparkpoint.upgrade.validate import ENCODING_CONF
 
@@ -167,7 +170,7 @@ def plan_rocksdb_in_store(spark: SparkSession, staging: Path, batch: int, old_co
                                                                       strict=True)])
         for (op_dir, subdir, key_fields, hashed), (url, where), path in zip(
                 pending, zips, local_zips, strict=True):
-            _check(path, url, entries.get(url), f"{where}/{wanted_zip}")
+            check_fetched(path, url, entries.get(url), f"{where}/{wanted_zip}")
             metadata = read_zip_metadata(path)
             if metadata.get("columnFamilyMapping") or "numKeys" not in metadata:
                 return None
@@ -198,26 +201,14 @@ def repartition_rocksdb_in_store(
                             .flatMap(place)
                             # The key is the new partition (of every store in turn): Spark's
                             # shuffle takes it as the partition index.
-                            .partitionBy(len(stores) * wanted, _identity)
+                            .partitionBy(len(stores) * wanted, identity_partition)
                             .mapPartitionsWithIndex(write).collect())
     crash_point("restore.hdfs_partition_moved")
-    _drop_state_files(staging, move.operator_dirs, old_count, wanted)
+    drop_state_files(staging, move.operator_dirs, old_count, wanted, _STATE_FILE)
     record_partition_count(staging, batch, wanted)
     left = {rel: url for rel, url in in_store.items()
             if not any(rel.startswith(f"{op_dir}/") for op_dir in move.operator_dirs)}
     return left, StoreMove(len(written), sum(size for _rel, size in written), read.value)
-
-
-def _identity(partition: int) -> int:
-    return partition
-
-
-def _check(path: Path, url: str, entry: FileEntry | None, where: str) -> None:
-    mismatch = content_mismatch(path, entry) if entry is not None else None
-    if mismatch is not None:
-        raise SnapshotDamagedError(
-            f"{url}: {where}: {mismatch}; the snapshot's file was modified or corrupted: "
-            "delete the snapshot and create it again")
 
 
 def _place(part: _OldPartition, stores: list[_Store], version: int, wanted: int,
@@ -235,7 +226,7 @@ def _place(part: _OldPartition, stores: list[_Store], version: int, wanted: int,
         zip_path = directory / f"{version}.zip"
         with source.opened() as io:
             io.get_files([(zip_url, zip_path)])
-            _check(zip_path, zip_url, zip_entry, f"{where}/{version}.zip")
+            check_fetched(zip_path, zip_url, zip_entry, f"{where}/{version}.zip")
             listed = [str(sst["dfsSstFileName"])
                       for sst in read_zip_metadata(zip_path).get("sstFiles", [])]
             missing = [name for name in listed if name not in part.ssts]
@@ -247,7 +238,7 @@ def _place(part: _OldPartition, stores: list[_Store], version: int, wanted: int,
             io.get_files([(part.ssts[name][0], directory / "SSTs" / name) for name in listed])
         for name in listed:
             url, entry = part.ssts[name]
-            _check(directory / "SSTs" / name, url, entry, f"{where}/SSTs/{name}")
+            check_fetched(directory / "SSTs" / name, url, entry, f"{where}/SSTs/{name}")
         read.add(sum(path.stat().st_size for path in directory.rglob("*") if path.is_file()))
         keys, values = rocksdb_writer.read_arrow(directory, version)
     targets = key_partitions(keys, store.key_fields, store.hashed_fields, wanted)
@@ -292,19 +283,3 @@ def _write(index: int, slices: Iterator[tuple[int, bytes]], stores: list[_Store]
             io.put_files([(path, join(target.location, rel))
                           for path, rel in zip(files, rels, strict=True)])
     yield from zip(rels, sizes, strict=True)
-
-
-def _drop_state_files(staging: Path, operator_dirs: list[str], old_count: int,
-                      wanted: int) -> None:
-    """The copy here keeps the operators' metadata only: their state files are in the
-    target, written by the tasks (old partitions past the new count go entirely)."""
-    for op_dir in operator_dirs:
-        for partition in range(old_count):
-            directory = staging / op_dir / str(partition)
-            if partition >= wanted:
-                shutil.rmtree(directory, ignore_errors=True)
-                continue
-            for path in directory.rglob("*") if directory.is_dir() else []:
-                if path.is_file() and _STATE_FILE.match(path.name):
-                    path.unlink()
-                    remove_checksum_sibling(path)
