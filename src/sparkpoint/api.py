@@ -147,7 +147,7 @@ def run(
     )
     if from_snapshot is not None or resume_point is not None:
         return start_from_snapshots(home, options, from_snapshot, resume_point, choice,
-                                    first_batch, spark, echo)
+                                    first_batch, spark, echo, on_started)
     target = registry.checkpoint(job).root
     if not registry.exists(job) and is_own_orphan(target) and not registry.tombstoned(job):
         raise PreconditionError(

@@ -85,6 +85,15 @@ def test_notebook_starts_snapshots_and_drains_in_process(
     after = output_rows(spark, tmp_path / "o2")  # type: ignore[arg-type]
     assert before + after == expected_hourly_counts(events)
 
+    # A start from a snapshot in the notebook hands its query over as a fresh start does
+    # (it ran to its end first, and was then refused as "ended before its query started").
+    started = sparkpoint.start(spark, build, job="nb-3", home=home.root,  # type: ignore[arg-type]
+                               from_snapshot="nb-live", until_caught_up=True,
+                               params={**params, "output": str(tmp_path / "o3")})
+    assert started.id is not None
+    assert sparkpoint.await_job("nb-3").first_batch == live.batch_id
+    assert output_rows(spark, tmp_path / "o3") == after  # type: ignore[arg-type]
+
 
 def test_start_refusals_raise_before_any_query(spark: object, home: Home,
                                                tmp_path: Path) -> None:

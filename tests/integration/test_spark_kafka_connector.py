@@ -270,6 +270,85 @@ def test_a_past_batch_of_a_connector_job_is_snapshotted_continued_and_rehearsed(
         "against the job the snapshot was taken of")
 
 
+NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: the group committed nothing there
+
+
+def _committed(broker: KafkaBroker, group: str, topic: str, partitions: int) -> list[int]:
+    """The consumer group's committed offset of each partition (NO_OFFSET: none), read from the
+    broker with the group's id, without joining it."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    reader = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    try:
+        found = reader.committed([TopicPartition(topic, p) for p in range(partitions)],
+                                 timeout=30)
+    finally:
+        reader.close()
+    return [tp.offset for tp in sorted(found, key=lambda tp: tp.partition)]
+
+
+def test_a_consumer_group_set_as_a_job_setting_follows_startpoints_and_rollbacks_not_rehearsals(
+    spark: object, home: Home, tmp_path: Path, kafka_broker: KafkaBroker
+) -> None:
+    """The group a job's settings name (``spark.sparkpoint.consumerGroup.<source>``, given
+    once and recorded with the job's conf) is moved where the job starts, before any batch
+    runs: a startpoint's position and a rollback's snapshot are what Kafka's tools show at
+    once. A rehearsal replays old batches in scratch space and leaves the group alone (it
+    moved the group back to the replayed batches' offsets before)."""
+    topic = kafka_broker.new_topic("grouped", 3)
+    setting = {"spark.sparkpoint.consumerGroup.events": "billing"}
+    params = {"source": "kafka", "kafka_format": "kafka", "bootstrap": kafka_broker.bootstrap,
+              "topic": topic, "output": str(tmp_path / "out")}
+    first = _produce(kafka_broker, topic, [f"a{i}" for i in range(6)], 3)
+    api.run(home, PASSTHROUGH, "k", params=params, conf=setting, until_caught_up=True,
+            spark=spark)  # type: ignore[arg-type]
+    assert _committed(kafka_broker, "billing", topic, 3) == [2, 2, 2]
+    api.snapshot_create(home, "k", "early")
+
+    # Given once: the next run (no setting given) commits with the recorded one.
+    second = _produce(kafka_broker, topic, [f"b{i}" for i in range(6)], 3)
+    api.run(home, PASSTHROUGH, "k", until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+    assert output_rows(spark, tmp_path / "out") == Counter(first + second)  # type: ignore[arg-type]
+    assert _committed(kafka_broker, "billing", topic, 3) == [4, 4, 4]
+
+    # The version rehearsed names a group of its own: nothing is committed to it (nor to
+    # the job's, whose last replayed batch ends where the group is anyway).
+    rehearsal = api.rehearse(home, PASSTHROUGH, "k", from_snapshot="early",
+                             conf={"spark.sparkpoint.consumerGroup.events": "billing-v2"},
+                             spark=spark)  # type: ignore[arg-type]
+    assert rehearsal.equal and rehearsal.batches[0] > 0, rehearsal
+    assert _committed(kafka_broker, "billing-v2", topic, 3) == [NO_OFFSET] * 3
+    assert _committed(kafka_broker, "billing", topic, 3) == [4, 4, 4]
+
+    # A startpoint to the end: the run has nothing to read, and the group is there anyway.
+    skipped = _produce(kafka_broker, topic, [f"c{i}" for i in range(3)], 3)
+    assert sparkpoint(home, "startpoint", "set", "k", "events", "--latest").code == 0
+    ran = api.run(home, PASSTHROUGH, "k", until_caught_up=True,
+                  spark=spark)  # type: ignore[arg-type]
+    assert ran.batches_run == 0 and skipped
+    assert _committed(kafka_broker, "billing", topic, 3) == [5, 5, 5]
+
+    # A rollback to the first snapshot: the group is back there when the query starts
+    # (before any batch of the new job commits), then follows the job to the end.
+    at_start: list[list[int]] = []
+    api.run(home, PASSTHROUGH, "k-back", params={**params, "output": str(tmp_path / "back")},
+            conf=setting, from_snapshot="early", until_caught_up=True, spark=spark,  # type: ignore[arg-type]
+            on_started=lambda _query: at_start.append(
+                _committed(kafka_broker, "billing", topic, 3)))
+    assert at_start == [[2, 2, 2]]
+    assert _committed(kafka_broker, "billing", topic, 3) == [5, 5, 5]
+    assert output_rows(spark, tmp_path / "back") == Counter(second + skipped)  # type: ignore[arg-type]
+
+    # A setting naming a source the job does not have is refused before Spark runs it.
+    from sparkpoint.errors import JobFileError
+
+    with pytest.raises(JobFileError) as refused:
+        api.run(home, PASSTHROUGH, "k", conf={"spark.sparkpoint.consumerGroup.clicks": "x"},
+                until_caught_up=True, spark=spark)  # type: ignore[arg-type]
+    assert "setting spark.sparkpoint.consumerGroup.clicks names source 'clicks', which the " \
+        "query does not have (its sources: events)" in refused.value.message
+
+
 WORDCOUNT = JOBS / "spark_example_kafka_wordcount.py"
 WORDS = ("spark", "kafka", "state", "lag", "offset")
 Line = tuple[int, str]  # Kafka timestamp (ms), text

@@ -317,7 +317,8 @@ def _replay(session: SparkSession, home: Home, scratch: Path, job_file: Path, us
         replay_batch(old, batches[0], Checkpoint(target), batches[0] + new.shift, new.sources)
 
     options = RunOptions(job=SCRATCH_JOB, job_file=job_file, params=params, conf=conf,
-                         master=master, max_batches=1, pending_batch_only=True, build=build)
+                         master=master, max_batches=1, pending_batch_only=True, build=build,
+                         commit_to_groups=False)
     for batch in track(batches, "rehearse: replaying", unit="batch"):
         with held_run(scratch_home, options, spark=session, echo=_quiet) as held:
             if batch == batches[0]:

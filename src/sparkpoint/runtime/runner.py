@@ -60,7 +60,12 @@ from sparkpoint.runtime.registry import (
 from sparkpoint.sinks.base import Sink
 from sparkpoint.sinks.formats import sink_for
 from sparkpoint.sources.kafka import KAFKA_KINDS
-from sparkpoint.sources.kafka_groups import GroupCommitter, groups_problem
+from sparkpoint.sources.kafka_groups import (
+    GroupCommitter,
+    groups_of_settings,
+    groups_problem,
+    settings_problem,
+)
 from sparkpoint.sources.kafka_loss import deleted_offsets, startpoint_commands
 from sparkpoint.spark.errors import (
     KafkaDataLoss,
@@ -181,13 +186,15 @@ def plan_job(
         require_writer_of(session, writer, str(job_file))
     operators = stateful_operators(writer._df, ctx.declarations)
     sources = job_sources(writer._df)
-    problem = groups_problem(sources, ctx.offset_groups)
+    settings = groups_of_settings(conf)
+    problem = groups_problem(sources, ctx.offset_groups) or settings_problem(
+        ctx.offset_groups, settings) or groups_problem(sources, {}, settings)
     if problem is not None:
         raise JobFileError(f"{ctx.who}: {problem}")
     return PlannedJob(session, writer, operators, sink_for(sink_format(writer),
                                                            file_sink_path(writer)),
                       dict(conf), sources,
-                      dict(ctx.offset_groups))
+                      {**ctx.offset_groups, **settings})
 
 
 @dataclass
@@ -202,6 +209,9 @@ class RunOptions:
     # Run only the batch already in the offsets log (with max_batches=1): the next trigger
     # is put decades ahead, so Spark plans no batch of new input before the stop.
     pending_batch_only: bool = False
+    # Commit offsets to the consumer groups the job names: off for a rehearsal, whose
+    # replayed batches are not the job's progress.
+    commit_to_groups: bool = True
     # Turn the Spark UI on and print its address.
     ui: bool = False
     # The job's build function when a Python caller gave one instead of a job file.
@@ -527,10 +537,15 @@ def _execute(held: HeldRun, on_started: Callable[[StreamingQuery], None] | None)
     elif options.pending_batch_only:
         writer = writer.trigger(processingTime=HOLD_TRIGGER_INTERVAL)
     error: SparkpointError | None = None
-    committer = GroupCommitter(planned.sources, planned.offset_groups,
+    groups = planned.offset_groups if options.commit_to_groups else {}
+    committer = GroupCommitter(planned.sources, groups,
                                lambda line: echo(f"job '{job}': {line}"))
-    keeper = _ProgressKeeper(home, job, lease,
-                             committer.commit if planned.offset_groups else None)
+    if groups and first_batch is not None:
+        # Where this run resumes (moved by a startpoint or a rollback, maybe): the groups
+        # follow the job now, not when its next batch commits.
+        committer.commit_start([source.offset for source
+                                in checkpoint.offsets(first_batch).sources])
+    keeper = _ProgressKeeper(home, job, lease, committer.commit if groups else None)
     clear_progress(home.job_dir(job))
     limit_reached, remove_counter = (
         _batch_counter(session, job, options.max_batches)

@@ -4,8 +4,13 @@ source) and, read from the broker, how many records each partition holds past th
 Spark keeps a query's Kafka positions in its checkpoint only, so ``kafka-consumer-groups.sh``
 and the lag dashboards built on consumer groups know nothing of a Structured Streaming job.
 ``GroupCommitter`` commits each committed batch's end offsets (from Spark's progress of that
-batch, which is reported after the commit) to the group a job names with
-``ctx.commit_offsets_to_group``. Nothing reads them back: positions stay in the checkpoint.
+batch, which is reported after the commit) to the group a job names, in its code
+(``ctx.commit_offsets_to_group``) or as a setting (``--conf
+spark.sparkpoint.consumerGroup.<source>=<group>``, recorded with the job's conf like any
+other, so given once). Before the query starts it also commits where the run begins (the
+last committed batch's offsets): a startpoint or a rollback moves the group with the job,
+at once, not only when the next batch commits. Nothing reads them back: positions stay in
+the checkpoint.
 """
 
 from __future__ import annotations
@@ -30,6 +35,32 @@ log = logging.getLogger(__name__)
 
 # Seconds a read-only view waits for the broker before it reports the lag as unknown.
 LAG_TIMEOUT_S = 5.0
+# A job's setting naming the consumer group of one of its Kafka sources:
+# ``spark.sparkpoint.consumerGroup.<source>=<group>`` (``spark.``: spark-submit and Spark's
+# spark-defaults.conf keep only such keys).
+GROUP_SETTING_PREFIX = "spark.sparkpoint.consumerGroup."
+
+
+def groups_of_settings(conf: Mapping[str, str]) -> dict[str, str]:
+    """The consumer group of each source a job's settings name (source -> group)."""
+    return {key[len(GROUP_SETTING_PREFIX):]: value for key, value in conf.items()
+            if key.startswith(GROUP_SETTING_PREFIX)}
+
+
+def settings_problem(in_code: Mapping[str, str], settings: Mapping[str, str]) -> str | None:
+    """Why the groups of a job's settings cannot be taken with those of its code."""
+    for source, group in settings.items():
+        if not source:
+            return (f"setting {GROUP_SETTING_PREFIX}: expected a source name after the "
+                    f"prefix ({GROUP_SETTING_PREFIX}<source>=<group>), found none")
+        if not group.strip():
+            return (f"setting {GROUP_SETTING_PREFIX}{source}: expected a consumer group id, "
+                    "found an empty value; give one, or leave the setting out")
+        if source in in_code and in_code[source] != group:
+            return (f"source '{source}': its code commits offsets to consumer group "
+                    f"'{in_code[source]}' and setting {GROUP_SETTING_PREFIX}{source} names "
+                    f"'{group}'; keep one of them")
+    return None
 
 
 class GroupCommitter:
@@ -46,16 +77,30 @@ class GroupCommitter:
         self._consumers: dict[str, Any] = {}
 
     def commit(self, progress: Mapping[str, Any]) -> None:
+        """A batch committed: its end offsets (Spark's progress of it) to the groups."""
         reported = progress.get("sources") or []
-        for index, source, group in self.targets:
-            if index >= len(reported):
-                continue
+        self._commit_each([(index, reported[index].get("endOffset"))
+                           for index, _source, _group in self.targets
+                           if index < len(reported)], "the progress of")
+
+    def commit_start(self, offsets: Sequence[str | None]) -> None:
+        """Before the query starts: where it resumes (the last committed batch's offsets
+        entry, a line per source in plan order) to the groups, so that a startpoint or a
+        rollback moves them with the job. A source with no offset yet commits nothing."""
+        self._commit_each([(index, offsets[index]) for index, _source, _group in self.targets
+                           if index < len(offsets) and offsets[index] is not None],
+                          "the checkpoint's offsets of")
+
+    def _commit_each(self, ends: Sequence[tuple[int, Any]], where: str) -> None:
+        sources = {index: (source, group) for index, source, group in self.targets}
+        for index, value in ends:
+            source, group = sources[index]
             try:
-                end = _as_offsets(reported[index].get("endOffset"))
+                end = _as_offsets(value)
                 subscription = Subscription.of(source.options)
                 if subscription is not None and not all(
                         subscription.covers(topic) for topic in end):
-                    raise KafkaSourceError(f"the progress of source {index} names topics "
+                    raise KafkaSourceError(f"{where} source {index} names topics "
                                            f"{sorted(end)}, not those '{source.name}' reads")
                 self._commit(source, group, end)
             except Exception as exc:  # watching must never stop the job
@@ -93,17 +138,20 @@ def _as_offsets(value: Any) -> Offsets:
     return parse_offsets(str(value), "the batch's end offset")
 
 
-def groups_problem(sources: Sequence[Any], groups: Mapping[str, str]) -> str | None:
-    """Why the job's ``commit_offsets_to_group`` calls cannot be served, else None."""
+def groups_problem(sources: Sequence[Any], groups: Mapping[str, str],
+                   settings: Mapping[str, str] | None = None) -> str | None:
+    """Why the job's ``commit_offsets_to_group`` calls (``groups``) or its consumer-group
+    settings (``settings``) cannot be served, else None."""
     kinds = {source.name: source.kind for source in sources}
-    for name in groups:
+    named = [(name, "commit_offsets_to_group names") for name in groups] + [
+        (name, f"setting {GROUP_SETTING_PREFIX}{name} names") for name in settings or {}]
+    for name, what in named:
         if name not in kinds:
-            return (f"commit_offsets_to_group names source '{name}', which the query does not "
-                    f"have (its sources: {', '.join(kinds) or 'none'}); name it with "
-                    ".name() on readStream")
+            return (f"{what} source '{name}', which the query does not have (its sources: "
+                    f"{', '.join(kinds) or 'none'}); name it with .name() on readStream")
         if kinds[name] not in KAFKA_KINDS:
-            return (f"commit_offsets_to_group names source '{name}', a '{kinds[name]}' source; "
-                    "expected a Kafka source (format kafka or sparkpoint-kafka)")
+            return (f"{what} source '{name}', a '{kinds[name]}' source; expected a Kafka "
+                    "source (format kafka or sparkpoint-kafka)")
     return None
 
 

@@ -71,6 +71,7 @@ from sparkpoint.upgrade.validate import UpgradePlan
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
 
 Echo = Callable[[str], None]
 
@@ -91,8 +92,11 @@ def check_snapshots_intact(store: SnapshotStore, names: list[str]) -> None:
 def start_from_snapshots(home: Home, options: RunOptions, from_snapshot: str | None,
                          resume_point: Path | None, choice: BatchChoice,
                          first_batch: int | None, spark: SparkSession | None,
-                         echo: Echo) -> RunResult:
-    """Run ``options.job`` as a new job whose checkpoint is built from snapshots."""
+                         echo: Echo,
+                         on_started: Callable[[StreamingQuery], None] | None = None,
+                         ) -> RunResult:
+    """Run ``options.job`` as a new job whose checkpoint is built from snapshots;
+    ``on_started`` receives its query once it runs (``sparkpoint.start`` hands it over)."""
     job = options.job
     registry = JobRegistry(home)
     store = open_snapshot_store(home)
@@ -179,7 +183,7 @@ def start_from_snapshots(home: Home, options: RunOptions, from_snapshot: str | N
         # the job's own, and a cut-off start is no longer rolled back.
         held.registry.save(held.record)
         clear_intent(target)
-        return held.execute()
+        return held.execute(on_started)
 
 
 def _close_sink_gap(sink: Sink, planned: PlannedJob, target: Location, batch: int,
