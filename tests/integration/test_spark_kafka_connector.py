@@ -8,6 +8,7 @@ test_adopt_plain_spark.py run their Kafka scenarios with it."""
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import re
 import subprocess
@@ -347,6 +348,47 @@ def test_a_consumer_group_set_as_a_job_setting_follows_startpoints_and_rollbacks
                 until_caught_up=True, spark=spark)  # type: ignore[arg-type]
     assert "setting spark.sparkpoint.consumerGroup.clicks names source 'clicks', which the " \
         "query does not have (its sources: events)" in refused.value.message
+
+
+def test_a_rehearsal_of_a_version_that_adds_a_topic_reads_it_over_the_replayed_batches_time(
+    spark: object, home: Home, tmp_path: Path, kafka_broker: KafkaBroker
+) -> None:
+    """The new version reads a second topic as a new source: the rehearsal replays the old
+    job's batches as they were and reads the new topic over the same time, each replayed
+    batch its records from the previous batch's time to its own (by record timestamp, as
+    a startpoint ``--timestamp`` places a source). Records of the new topic before the
+    snapshot's batch or after the last replayed one are not read."""
+    topic, added = kafka_broker.new_topic("kept", 2), kafka_broker.new_topic("added", 2)
+    params = {"source": "kafka", "kafka_format": "kafka", "bootstrap": kafka_broker.bootstrap,
+              "topic": topic, "output": str(tmp_path / "out")}
+    _produce(kafka_broker, topic, ["a0", "a1"], 2)
+    api.run(home, PASSTHROUGH, "k", params=params, until_caught_up=True,
+            spark=spark)  # type: ignore[arg-type]
+    api.snapshot_create(home, "k", "before")
+    replayed: list[Record] = []
+    for run in range(3):  # a batch a run: each its own batch time
+        replayed += _produce(kafka_broker, topic, [f"b{run}-0", f"b{run}-1"], 2)
+        api.run(home, PASSTHROUGH, "k", until_caught_up=True,
+                spark=spark)  # type: ignore[arg-type]
+    old = Checkpoint(home.checkpoint_dir("k"))
+    times = [old.offsets(batch).batch_timestamp_ms for batch in range(4)]
+    assert times == sorted(times) and len(set(times)) == 4, times
+    # Two records (one a partition) at each moment, in time order within each partition.
+    moments = [times[0] - 5000, *((a + b) // 2 for a, b in itertools.pairwise(times)),
+               times[3] + 5000]
+    extra = _produce(kafka_broker, added, [f"x{i}" for i in range(2 * len(moments))], 2,
+                     [moment for moment in moments for _ in range(2)])
+    inside = [record for record in extra if times[0] <= record[4].replace(
+        tzinfo=dt.UTC).timestamp() * 1000 < times[3]]
+    assert len(inside) == 6
+
+    rehearsal = api.rehearse(home, PASSTHROUGH, "k", from_snapshot="before",
+                             params={"extra_topic": added}, keep=True,
+                             spark=spark)  # type: ignore[arg-type]
+    assert rehearsal.batches == (1, 3) and rehearsal.scratch is not None
+    assert rehearsal.equal is False and rehearsal.new_rows == len(replayed) + len(inside)
+    rows = output_rows(spark, Path(rehearsal.scratch) / "output")  # type: ignore[arg-type]
+    assert rows == Counter(replayed + inside)
 
 
 WORDCOUNT = JOBS / "spark_example_kafka_wordcount.py"

@@ -62,15 +62,20 @@ def _copy_source_log(old: Checkpoint, old_name: str, new: Checkpoint, new_name: 
 
 
 def replay_batch(old: Checkpoint, batch: int, new: Checkpoint, as_batch: int,
-                 sources: Mapping[str, str]) -> None:
+                 sources: Mapping[str, str], added: Mapping[str, str] | None = None) -> None:
     """Write the old checkpoint's batch ``batch`` as this checkpoint's uncommitted batch
-    ``as_batch``. ``sources`` maps each source of this checkpoint to its old name."""
+    ``as_batch``. ``sources`` maps each source of this checkpoint to its old name;
+    ``added``: sources the old job did not have, each with the offset its batch ends at."""
     entry = old.offsets(batch)
     previous = new.offsets(as_batch - 1)
     old_offsets = entry.source_offsets()
+    added = added or {}
     lines = []
     for line in previous.sources:
         name = line.name if line.name is not None else ""
+        if name in added:
+            lines.append(SourceOffset(line.name, added[name]))
+            continue
         old_name = sources.get(name, name)
         if old_name not in old_offsets:
             raise PreconditionError(

@@ -60,6 +60,8 @@ from sparkpoint.runtime.recorded import with_recorded_conf
 from sparkpoint.runtime.registry import JobRegistry
 from sparkpoint.runtime.runner import PlannedJob, RunOptions, held_run, new_log_file
 from sparkpoint.snapshot.store import SnapshotStore, open_snapshot_store
+from sparkpoint.sources.kafka import KAFKA_KINDS
+from sparkpoint.sources.positions import SourceDescription, kafka_position_at
 from sparkpoint.spark.driver_disk import require_driver_disk
 from sparkpoint.spark.job_session import session_for_job
 from sparkpoint.spark.output import (
@@ -137,7 +139,15 @@ class _NewVersion:
     options: dict[str, str] = field(default_factory=dict)
     operator_keys: list[list[str]] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)
+    # Kafka sources the old job did not have, read over the replayed batches' time.
+    added: dict[str, SourceDescription] = field(default_factory=dict)
     shift: int = 0
+
+    def added_offsets(self, batch_time_ms: int) -> dict[str, str]:
+        """Where each added source's replayed batch ends: its records before the old
+        batch's time."""
+        return {name: kafka_position_at(source, batch_time_ms, f"sources.{name}").offset_json
+                for name, source in self.added.items()}
 
 
 def rehearse(
@@ -290,13 +300,25 @@ def _replay(session: SparkSession, home: Home, scratch: Path, job_file: Path, us
         pipeline = StartPipeline(Mode.REHEARSE, scratch_home, store, planned, point,
                                  from_snapshot, BatchChoice(), target=target)
         resolution = pipeline.resolve(echo)
+        described = {source.name: source for source in resolution.shape.sources}
         fresh = [row.name for row in resolution.plan.sources
-                 if row.action != "resume" or row.origin is None]
+                 if (row.action != "resume" or row.origin is None)
+                 and not (row.action == "initialize"
+                          and described[row.name].kind in KAFKA_KINDS)]
         if fresh:
             raise ValidationError(
                 f"{job_file}: source(s) {', '.join(fresh)} do not resume from the snapshot; a "
-                f"rehearsal replays only what the old job read: map each source to one of "
-                f"the old job's in a resume point")
+                f"rehearsal replays only what the old job read (and a new Kafka source over "
+                f"the same time): map each source to one of the old job's in a resume point")
+        # A Kafka source the old job did not have is read over the time the replayed
+        # batches cover: from the snapshot's batch time to each batch's own.
+        new.added = {
+            row.name: SourceDescription(row.name, described[row.name].kind, None,
+                                        dict(described[row.name].options))
+            for row in resolution.plan.sources if row.action == "initialize"}
+        for name, source in new.added.items():
+            resolution.positions[name] = kafka_position_at(
+                source, old.offsets(snapshot_batch).batch_timestamp_ms, f"sources.{name}")
         new.sources = {row.name: row.origin["source"] for row in resolution.plan.sources
                        if row.origin is not None}
         _check_same_history(store, old, [(row.origin["snapshot"], row.origin["source"])
@@ -314,7 +336,8 @@ def _replay(session: SparkSession, home: Home, scratch: Path, job_file: Path, us
         if planned.sink is not None:
             interval = int(conf.get(COMPACT_INTERVAL_CONF, DEFAULT_COMPACT_INTERVAL))
             planned.sink.seed_empty_history(result.batch_id, interval)
-        replay_batch(old, batches[0], Checkpoint(target), batches[0] + new.shift, new.sources)
+        replay_batch(old, batches[0], Checkpoint(target), batches[0] + new.shift, new.sources,
+                     new.added_offsets(old.offsets(batches[0]).batch_timestamp_ms))
 
     options = RunOptions(job=SCRATCH_JOB, job_file=job_file, params=params, conf=conf,
                          master=master, max_batches=1, pending_batch_only=True, build=build,
@@ -326,7 +349,8 @@ def _replay(session: SparkSession, home: Home, scratch: Path, job_file: Path, us
                 held.registry.save(held.record)  # the scratch job owns its checkpoint
                 clear_intent(target)
             else:
-                replay_batch(old, batch, Checkpoint(target), batch + new.shift, new.sources)
+                replay_batch(old, batch, Checkpoint(target), batch + new.shift, new.sources,
+                             new.added_offsets(old.offsets(batch).batch_timestamp_ms))
             held.execute()
         done = Checkpoint(target).latest_committed_batch()
         if done != batch + new.shift:

@@ -105,6 +105,15 @@ def _file_position(source: SourceDescription, start: Any, where: str) -> Resolve
         summary=f"{label}: skips {len(skipped)} of {len(files)} files now in {source.path}")
 
 
+def kafka_position_at(source: SourceDescription, timestamp_ms: int,
+                      where: str) -> ResolvedPosition:
+    """A Kafka source's position at a moment: per partition, the first record at or after
+    ``timestamp_ms`` (the partition's end where every record is older)."""
+    moment = dt.datetime.fromtimestamp(timestamp_ms / 1000, dt.UTC)
+    return _kafka_position(source, {"timestamp": moment.isoformat(timespec="milliseconds")},
+                           where)
+
+
 def _kafka_position(source: SourceDescription, start: Any, where: str) -> ResolvedPosition:
     bootstrap = source.options.get("kafka.bootstrap.servers", "")
     subscription = Subscription.of(source.options)

@@ -7,7 +7,8 @@ records a run read.
                       --param max_offsets=N), read by
                       sparkpoint's Kafka source, or by Spark's connector with
                       --param kafka_format=kafka; --param group=G commits each
-                      batch's end offsets to consumer group G
+                      batch's end offsets to consumer group G; --param
+                      extra_topic=T adds a second Kafka source, "extras", reading T
 --param source=rate   Spark's rate source, 5 rows per second: timestamp, value
 --param source=rate-micro-batch   Spark's rate-micro-batch source, 5 rows per batch from
                       timestamp 0: timestamp, value
@@ -21,16 +22,23 @@ import sparkpoint as sp
 SCHEMA = "event_id STRING, user STRING, url STRING, ts TIMESTAMP"
 
 
+def _kafka(spark: SparkSession, ctx: sp.JobContext, name: str, topic: str):  # type: ignore[no-untyped-def]
+    return (spark.readStream.name(name)
+            .format(ctx.param("kafka_format", "sparkpoint-kafka") or "sparkpoint-kafka")
+            .option("kafka.bootstrap.servers", ctx.require_param("bootstrap"))
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", ctx.param("max_offsets", "4")).load()
+            .select("topic", "partition", "offset",
+                    F.col("value").cast("string").alias("value"), "timestamp"))
+
+
 def build(spark: SparkSession, ctx: sp.JobContext):  # type: ignore[no-untyped-def]
     if ctx.param("source", "file") == "kafka":
-        rows = (spark.readStream.name("events")
-                .format(ctx.param("kafka_format", "sparkpoint-kafka") or "sparkpoint-kafka")
-                .option("kafka.bootstrap.servers", ctx.require_param("bootstrap"))
-                .option("subscribe", ctx.require_param("topic"))
-                .option("startingOffsets", "earliest")
-                .option("maxOffsetsPerTrigger", ctx.param("max_offsets", "4")).load()
-                .select("topic", "partition", "offset",
-                        F.col("value").cast("string").alias("value"), "timestamp"))
+        rows = _kafka(spark, ctx, "events", ctx.require_param("topic"))
+        extra = ctx.param("extra_topic")
+        if extra:
+            rows = rows.unionByName(_kafka(spark, ctx, "extras", extra))
         group = ctx.param("group")
         if group:
             ctx.commit_offsets_to_group("events", group)
