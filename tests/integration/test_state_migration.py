@@ -26,6 +26,7 @@ from sparkpoint import api
 from sparkpoint.checkpoint.layout import PROVIDER_CONF, Checkpoint
 from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
 from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE
+from sparkpoint.errors import CheckpointFormatError
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import USERS, Click, clicks_for_slice, output_rows
 from tests.conftest import REPO
@@ -327,6 +328,17 @@ def test_a_new_aggregation_seeded_from_what_the_old_version_wrote(
     assert {row["name"]: row["action"] for row in plan.to_dict()["operators"]} == {
         "dedup_events": "resume", "hourly_users": "seed"}
 
+    # A query giving a key twice is refused by the task writing its partition, and the
+    # start leaves nothing behind: the same name starts from the right query next.
+    counted = (f"SELECT window(ts, '1 hour') AS window, user_id, count(*) AS count "
+               f"FROM {history} GROUP BY window(ts, '1 hour'), user_id")
+    with pytest.raises(CheckpointFormatError) as twice:
+        api.run(home, SEEDED, "v2", params=params, conf=conf, spark=spark,
+                resume_point=resume_point(f"{counted} UNION ALL {counted}"),
+                until_caught_up=True)
+    assert "key(s) given more than once (a seed query must give each key once)" in \
+        twice.value.message, twice.value.message
+    assert "v2" not in {view.record.name for view in api.jobs_list(home)}
     api.run(home, SEEDED, "v2", params=params, conf=conf, resume_point=seed,
             until_caught_up=True, spark=spark)
     hourly = Counter({(start, user, n): count
