@@ -187,8 +187,8 @@ def plan_job(
     operators = stateful_operators(writer._df, ctx.declarations)
     sources = job_sources(writer._df)
     settings = groups_of_settings(conf)
-    problem = groups_problem(sources, ctx.offset_groups) or settings_problem(
-        ctx.offset_groups, settings) or groups_problem(sources, {}, settings)
+    problem = settings_problem(ctx.offset_groups, settings) or groups_problem(
+        sources, ctx.offset_groups, settings)
     if problem is not None:
         raise JobFileError(f"{ctx.who}: {problem}")
     return PlannedJob(session, writer, operators, sink_for(sink_format(writer),
