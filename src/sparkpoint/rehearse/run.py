@@ -143,9 +143,12 @@ class _NewVersion:
     added: dict[str, SourceDescription] = field(default_factory=dict)
     shift: int = 0
 
-    def added_offsets(self, batch_time_ms: int) -> dict[str, str]:
-        """Where each added source's replayed batch ends: its records before the old
-        batch's time."""
+    def added_offsets(self, old: Checkpoint, batch: int) -> dict[str, str]:
+        """Where each added source's replay of the old job's ``batch`` ends: its records
+        before that batch's time (the old offsets entry is read only when there are some)."""
+        if not self.added:
+            return {}
+        batch_time_ms = old.offsets(batch).batch_timestamp_ms
         return {name: kafka_position_at(source, batch_time_ms, f"sources.{name}").offset_json
                 for name, source in self.added.items()}
 
@@ -300,25 +303,26 @@ def _replay(session: SparkSession, home: Home, scratch: Path, job_file: Path, us
         pipeline = StartPipeline(Mode.REHEARSE, scratch_home, store, planned, point,
                                  from_snapshot, BatchChoice(), target=target)
         resolution = pipeline.resolve(echo)
-        described = {source.name: source for source in resolution.shape.sources}
+        # A Kafka source the old job did not have is read over the time the replayed
+        # batches cover: from the snapshot's batch time to each batch's own.
+        initialized = {row.name for row in resolution.plan.sources
+                       if row.action == "initialize"}
+        new.added = {
+            source.name: SourceDescription(source.name, source.kind, None, dict(source.options))
+            for source in resolution.shape.sources
+            if source.name in initialized and source.kind in KAFKA_KINDS}
         fresh = [row.name for row in resolution.plan.sources
-                 if (row.action != "resume" or row.origin is None)
-                 and not (row.action == "initialize"
-                          and described[row.name].kind in KAFKA_KINDS)]
+                 if (row.action != "resume" or row.origin is None) and row.name not in new.added]
         if fresh:
             raise ValidationError(
                 f"{job_file}: source(s) {', '.join(fresh)} do not resume from the snapshot; a "
                 f"rehearsal replays only what the old job read (and a new Kafka source over "
                 f"the same time): map each source to one of the old job's in a resume point")
-        # A Kafka source the old job did not have is read over the time the replayed
-        # batches cover: from the snapshot's batch time to each batch's own.
-        new.added = {
-            row.name: SourceDescription(row.name, described[row.name].kind, None,
-                                        dict(described[row.name].options))
-            for row in resolution.plan.sources if row.action == "initialize"}
-        for name, source in new.added.items():
-            resolution.positions[name] = kafka_position_at(
-                source, old.offsets(snapshot_batch).batch_timestamp_ms, f"sources.{name}")
+        if new.added:
+            snapshot_time_ms = old.offsets(snapshot_batch).batch_timestamp_ms
+            for name, source in new.added.items():
+                resolution.positions[name] = kafka_position_at(source, snapshot_time_ms,
+                                                               f"sources.{name}")
         new.sources = {row.name: row.origin["source"] for row in resolution.plan.sources
                        if row.origin is not None}
         _check_same_history(store, old, [(row.origin["snapshot"], row.origin["source"])
@@ -337,7 +341,7 @@ def _replay(session: SparkSession, home: Home, scratch: Path, job_file: Path, us
             interval = int(conf.get(COMPACT_INTERVAL_CONF, DEFAULT_COMPACT_INTERVAL))
             planned.sink.seed_empty_history(result.batch_id, interval)
         replay_batch(old, batches[0], Checkpoint(target), batches[0] + new.shift, new.sources,
-                     new.added_offsets(old.offsets(batches[0]).batch_timestamp_ms))
+                     new.added_offsets(old, batches[0]))
 
     options = RunOptions(job=SCRATCH_JOB, job_file=job_file, params=params, conf=conf,
                          master=master, max_batches=1, pending_batch_only=True, build=build,
@@ -350,7 +354,7 @@ def _replay(session: SparkSession, home: Home, scratch: Path, job_file: Path, us
                 clear_intent(target)
             else:
                 replay_batch(old, batch, Checkpoint(target), batch + new.shift, new.sources,
-                             new.added_offsets(old.offsets(batch).batch_timestamp_ms))
+                             new.added_offsets(old, batch))
             held.execute()
         done = Checkpoint(target).latest_committed_batch()
         if done != batch + new.shift:

@@ -436,19 +436,33 @@ def remove_keys_by_tasks(
     return removals
 
 
-def _key_rows(column: pa.ChunkedArray | pa.Array) -> Sequence[bytes] | np.ndarray:
-    """A task's keys (Arrow binary) as a numpy array of one key per row when they share one
-    width, a view of Arrow's buffer with no Python object per key; else as bytes. An array
-    may be a slice of its buffers (offsets not from 0)."""
+def fixed_width_rows(column: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
+    """Arrow binary values as a numpy uint8 array of one value per row when there are some,
+    none is null and all share one width: a view of Arrow's buffer with no Python object
+    per value; else None. An array may be a slice of its buffers (offsets not from 0)."""
     import numpy as np
     import pyarrow as pa
 
-    keys = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    offset_type = np.int64 if pa.types.is_large_binary(keys.type) else np.int32
-    offsets = np.frombuffer(keys.buffers()[1], offset_type)[
-        keys.offset : keys.offset + len(keys) + 1]
+    values = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if not len(values) or values.null_count:
+        return None
+    offset_type = np.int64 if pa.types.is_large_binary(values.type) else np.int32
+    offsets = np.frombuffer(values.buffers()[1], offset_type)[
+        values.offset : values.offset + len(values) + 1]
     widths = np.diff(offsets)
-    if len(keys) and not keys.null_count and widths[0] > 0 and (widths == widths[0]).all():
-        data = np.frombuffer(keys.buffers()[2], np.uint8)[offsets[0] : offsets[-1]]
-        return data.reshape(len(keys), int(widths[0]))
+    if not (widths == widths[0]).all():
+        return None
+    data = np.frombuffer(values.buffers()[2], np.uint8)[offsets[0] : offsets[-1]]
+    return data.reshape(len(values), int(widths[0]))
+
+
+def _key_rows(column: pa.ChunkedArray | pa.Array) -> Sequence[bytes] | np.ndarray:
+    """A task's keys (Arrow binary) as a numpy array of one key per row when they share one
+    width (:func:`fixed_width_rows`); else as bytes."""
+    import pyarrow as pa
+
+    rows = fixed_width_rows(column)
+    if rows is not None and rows.shape[1] > 0:
+        return rows
+    keys = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     return [key for key in keys.to_pylist() if key is not None]

@@ -32,6 +32,7 @@ from sparkpoint.errors import CheckpointFormatError
 from sparkpoint.progress import phase
 from sparkpoint.snapshot.manifest import OperatorEntry
 from sparkpoint.spark.driver_disk import check_here
+from sparkpoint.spark.state_prune import fixed_width_rows
 from sparkpoint.spark.state_reshape import query_columns, reshape_store, sql_types, state_frame
 from sparkpoint.storage.local import write_atomic
 from sparkpoint.upgrade.hdfs_repartition import partition_key_fields, run_tasks
@@ -91,24 +92,6 @@ def _write_partition(partition: int, keys: pa.Array, values: pa.Array,
     _write_version(written, directory, keys.to_pylist(), values.to_pylist())
 
 
-def _fixed_rows(column: pa.Array) -> Any:
-    """``column``'s values as the rows of a numpy uint8 array when they all have one length
-    (UnsafeRows of fixed-width columns), else None."""
-    import numpy as np
-    import pyarrow as pa
-
-    column = column.cast(pa.binary())
-    if column.null_count or not len(column):
-        return None
-    offsets = np.frombuffer(column.buffers()[1], np.int32)[
-        column.offset: column.offset + len(column) + 1]
-    widths = np.diff(offsets)
-    if widths.min() != widths.max():
-        return None
-    data = np.frombuffer(column.buffers()[2], np.uint8)[offsets[0]: offsets[-1]]
-    return data.reshape(len(column), int(widths[0]))
-
-
 def _write_hdfs_fixed(written: _Written, directory: Path, keys: pa.Array,
                       values: pa.Array) -> bool:
     """:func:`_write_version` for the HDFS-backed provider when every key has one length
@@ -117,7 +100,7 @@ def _write_hdfs_fixed(written: _Written, directory: Path, keys: pa.Array,
     sorted copy), the keys of a state rewritten are one per old key or collapsed by key."""
     import pyarrow.compute as pc
 
-    fixed_keys, fixed_values = _fixed_rows(keys), _fixed_rows(values)
+    fixed_keys, fixed_values = fixed_width_rows(keys), fixed_width_rows(values)
     if fixed_keys is None or fixed_values is None:
         return False
     if written.from_query:
