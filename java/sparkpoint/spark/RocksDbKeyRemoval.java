@@ -2,19 +2,13 @@ package sparkpoint.spark;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.IOException;
 import java.io.InputStream;
-import java.io.OutputStream;
-import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
-import java.nio.file.FileVisitResult;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
-import java.nio.file.SimpleFileVisitor;
-import java.nio.file.attribute.BasicFileAttributes;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.Enumeration;
@@ -22,11 +16,9 @@ import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
-import java.util.UUID;
 import java.util.stream.Stream;
 import java.util.zip.ZipEntry;
 import java.util.zip.ZipFile;
-import java.util.zip.ZipOutputStream;
 import org.apache.spark.api.java.function.FlatMapFunction;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
@@ -142,7 +134,7 @@ public final class RocksDbKeyRemoval {
         result.add(done);
         return result.iterator();
       } finally {
-        deleteTree(scratch);
+        RocksDbVersionFiles.deleteTree(scratch);
       }
     }
 
@@ -215,13 +207,9 @@ public final class RocksDbKeyRemoval {
       }
       Path staging = Files.createDirectory(scratch.resolve("staging"));
       metadata.put("numKeys", after);
-      pack(json, checkpoint, staging, metadata);
+      RocksDbVersionFiles.pack(json, checkpoint, staging, version, metadata);
       replacePartitionFiles(partitionDir);
-      try (Stream<Path> entries = Files.list(staging)) {
-        for (Path entry : (Iterable<Path>) entries::iterator) {
-          Files.move(entry, partitionDir.resolve(entry.getFileName()));
-        }
-      }
+      RocksDbVersionFiles.moveAll(staging, partitionDir);
       return new long[] {partition, given, before - after};
     }
 
@@ -299,91 +287,16 @@ public final class RocksDbKeyRemoval {
       return files.stream().mapToLong(LiveFileMetaData::numEntries).sum();
     }
 
-    /** Spark's layout of one committed version in {@code staging}: each SST under
-     * {@code SSTs/} with a unique name (a hard link to the checkpoint's file when the file
-     * system allows), the other files and {@code metadata} in {@code <version>.zip}. */
-    private void pack(ObjectMapper json, Path checkpoint, Path staging, ObjectNode metadata)
-        throws IOException {
-      Path ssts = Files.createDirectory(staging.resolve("SSTs"));
-      ArrayNode listed = json.createArrayNode();
-      List<Path> others = new ArrayList<>();
-      List<Path> files;
-      try (Stream<Path> entries = Files.list(checkpoint)) {
-        files = entries.sorted().toList();
-      }
-      for (Path path : files) {
-        String name = path.getFileName().toString();
-        if (name.endsWith(".sst")) {
-          String dfsName = name.substring(0, name.length() - 4) + "-" + UUID.randomUUID()
-              + ".sst";
-          Path source = path.toRealPath();
-          try {
-            Files.createLink(ssts.resolve(dfsName), source);
-          } catch (IOException | UnsupportedOperationException e) {
-            Files.copy(source, ssts.resolve(dfsName));
-          }
-          ObjectNode entry = listed.addObject();
-          entry.put("localFileName", name);
-          entry.put("dfsSstFileName", dfsName);
-          entry.put("sizeBytes", Files.size(source));
-        } else if (Files.isRegularFile(path)) {
-          others.add(path);
-        }
-      }
-      metadata.set("sstFiles", listed);
-      metadata.remove("logFiles"); // a fresh checkpoint has no archived WAL files
-      Path zip = staging.resolve(version + ".zip");
-      try (OutputStream out = Files.newOutputStream(zip);
-          ZipOutputStream archive = new ZipOutputStream(out)) {
-        for (Path path : others) {
-          archive.putNextEntry(new ZipEntry(path.getFileName().toString()));
-          Files.copy(path, archive);
-          archive.closeEntry();
-        }
-        archive.putNextEntry(new ZipEntry("metadata"));
-        archive.write(("v1\n" + json.writeValueAsString(metadata))
-            .getBytes(StandardCharsets.UTF_8));
-        archive.closeEntry();
-      }
-    }
-
     /** Unlinks every file of the partition but its {@code _metadata} and the scratch. */
     private static void replacePartitionFiles(Path partitionDir) throws IOException {
       try (Stream<Path> entries = Files.list(partitionDir)) {
         for (Path entry : (Iterable<Path>) entries::iterator) {
           String name = entry.getFileName().toString();
           if (!name.equals("_metadata") && !name.startsWith(SCRATCH_PREFIX)) {
-            deleteTree(entry);
+            RocksDbVersionFiles.deleteTree(entry);
           }
         }
       }
     }
-  }
-
-  private static void deleteTree(Path root) throws IOException {
-    if (!Files.exists(root, java.nio.file.LinkOption.NOFOLLOW_LINKS)) {
-      return;
-    }
-    if (!Files.isDirectory(root, java.nio.file.LinkOption.NOFOLLOW_LINKS)) {
-      Files.delete(root);
-      return;
-    }
-    Files.walkFileTree(root, new SimpleFileVisitor<>() {
-      @Override
-      public FileVisitResult visitFile(Path file, BasicFileAttributes attrs)
-          throws IOException {
-        Files.delete(file);
-        return FileVisitResult.CONTINUE;
-      }
-
-      @Override
-      public FileVisitResult postVisitDirectory(Path dir, IOException e) throws IOException {
-        if (e != null) {
-          throw new UncheckedIOException(e);
-        }
-        Files.delete(dir);
-        return FileVisitResult.CONTINUE;
-      }
-    });
   }
 }

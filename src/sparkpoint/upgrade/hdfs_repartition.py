@@ -202,6 +202,10 @@ def task_slices(context: Any, partitions: int) -> int:
     return max(1, min(partitions, 4 * int(context.defaultParallelism)))
 
 
+# How java/sparkpoint/spark/StateVersionWriter.java's refusals start in Spark's report.
+_JVM_REFUSAL = "StateVersionWriter$StateWriteError: "
+
+
 def run_tasks(op_dir: Path, job: Callable[[], T]) -> T:
     """``job``'s result; a task's failure (a state file it could not read, say) raised as
     the error sparkpoint gives for that, with the task's own message."""
@@ -214,8 +218,10 @@ def run_tasks(op_dir: Path, job: Callable[[], T]) -> T:
         text = str(exc)
         if (elsewhere := failed_for_want_of_disk(op_dir, text)) is not None:
             raise elsewhere from exc
-        # A Python task's exception ends its message with the exception's own line.
-        lines = [line.strip() for line in text.splitlines() if "Error:" in line]
+        # A Python task's exception ends its message with the exception's own line; a
+        # refusal of sparkpoint's JVM tasks (StateWriteError) is a whole sentence.
+        lines = [line.strip().rpartition(_JVM_REFUSAL)[2] for line in text.splitlines()
+                 if "Error:" in line]
         raise CheckpointFormatError(
             f"{op_dir}: moving the state's keys in Spark tasks failed: "
             f"{lines[-1] if lines else text.strip()[:500]}; nothing was published") from exc

@@ -3,10 +3,11 @@ upgrade/migration_rules.py migrates (columns widened), in the staging checkpoint
 after any repartition and provider move and before Spark's restart check.
 
 Each operator's store is rewritten by one Spark job (spark/state_reshape.py: Spark's state
-reader, Spark's cast, Spark's hash, Spark's ``UnsafeRow`` encoder); each task writes its new
-partition's version ``batch + 1`` under ``<operator>/.migrating/`` in the provider's files
-(HDFS-backed: one snapshot file; RocksDB: one SST committed as Spark commits a version, with
-the settings of an empty version Spark's provider wrote). Then, on the driver, each
+reader, Spark's cast, Spark's hash, Spark's ``UnsafeRow`` encoding); each task (in the JVM,
+sparkpoint's ``StateVersionWriter``; in Python for RocksDB keys stored with a prefix column)
+writes its new partition's version ``batch + 1`` under ``<operator>/.migrating/`` in the
+provider's files (HDFS-backed: one snapshot file; RocksDB: one SST committed as Spark commits
+a version, with the settings of an empty version Spark's provider wrote). Then, on the driver, each
 partition's old files are replaced by the new ones (an empty version where no key landed)
 and the store's schema file is written for the new schema, byte for byte as Spark writes it,
 so that Spark's schema check on restart compares the new job with the migrated state.
@@ -32,8 +33,16 @@ from sparkpoint.errors import CheckpointFormatError
 from sparkpoint.progress import phase
 from sparkpoint.snapshot.manifest import OperatorEntry
 from sparkpoint.spark.driver_disk import check_here
-from sparkpoint.spark.state_prune import fixed_width_rows
-from sparkpoint.spark.state_reshape import query_columns, reshape_store, sql_types, state_frame
+from sparkpoint.spark.state_reshape import (
+    VersionFiles,
+    encoded_store,
+    placed_store,
+    query_columns,
+    sql_types,
+    state_frame,
+    write_in_jvm,
+    write_in_python,
+)
 from sparkpoint.storage.local import write_atomic
 from sparkpoint.upgrade.hdfs_repartition import partition_key_fields, run_tasks
 from sparkpoint.upgrade.migration_rules import (
@@ -81,68 +90,24 @@ class _Written:
 
 def _write_partition(partition: int, keys: pa.Array, values: pa.Array,
                      written: _Written) -> None:
-    """A task: one new partition's version from its rows (``UnsafeRow`` bytes)."""
+    """A Python task: one new partition's version from its rows (``UnsafeRow`` bytes), for
+    RocksDB keys stored with a prefix column (``StateVersionWriter`` writes the others)."""
     check_here(written.operator_dir)
-    directory = written.partition_dir(partition)
-    if written.rocksdb is not None and written.keys.prefix_columns == 0:
-        _write_rocksdb_arrow(written, written.rocksdb, directory, keys, values)
-        return
-    if written.rocksdb is None and _write_hdfs_fixed(written, directory, keys, values):
-        return
-    _write_version(written, directory, keys.to_pylist(), values.to_pylist())
+    _write_version(written, written.partition_dir(partition), keys.to_pylist(),
+                   values.to_pylist())
 
 
-def _write_hdfs_fixed(written: _Written, directory: Path, keys: pa.Array,
-                      values: pa.Array) -> bool:
-    """:func:`_write_version` for the HDFS-backed provider when every key has one length
-    and every value another, with numpy (no Python code per key); False for other rows.
-    The file's records need no order; a seed query's keys are checked for repeats (in a
-    sorted copy), the keys of a state rewritten are one per old key or collapsed by key."""
-    import pyarrow.compute as pc
-
-    fixed_keys, fixed_values = fixed_width_rows(keys), fixed_width_rows(values)
-    if fixed_keys is None or fixed_values is None:
-        return False
-    if written.from_query:
-        _refuse_repeated(directory, keys.take(pc.sort_indices(keys)))
-    hdfs_state.write_fixed_snapshot(directory, written.version,
-                                    hdfs_state.FixedState(fixed_keys, fixed_values))
-    return True
-
-
-def _write_rocksdb_arrow(written: _Written, template: RocksDbTemplate, directory: Path,
-                         keys: pa.Array, values: pa.Array) -> None:
-    """:func:`_write_version` for keys stored as one row (no prefix scan), in Arrow: the
-    encoding byte prepended and the pairs sorted without Python code per key (a key's
-    stored bytes are that byte and its row, so the sort is the rows' bytewise order). Once
-    sorted, a key given twice is next to itself: one vectorised comparison finds it (a
-    hash count of distinct keys cost as much as the sort). Sorting in Spark instead, after
-    the shuffle, measured slower: 41-50 s against 35-43 s for the migration of
-    benchmarks/scale.py at 10M keys."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    version = pa.scalar(encode_value(b""), pa.binary())
-    stored_keys = pc.binary_join_element_wise(version, keys.cast(pa.binary()), b"")
-    stored_values = pc.binary_join_element_wise(version, values.cast(pa.binary()), b"")
-    order = pc.sort_indices(stored_keys)
-    stored_keys, stored_values = stored_keys.take(order), stored_values.take(order)
-    _refuse_repeated(directory, stored_keys)
-    rocksdb_writer.write_sorted(directory, written.version, stored_keys, stored_values,
-                                template.options, template.metadata)
-
-
-def _refuse_repeated(directory: Path, sorted_keys: pa.Array) -> None:
-    """A key given twice (by a seed query) refused, in keys sorted bytewise."""
-    import pyarrow.compute as pc
-
-    if len(sorted_keys) < 2:
-        return
-    repeated = pc.sum(pc.equal(sorted_keys[1:], sorted_keys[:-1])).as_py()
-    if repeated:
-        raise CheckpointFormatError(
-            f"{directory}: expected one row per key of the state, found {repeated} "
-            "key(s) given more than once (a seed query must give each key once)")
+def _in_jvm(written: _Written, partitions: int) -> VersionFiles | None:
+    """Where ``StateVersionWriter`` writes the new partitions; None where the Python tasks
+    do (RocksDB keys stored with a prefix column, which it does not encode)."""
+    if written.rocksdb is not None and written.keys.prefix_columns != 0:
+        return None
+    return VersionFiles(
+        [str(written.partition_dir(partition)) for partition in range(partitions)],
+        written.version, str(written.operator_dir),
+        None if written.rocksdb is None else (written.rocksdb.options,
+                                              written.rocksdb.metadata),
+        check_repeats=written.from_query)
 
 
 def _write_version(written: _Written, directory: Path, keys: list[bytes],
@@ -353,7 +318,7 @@ def _migrate_operator(spark: SparkSession, checkpoint: Path, batch: int,
                       source: DataFrame | None = None,
                       layout: StoreLayout | None = None) -> int:
     """Rewrite one store of ``operator`` (``layout``; its only one by default) from its
-    state (or ``source``), as :func:`spark.state_reshape.reshape_store` gives the rows."""
+    state (or ``source``), as :func:`spark.state_reshape.placed_store` gives the rows."""
     if layout is None:
         [layout] = operator.stores()
     store_name = None if layout.subdir is None else layout.name
@@ -365,12 +330,21 @@ def _migrate_operator(spark: SparkSession, checkpoint: Path, batch: int,
     written = _Written(op_dir, layout, batch + 1, KeyEncoding(prefix, tuple(key_fields)),
                        template, from_query=source is not None)
     shutil.rmtree(op_dir / _MIGRATING, ignore_errors=True)
-    with phase(f"migrate: {operator.operator_name} (Spark tasks)"):
-        counts = run_tasks(op_dir, lambda: reshape_store(
+    in_jvm = _in_jvm(written, operator.partitions)
+
+    def write() -> dict[int, int]:
+        placed = placed_store(
             spark, source if source is not None else state_frame(
                 spark, checkpoint, batch, operator.operator_id, labels, store_name),
             key_sql, key_schema, value_sql, value_schema, clustered, operator.partitions,
-            functools.partial(_write_partition, written=written), collapse))
+            collapse)
+        if in_jvm is not None:
+            return write_in_jvm(spark, placed, in_jvm)
+        return write_in_python(encoded_store(spark, placed),
+                               functools.partial(_write_partition, written=written))
+
+    with phase(f"migrate: {operator.operator_name} (Spark tasks)"):
+        counts = run_tasks(op_dir, write)
     for partition in range(operator.partitions):
         target = layout.partition_dir(op_dir, partition)
         state_files_removed(target)
