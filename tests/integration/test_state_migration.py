@@ -32,6 +32,7 @@ from sparkpoint.testing import USERS, Click, clicks_for_slice, output_rows
 from tests.conftest import REPO
 from tests.support.cli import sparkpoint
 from tests.support.s3 import S3Server
+from tests.support.spark_example_runs import AFTER, BEFORE, EXAMPLES, ok, run_plain, table
 from tests.support.spark_examples import (
     Line,
     expected_sessions,
@@ -280,6 +281,60 @@ def test_the_windowed_word_count_gains_two_aggregates_and_keeps_its_counts(
         row[:3]: (letters.get(row[:3]), latest.get(row[:3])) for row in new_rows}
     assert any(row[5] is None for row in new_rows), "no window of the old version was emitted"
     assert any(row[5] is not None for row in new_rows)
+
+
+def test_the_word_count_run_as_plain_pyspark_gains_its_aggregates_on_rocksdb(
+    spark: Any, tmp_path: Path
+) -> None:
+    """How a user starts: Spark's windowed word count run as plain PySpark (spark-submit,
+    Spark's defaults: the HDFS-backed provider, 200 partitions), adopted, then started as
+    the version with sum(length(word)) and max(timestamp), on RocksDB with 3 partitions: one
+    start repartitions the state, moves it into RocksDB's files and migrates it. The counts
+    go on as one job's; both new aggregates start empty at the switch (no `set:`), so they
+    hold what the new version saw, null in windows it saw no row of."""
+    example = EXAMPLES["wordcount_windowed"]
+    home, plain_out = Home(tmp_path / "home"), tmp_path / "plain-out"
+    before = list(example.write(tmp_path, BEFORE))
+    run_plain(example, tmp_path, plain_out, tmp_path / "plain-checkpoint")
+    ok(sparkpoint(home, "snapshot", "import", str(tmp_path / "plain-checkpoint"), "adopted",
+                  "--job-file", str(example.job), *example.params(tmp_path, plain_out)))
+    [entry] = api.snapshot_show(home, "adopted").operators
+    assert entry.partitions == 200 and entry.rows
+    after = list(example.write(tmp_path, AFTER))
+    new_out = tmp_path / "grown-out"
+    moved = [*example.params(tmp_path, new_out), "--conf", "spark.sql.shuffle.partitions=3",
+             "--conf", f"{PROVIDER_CONF}={ROCKSDB_PROVIDER}"]
+
+    [row] = ok(sparkpoint(home, "plan", str(GROWN), "--from-snapshot", "adopted", *moved,
+                          "--json")).json()["operators"]
+    assert row["action"] == "migrate", row
+    assert [change.split(":")[0] for change in row["changes"]] == [
+        "aggregate sum(length(word)) added", "aggregate max(timestamp) added",
+        "state store provider"], row
+    assert all(f"in each of the {entry.rows} keys" in change for change in row["changes"][:2])
+    assert row["changes"][2].startswith("state store provider: HDFS-backed -> RocksDB"), row
+    started = ok(sparkpoint(home, "run", str(GROWN), "--job", "grown", "--from-snapshot",
+                            "adopted", *moved, "--until-caught-up"))
+    said = started.out + started.err
+    assert "moved the state from the HDFS-backed provider to RocksDB" in said, said
+    assert "migrated the state of the operators whose state changed" in said, said
+    continued = Checkpoint(home.checkpoint_dir("grown"))
+    assert continued.provider(continued.require_latest_committed_batch()) == ROCKSDB_PROVIDER
+    ok(sparkpoint(home, "drain", "grown"))
+
+    old_rows, new_rows = table(spark, plain_out), table(spark, new_out)
+    assert old_rows + Counter({row[:4]: n for row, n in new_rows.items()}) \
+        == expected_windowed_word_counts(before + after)
+    letters: dict[tuple[Any, ...], int] = {}
+    latest: dict[tuple[Any, ...], dt.datetime] = {}
+    for line in after:
+        stamp = line.timestamp.astimezone(dt.UTC).replace(tzinfo=None)
+        for window in _windows_of(line):
+            letters[window] = letters.get(window, 0) + len(window[2])
+            latest[window] = max(latest.get(window, stamp), stamp)
+    assert {row[:3]: row[4:] for row in new_rows} == {
+        row[:3]: (letters.get(row[:3]), latest.get(row[:3])) for row in new_rows}
+    assert any(row[4] is None for row in new_rows), "no window only the old version saw"
 
 
 def _resume_point(path: Path, declared: dict[str, str]) -> Path:
