@@ -57,7 +57,7 @@ import org.rocksdb.SstFileWriter;
  *   <li>HDFS-backed provider: one {@code <version>.snapshot}, as
  *       {@code HDFSBackedStateStoreProvider.writeSnapshotFile} writes it (through Spark's lz4
  *       codec, each record the key's length, key, value's length, value; -1 at the end);
- *   <li>RocksDB provider (keys without a prefix column): the pairs, each prefixed by the
+ *   <li>RocksDB provider (keys without a prefix column): the pairs, each after the
  *       encoding version byte Spark's encoders write, sorted bytewise, in one SST written
  *       with the store's own settings (the OPTIONS file of a version Spark's provider wrote),
  *       ingested into a new database whose checkpoint is packed as Spark commits a version
@@ -153,11 +153,13 @@ public final class StateVersionWriter {
       StructType values = (StructType) DataType.fromJson(valueType);
       UnsafeProjection keyRow = UnsafeProjection.create(keys);
       UnsafeProjection valueRow = UnsafeProjection.create(values);
+      // RocksDB stores each key and value after an encoding version byte.
+      int prefix = rocksDbOptions == null ? 0 : 1;
       while (input.hasNext()) {
         InternalRow row = input.next();
         Rows rows = byPartition.computeIfAbsent(row.getInt(0), p -> new Rows());
-        rows.keys.add(copied(keyRow.apply(row.getStruct(1, keys.length()))));
-        rows.values.add(copied(valueRow.apply(row.getStruct(2, values.length()))));
+        rows.keys.add(copied(keyRow.apply(row.getStruct(1, keys.length())), prefix));
+        rows.values.add(copied(valueRow.apply(row.getStruct(2, values.length())), prefix));
       }
       List<long[]> written = new ArrayList<>();
       if (byPartition.isEmpty()) {
@@ -210,7 +212,7 @@ public final class StateVersionWriter {
       int count = rows.keys.size();
       byte[][][] pairs = new byte[count][][];
       for (int i = 0; i < count; i++) {
-        pairs[i] = new byte[][] {stored(rows.keys.get(i)), stored(rows.values.get(i))};
+        pairs[i] = new byte[][] {rows.keys.get(i), rows.values.get(i)};
       }
       rows.keys.clear();
       rows.values.clear();
@@ -274,19 +276,16 @@ public final class StateVersionWriter {
       }
     }
 
-    /** The row's bytes in an array of their own: a projection reuses its row's buffer for
-     * the next row, and {@code UnsafeRow.getBytes} returns that buffer when it fits. */
-    private static byte[] copied(UnsafeRow row) {
-      byte[] bytes = new byte[row.getSizeInBytes()];
-      row.writeToMemory(bytes, Platform.BYTE_ARRAY_OFFSET);
+    /** The row's bytes in an array of their own, after {@code prefix} bytes of
+     * {@code ENCODING_VERSION}: a projection reuses its row's buffer for the next row (and
+     * {@code UnsafeRow.getBytes} returns that buffer when it fits). */
+    private static byte[] copied(UnsafeRow row, int prefix) {
+      byte[] bytes = new byte[prefix + row.getSizeInBytes()];
+      if (prefix > 0) {
+        bytes[0] = ENCODING_VERSION;
+      }
+      row.writeToMemory(bytes, Platform.BYTE_ARRAY_OFFSET + prefix);
       return bytes;
-    }
-
-    private static byte[] stored(byte[] row) {
-      byte[] stored = new byte[row.length + 1];
-      stored[0] = ENCODING_VERSION;
-      System.arraycopy(row, 0, stored, 1, row.length);
-      return stored;
     }
 
     /** A key given twice refused, in keys sorted bytewise (equal keys are neighbours). */
