@@ -1,10 +1,11 @@
 """Rewrite one state store of an operator into a new shape as one Spark job: Spark's state
 reader decodes every key and value, Spark SQL computes the new key and value columns
-(casts, for widened columns), Spark's own hash places each new key in its partition, Spark's
-encoder gives the new rows' ``UnsafeRow`` bytes (``UnsafeRowBytes``, sparkpoint's jar), and
-one task per new partition writes that partition's store with the rows it receives: in the
-JVM (``StateVersionWriter``, sparkpoint's jar) for every store it writes, else in Python.
-The driver moves no state bytes.
+(casts, for widened columns), Spark's own hash places each new key in its partition, and
+one task per new partition writes that partition's store with the rows it receives, each
+key and value as the ``UnsafeRow`` Spark encodes: in the JVM (``StateVersionWriter``,
+sparkpoint's jar: Spark's projection for the row's type) for every store it writes, else in
+Python (the bytes given by Spark's encoder, ``UnsafeRowBytes``). The driver moves no state
+bytes.
 
 The partition is ``pmod(hash(clustering columns), n)``: ``hash`` is Spark's ``Murmur3Hash``
 with seed 42, the expression of the ``HashPartitioning`` a stateful operator's input is
