@@ -317,7 +317,8 @@ def test_the_word_count_run_as_plain_pyspark_gains_its_aggregates_on_rocksdb(
                             "adopted", *moved, "--until-caught-up"))
     said = started.out + started.err
     assert "moved the state from the HDFS-backed provider to RocksDB" in said, said
-    assert "migrated the state of the operators whose state changed" in said, said
+    assert "migrated the state of the operators whose state changed " \
+        f"({entry.rows} keys, as Spark tasks)" in said, said
     continued = Checkpoint(home.checkpoint_dir("grown"))
     assert continued.provider(continued.require_latest_committed_batch()) == ROCKSDB_PROVIDER
     ok(sparkpoint(home, "drain", "grown"))

@@ -172,13 +172,15 @@ public final class StateVersionWriter {
       for (var entry : byPartition.entrySet()) {
         int partition = entry.getKey();
         Rows rows = entry.getValue();
+        // Counted first: the RocksDB writer lets go of the rows once it has them in order.
+        long count = rows.keys.size();
         Path directory = Files.createDirectories(Paths.get(partitionDirs[partition]));
         if (rocksDbOptions == null) {
           writeSnapshot(directory, rows);
         } else {
           writeRocksDb(directory, rows);
         }
-        written.add(new long[] {partition, rows.keys.size()});
+        written.add(new long[] {partition, count});
       }
       return written.iterator();
     }
