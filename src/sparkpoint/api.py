@@ -303,12 +303,16 @@ def snapshot_prune(
     spark: SparkSession | None = None,
     echo: Echo = _quiet,
     master: str | None = None,
+    conf: Mapping[str, str] | None = None,
 ) -> PruneResult:
     """Write NEW_SNAPSHOT: SNAPSHOT without the keys of OPERATOR that match WHERE (Spark SQL
     on the key columns). SNAPSHOT is only read; the new one holds the same batch.
-    ``master``: the Spark master of the session made when ``spark`` is not given."""
+    ``master`` and ``conf``: of the session made when ``spark`` is not given (a home on S3
+    adds its s3a settings; a caller's session is used through a copy with them)."""
     from sparkpoint.runtime.runner import new_log_file
-    from sparkpoint.spark.session import create_session
+    from sparkpoint.spark.job_session import session_for_job
+    from sparkpoint.spark.s3a import s3a_conf
+    from sparkpoint.spark.session import apply_query_conf, create_session
 
     validate_name(snapshot, "snapshot")
     store = open_snapshot_store(home)
@@ -316,8 +320,13 @@ def snapshot_prune(
     check_prunable(store, manifest, new_snapshot, operator)
     check_snapshots_intact(store, [snapshot])
     _needs_spark(spark)
-    session = spark or create_session(master, {}, "sparkpoint:prune",
-                                      log_file=new_log_file(home.logs_dir, "prune"))
+    # A prune in the snapshots' store reads it through Spark's s3a, with the settings a
+    # job of a home there gets.
+    settings = {**s3a_conf(store.location, conf or {}), **(conf or {})}
+    session = session_for_job(spark) if spark is not None else create_session(
+        master, settings, "sparkpoint:prune", log_file=new_log_file(home.logs_dir, "prune"))
+    apply_query_conf(session, {key: value for key, value in settings.items()
+                               if key.startswith("spark.hadoop.")})
     return prune_snapshot(home, store, session, snapshot, new_snapshot, operator, where, echo)
 
 

@@ -62,6 +62,9 @@ CRASH_POINTS: dict[str, str] = {
                              "checkpoint there), not checked by Spark",
     "restore.provider_moved": "state moved to the state store provider the job asks for, in "
                               "staging, not checked by Spark",
+    "restore.old_state_placed": "a migration in a store: the intent, the new checkpoint's "
+                                "metadata and the state as assembled (inside it) in the "
+                                "store, nothing migrated",
     "restore.state_migrated": "state of operators whose schema changed rewritten (or seeded "
                               "from a query) in staging, not checked by Spark",
     "restore.files_uploaded": "a home in a store: the new checkpoint's logs and metadata "

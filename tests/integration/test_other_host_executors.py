@@ -8,9 +8,11 @@ the master and the driver, over the network only.
 What must hold there: a job continued from a snapshot runs on the cluster with its state; a
 start into another partition count moves the state (HDFS-provider or RocksDB) in Spark
 tasks that read and write the store, none of its bytes through the driver, and gives the
-state Spark's own reader finds in the snapshot; a command whose rewrite still reads a
-scratch copy on the driver's disk (a prune) fails with one line that says so and what to
-do, and changes nothing."""
+state Spark's own reader finds in the snapshot; a start that migrates the state (an
+aggregate added) and a prune read the old state and write the new in the store, in Spark
+tasks; a command whose rewrite still reads a scratch copy on the driver's disk (a start
+that moves the state's provider) fails with one line that says so and what to do, and
+changes nothing."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from typing import Any
 import pytest
 
 from sparkpoint.checkpoint.layout import PROVIDER_CONF
-from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER
+from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
 from sparkpoint.snapshot.store import open_snapshot_store
 from sparkpoint.spark.s3a import s3a_conf
 from sparkpoint.storage.fileio import join, spark_url
@@ -39,6 +41,8 @@ from tests.support.spark_cluster import standalone_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 JOB = Path(__file__).resolve().parent.parent / "data" / "jobs" / "key_counts.py"
+# The next version of JOB: an aggregate added.
+GROWN = JOB.with_name("key_counts_longest.py")
 
 
 # The environment sparkpoint's store clients read.
@@ -92,7 +96,7 @@ def _job_keys(spark: Any, home: Home, job: str) -> Counter[tuple[str, int]]:
     return Counter((row.key.key, row.value["count"]) for row in frame.collect())
 
 
-def test_work_that_reads_the_drivers_disk_fails_cleanly_when_executors_cannot(
+def test_work_on_an_hdfs_home_runs_in_the_store_and_what_reads_the_drivers_disk_is_refused(
     other_host_cluster: str, spark: Any, hdfs_server: Any, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -126,15 +130,56 @@ def test_work_that_reads_the_drivers_disk_fails_cleanly_when_executors_cannot(
     # there; the driver's copy holds no state file.
     _start_into_3(spark, home, url, inp, tmp_path, Counter(keys + more))
 
-    pruning = ("snapshot", "prune", "k1", "k1-pruned", "--operator", "key_counts", "--where",
-               "key >= 'k01000'", "--master", url, "--json")
-    refused = sparkpoint(home, *pruning, timeout=600)
+    # A prune runs in the store too: the snapshot placed there, Spark's reader on the
+    # executors, the kept keys of each partition with a match written by JVM tasks.
+    _prune_on_cluster(spark, home, url, "key >= 'k01000'", lambda key: key >= "k01000", 4,
+                      tmp_path)
+
+    # A start that moves the state's provider still stages it on the driver's disk: refused
+    # with one line that says so, nothing changed.
+    moving = ("run", str(JOB), "--job", "keys-rocksdb", "--from-snapshot", "k1",
+              "--master", url, "--conf", "spark.sql.shuffle.partitions=4",
+              "--conf", f"{PROVIDER_CONF}={ROCKSDB_PROVIDER}", "--param", f"input={inp}",
+              "--until-caught-up")
+    refused = sparkpoint(home, *moving, timeout=600)
     assert refused.code == 4, refused.err[-3000:]
-    assert refused.json()["error"]["code"] == "DRIVER_DISK_UNREACHABLE"
-    assert "set SPARKPOINT_SCRATCH to a directory" in refused.json()["error"]["message"]
-    assert "k1-pruned" not in {s["name"] for s in
-                               sparkpoint(home, "snapshot", "list", "--json").json()}
+    _one_error_line(refused.err, "DRIVER_DISK_UNREACHABLE", "set TMPDIR to a directory")
+    assert "keys-rocksdb" not in {view.record.name for view in api.jobs_list(home)}
     assert api.snapshot_verify(home, "k1") == []
+
+
+def _prune_on_cluster(spark: Any, home: Home, url: str, where: str, selects: Any,
+                      partitions: int, tmp_path: Path, *options: str) -> None:
+    """``snapshot prune k1 k1-pruned`` of the key counts on the cluster: it says it ran as
+    tasks in the store, the driver fetched no file of keys and values (HDFS-provider deltas
+    and snapshots, RocksDB SSTs; the new snapshot's export reads each RocksDB version's zip,
+    its metadata; on HDFS the export still passes the rewritten files through the driver's
+    process, without keeping them), and the pruned snapshot's state (Spark's reader) is
+    k1's without the keys ``selects`` (Python's reading of ``where``), each key in its
+    partition; k1 still verifies."""
+    from sparkpoint import api
+
+    driver_scratch = tmp_path / "driver-prune"
+    pruned = sparkpoint(home, "snapshot", "prune", "k1", "k1-pruned", "--operator",
+                        "key_counts", "--where", where, "--master", url, "--json", *options,
+                        timeout=600, env={"SPARKPOINT_SCRATCH": str(driver_scratch)})
+    assert pruned.code == 0, pruned.err[-3000:]
+    done = pruned.json()
+    assert done["rewritten_by"] == "spark_tasks"
+    assert "Spark tasks that read and write the store" in pruned.err + pruned.out
+    fetched = [p for p in driver_scratch.rglob("*") if p.is_file()]
+    assert fetched and not [p for p in fetched if re.fullmatch(
+        r"\d+\.(delta|snapshot|changelog)|.*\.sst", p.name)]
+    store = open_snapshot_store(home)
+    batch = api.snapshot_show(home, "k1").batch_id
+    original = Counter(_state_rows(spark, store.checkpoint_path("k1"), batch, partitions))
+    kept = Counter({row: n for row, n in original.items() if not selects(row[0])})
+    assert 0 < sum(kept.values()) < sum(original.values())
+    assert done["rows_removed"] == sum(original.values()) - sum(kept.values())
+    assert Counter(_state_rows(spark, store.checkpoint_path("k1-pruned"), batch,
+                               partitions)) == kept
+    assert api.snapshot_verify(home, "k1") == []
+    assert api.snapshot_verify(home, "k1-pruned") == []
 
 
 def test_start_into_another_partition_count_from_an_s3_home(
@@ -202,6 +247,72 @@ def test_rocksdb_start_into_another_partition_count_from_an_s3_home(
             hadoop.set(key.removeprefix("spark.hadoop."), value)
     _start_into_3(spark, home, url, inp, tmp_path, Counter(keys + more), *_s3a_options(),
                   kind="RocksDB")
+    _prune_on_cluster(spark, home, url, "key < 'r00500' OR key LIKE '%7'",
+                      lambda key: key < "r00500" or key.endswith("7"), 4, tmp_path,
+                      *_s3a_options())
+
+
+@pytest.mark.parametrize(("provider", "store"), [("rocksdb", "s3"), ("hdfs", "hdfs")])
+def test_a_start_that_adds_an_aggregate_migrates_the_state_in_the_store(
+    other_host_cluster: str, spark: Any, hdfs_server: Any, s3_server: Any, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, provider: str, store: str,
+) -> None:
+    """The version with an aggregate more, started from the snapshot on the cluster: Spark's
+    state reader on the executors reads the old state in the store (copied there by S3
+    itself, by Spark tasks on HDFS), sparkpoint's JVM tasks upload each partition's new
+    version there; the driver fetches no state file. The state at the start is the
+    snapshot's counts, the new aggregate null (it saw no row); after more input, each count
+    is the input's and the new aggregate is set for the keys read since."""
+    from sparkpoint import api
+
+    url = other_host_cluster
+    monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    home = Home.resolve(f"s3://{s3_server.new_bucket()}/home" if store == "s3"
+                        else join(hdfs_server.new_dir(), "home"))
+    inp = join(hdfs_server.new_dir(), "in")
+    keys = [f"m{n:04d}" for n in range(900)] + [f"m{n:04d}" for n in range(0, 900, 4)]
+    _write_keys(spark, inp, keys)
+    conf = _HDFS_STATE if provider == "hdfs" else {"spark.sql.shuffle.partitions": "4"}
+    api.run(home, JOB, "keys", params={"input": inp}, conf=conf, until_caught_up=True,
+            spark=spark)
+    api.snapshot_create(home, "keys", "k1")
+    more = keys[:100] + [f"longer-{n:03d}" for n in range(30)]
+    _write_keys(spark, inp, more)
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, value in s3a_conf(str(home.url), {}).items():
+        if key.startswith("spark.hadoop."):
+            hadoop.set(key.removeprefix("spark.hadoop."), value)
+
+    driver_scratch = tmp_path / "driver"
+    grown = sparkpoint(home, "run", str(GROWN), "--job", "keys-grown", "--from-snapshot", "k1",
+                       "--master", url, "--conf", "spark.sql.shuffle.partitions=4",
+                       "--conf", "spark.executor.memory=512m", "--param", f"input={inp}",
+                       "--until-caught-up", *(_s3a_options() if store == "s3" else ()),
+                       timeout=600, env={"SPARKPOINT_SCRATCH": str(driver_scratch)})
+    assert grown.code == 0, grown.err[-3000:]
+    assert "migrated the state of the operators whose state changed (900 keys, as Spark " \
+        "tasks that read and write the store)" in grown.err + grown.out
+    fetched = [p for p in driver_scratch.rglob("*") if p.is_file()]
+    assert fetched and not [p for p in fetched if re.fullmatch(
+        r"\d+\.(delta|snapshot|zip|changelog)|.*\.sst", p.name)]
+    checkpoint = spark_url(join(home.job_url("keys-grown"), "checkpoint"))
+    batch = api.snapshot_show(home, "k1").batch_id
+    assert _grown_state(spark, checkpoint, batch) == Counter(
+        (key, count, None) for key, count in Counter(keys).items())
+    total = Counter(keys + more)
+    assert _grown_state(spark, checkpoint, None) == Counter(
+        (key, count, len(key) if key in more else None) for key, count in total.items())
+
+
+def _grown_state(spark: Any, checkpoint: str, batch: int | None) -> Counter[tuple[Any, ...]]:
+    """(key, count, longest) of GROWN's state at ``batch`` (the last by default), by Spark's
+    state reader: the count's buffer and the max's, by position."""
+    reader = spark.read.format("statestore")
+    if batch is not None:
+        reader = reader.option("batchId", batch)
+    rows = reader.load(checkpoint).collect()
+    return Counter((row.key.key, row.value[0], row.value[1]) for row in rows)
 
 
 def _start_into_3(spark: Any, home: Home, url: str, inp: str, tmp_path: Path,

@@ -28,6 +28,7 @@ import pytest
 
 from sparkpoint import api
 from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE, CRASH_POINTS
+from sparkpoint.spark.s3a import s3a_conf
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.stores import file_io
 from sparkpoint.testing import expected_hourly_counts, output_rows, write_clicks
@@ -245,3 +246,67 @@ def test_startpoint_apply_on_s3_cut_off_at_each_point_is_applied_exactly_once(
         # Every file read again exactly once from the earliest, as an uninterrupted
         # application reads them, then the new one.
         assert output_rows(spark, out) == _rows(first + first + later), point
+
+
+# A migrating start in a store (an aggregate added): the old state is placed inside the new
+# checkpoint, then Spark tasks write the migrated state there, before it is published.
+MIGRATION_POINTS = ["restore.old_state_placed", "restore.state_migrated"]
+KEYS_JOB = Path(__file__).resolve().parent.parent / "data" / "jobs" / "key_counts.py"
+GROWN_JOB = KEYS_JOB.with_name("key_counts_longest.py")
+
+
+def test_a_migrating_start_on_s3_cut_off_after_it_wrote_into_the_store_is_rolled_back(
+    spark: Any, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Cut off once the old state is in the new checkpoint, and once the migrated state is
+    (and the old state's copy removed):
+    the next start recognises the debris as an interrupted start's, removes it, and migrates
+    again; its state is the snapshot's counts, the new aggregate null, whatever the cut."""
+    home = _s3_home(s3_server, tmp_path, monkeypatch)
+    inp = str(tmp_path / "in")
+    keys = [f"c{n:03d}" for n in range(300)] + [f"c{n:03d}" for n in range(0, 300, 3)]
+    spark.createDataFrame([(key,) for key in keys], "key string").coalesce(1) \
+        .write.parquet(inp)
+    conf = {"spark.sql.shuffle.partitions": "2"}
+    api.run(home, KEYS_JOB, "keys", params={"input": inp}, conf=conf, until_caught_up=True,
+            spark=spark)
+    api.snapshot_create(home, "keys", "s1")
+    batch = api.snapshot_show(home, "s1").batch_id
+    expected = Counter((key, count, None) for key, count in Counter(keys).items())
+    # Spark's state reader reaches the bucket with the home's s3a settings, in a session of
+    # its own (the shared one stays without them).
+    reader = spark.newSession()
+    for key, value in s3a_conf(str(home.url), {}).items():
+        if key.startswith("spark.hadoop."):
+            reader.conf.set(key.removeprefix("spark.hadoop."), value)
+
+    for point in MIGRATION_POINTS:
+        job = "grown-after-" + point.split(".", 1)[1].replace("_", "-")
+        machine = tmp_path / f"machine-{job}"
+        _crash(home, point, machine, "run", str(GROWN_JOB), "--job", job, "--from-snapshot",
+               "s1", "--param", f"input={inp}", "--conf", "spark.sql.shuffle.partitions=2",
+               "--conf", f"spark.jars={_s3a_jars()}", "--until-caught-up")
+        in_home = file_io(home.location).walk_sizes(home.checkpoint_location(job))
+        assert "metadata" in in_home, sorted(in_home)
+        placed = [rel for rel in in_home if rel.startswith(".sparkpoint-old-state/state/0/")
+                  and rel.endswith(STATE_SUFFIXES)]
+        migrated = [rel for rel in in_home if rel.startswith("state/0/")
+                    and rel.endswith(STATE_SUFFIXES)]
+        # Cut off before the migration: the old state is in place, none migrated; after it:
+        # the migrated state is there, the old state's copy already removed.
+        assert bool(placed) == (point == "restore.old_state_placed"), sorted(in_home)
+        assert bool(migrated) == (point == "restore.state_migrated"), sorted(in_home)
+        shutil.rmtree(machine)
+
+        said: list[str] = []
+        api.run(home, GROWN_JOB, job, params={"input": inp}, from_snapshot="s1", conf=conf,
+                until_caught_up=True, spark=spark, echo=said.append)
+        assert any("interrupted" in line for line in said), (point, said)
+        assert any("that read and write the store" in line for line in said), (point, said)
+        in_home = file_io(home.location).walk_sizes(home.checkpoint_location(job))
+        assert not [rel for rel in in_home if rel.startswith(".sparkpoint-old-state")]
+        frame = reader.read.format("statestore").option("batchId", batch).load(
+            home.checkpoint_location(job))
+        assert Counter((row.key.key, row.value[0], row.value[1])
+                       for row in frame.collect()) == expected, point
+    assert Counter(api.snapshot_verify(home, "s1")) == Counter()

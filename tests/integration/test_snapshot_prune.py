@@ -231,7 +231,10 @@ def test_prune_refusals_change_nothing(spark: Any, home: Home, tmp_path: Path) -
     assert "x" not in [m.name for m in api.snapshot_list(home)]
 
 
-@pytest.mark.parametrize("point", [p for p in CRASH_POINTS if p.startswith("prune.")])
+PRUNE_POINTS = [p for p in CRASH_POINTS if p.startswith("prune.")]
+
+
+@pytest.mark.parametrize("point", PRUNE_POINTS)
 def test_prune_cut_off_publishes_nothing_and_can_be_run_again(
     spark: Any, home: Home, tmp_path: Path, point: str
 ) -> None:
@@ -281,6 +284,45 @@ def test_prune_on_s3_publishes_through_the_object_store(
     _write(inp, "b", [("ana", 10), ("bo", 11)])
     _run(spark, home, "pruned", "dedupe", inp, tmp_path / "pruned", ROCKSDB_PROVIDER, "s1p")
     assert output_rows(spark, tmp_path / "pruned") == Counter([("ana",)])
+
+
+@pytest.mark.parametrize("provider", [HDFS_PROVIDER, ROCKSDB_PROVIDER])
+def test_prune_in_the_store_cut_off_at_each_point_is_run_again_and_leaves_nothing(
+    spark: Any, s3_server: S3Server, tmp_path: Path, provider: str,
+) -> None:
+    """With the snapshots on S3 the prune runs in the store (a scratch checkpoint under
+    ``.scratch/prune/`` there, Spark's reader and sparkpoint's JVM tasks); cut off at each
+    of its points, it lists nothing new and leaves the original whole; the next prune
+    removes the cut-off one's scratch prefix (its process is gone) and writes the pruned
+    snapshot, whose state is the original's without the matching keys."""
+    from sparkpoint.storage.stores import file_io
+
+    snapshots = f"s3://{s3_server.new_bucket()}/snaps"
+    home = Home(tmp_path / "home", snapshots)
+    inp = tmp_path / "in"
+    users = [(f"u{n:03d}", n) for n in range(60)]
+    _write(inp, "a", users)
+    _run(spark, home, "origin", "dedupe", inp, tmp_path / "out0", provider)
+    api.snapshot_create(home, "origin", "s1")
+    original = api.snapshot_show(home, "s1").to_json()
+    args = ("--snapshots", snapshots, "snapshot", "prune", "s1", "s1p", "--operator",
+            "first_users", "--where", "user < 'u020' OR user LIKE '%5'", "--json")
+    scratch = f"{snapshots}/.scratch/prune"
+    for point in PRUNE_POINTS:
+        cut = sparkpoint(home, *args, env={CRASH_ENV: point})
+        assert cut.code == CRASH_EXIT_CODE, cut.err
+        assert [m.name for m in api.snapshot_list(home)] == ["s1"], point
+        assert api.snapshot_show(home, "s1").to_json() == original
+        assert file_io(snapshots).list_names(scratch), point  # the cut-off one's prefix
+    done = sparkpoint(home, *args)
+    assert done.code == 0, done.err
+    assert "Spark tasks that read and write the store" in done.err + done.out
+    kept = [(user,) for user, _n in users if not (user < "u020" or user.endswith("5"))]
+    assert done.json()["rows_removed"] == len(users) - len(kept)
+    assert done.json()["rewritten_by"] == "spark_tasks"
+    assert file_io(snapshots).list_names(scratch) == []
+    assert api.snapshot_verify(home, "s1p") == [] and api.snapshot_verify(home, "s1") == []
+    assert _state_keys(spark, home, "s1p") == Counter(kept)
 
 
 def test_rows_come_over_as_their_stored_bytes_in_one_call(spark: Any) -> None:

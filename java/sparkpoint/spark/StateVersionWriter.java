@@ -17,6 +17,8 @@ import java.util.Comparator;
 import java.util.Iterator;
 import java.util.List;
 import java.util.TreeMap;
+import java.util.stream.Stream;
+import org.apache.hadoop.fs.FileSystem;
 import org.apache.spark.SparkEnv;
 import org.apache.spark.api.java.function.FlatMapFunction;
 import org.apache.spark.io.CompressionCodec;
@@ -30,6 +32,7 @@ import org.apache.spark.sql.functions;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.Platform;
+import org.apache.spark.util.SerializableConfiguration;
 import org.rocksdb.Checkpoint;
 import org.rocksdb.ColumnFamilyDescriptor;
 import org.rocksdb.ConfigOptions;
@@ -65,6 +68,12 @@ import org.rocksdb.SstFileWriter;
  *       list and {@code numKeys}.
  * </ul>
  *
+ * <p>A partition's directory is a path of the task's disk, or a URL of a store Hadoop reaches
+ * (s3a, hdfs): then the version is written in a temporary directory of the executor and
+ * uploaded through Hadoop's file system, with the application's Hadoop settings (the s3a
+ * endpoint and credentials), as Spark's own state stores upload theirs. Executors need no
+ * disk shared with the driver.
+ *
  * <p>A key given twice is refused when the rows come from a query ({@code checkRepeats}); a
  * state's own keys are one per key. A task returns (partition, rows) per partition written.
  */
@@ -84,8 +93,10 @@ public final class StateVersionWriter {
    * partition written.
    *
    * @param encoded columns: partition (int), key (struct), value (struct)
-   * @param partitionDirs each partition's new directory (created here), by partition
-   * @param checkedDir a directory of the driver's disk every task must see
+   * @param partitionDirs each partition's new directory (created here), by partition: local
+   *     paths, or URLs of a store
+   * @param checkedDir a directory of the driver's disk every task must see; null when the
+   *     directories are URLs
    * @param rocksDbOptions the OPTIONS text of a RocksDB version Spark wrote; null for the
    *     HDFS-backed provider
    * @param rocksDbMetadata that version's {@code metadata} (JSON); null for HDFS-backed
@@ -95,9 +106,16 @@ public final class StateVersionWriter {
     Dataset<Row> placed = encoded.repartition(partitionDirs.length,
         functions.col(encoded.columns()[0]));
     StructType columns = encoded.schema();
+    boolean remote = Arrays.stream(partitionDirs).anyMatch(StateVersionWriter::isUrl);
+    // The session's Hadoop settings (the application's and the session's own, e.g. the s3a
+    // settings of a caller's session copy), shipped with the tasks as Spark's readers do.
+    SerializableConfiguration hadoop = remote
+        ? new SerializableConfiguration(((org.apache.spark.sql.classic.SparkSession)
+            encoded.sparkSession()).sessionState().newHadoopConf())
+        : null;
     Task task = new Task(partitionDirs, version, checkedDir, rocksDbOptions, rocksDbMetadata,
         checkRepeats, columns.fields()[1].dataType().json(),
-        columns.fields()[2].dataType().json());
+        columns.fields()[2].dataType().json(), hadoop);
     List<long[]> done = placed.queryExecution().toRdd().toJavaRDD().mapPartitions(task)
         .collect();
     long[] flat = new long[done.size() * 2];
@@ -105,6 +123,10 @@ public final class StateVersionWriter {
       System.arraycopy(done.get(i), 0, flat, 2 * i, 2);
     }
     return flat;
+  }
+
+  private static boolean isUrl(String directory) {
+    return directory.contains("://");
   }
 
   /** A refusal of the rows a task was given: its message is the whole story. */
@@ -132,9 +154,11 @@ public final class StateVersionWriter {
     private final boolean checkRepeats;
     private final String keyType;
     private final String valueType;
+    private final SerializableConfiguration hadoop;
 
     Task(String[] partitionDirs, long version, String checkedDir, String rocksDbOptions,
-        String rocksDbMetadata, boolean checkRepeats, String keyType, String valueType) {
+        String rocksDbMetadata, boolean checkRepeats, String keyType, String valueType,
+        SerializableConfiguration hadoop) {
       this.partitionDirs = partitionDirs;
       this.version = version;
       this.checkedDir = checkedDir;
@@ -143,6 +167,7 @@ public final class StateVersionWriter {
       this.checkRepeats = checkRepeats;
       this.keyType = keyType;
       this.valueType = valueType;
+      this.hadoop = hadoop;
     }
 
     @Override
@@ -165,7 +190,7 @@ public final class StateVersionWriter {
       if (byPartition.isEmpty()) {
         return written.iterator();
       }
-      if (!Files.isDirectory(Paths.get(checkedDir))) {
+      if (checkedDir != null && !Files.isDirectory(Paths.get(checkedDir))) {
         throw new StateWriteError(checkedDir + " (from the driver, on host "
             + InetAddress.getLocalHost().getHostName() + ") " + NOT_ON_THIS_DISK);
       }
@@ -174,15 +199,43 @@ public final class StateVersionWriter {
         Rows rows = entry.getValue();
         // Counted first: the RocksDB writer lets go of the rows once it has them in order.
         long count = rows.keys.size();
-        Path directory = Files.createDirectories(Paths.get(partitionDirs[partition]));
-        if (rocksDbOptions == null) {
-          writeSnapshot(directory, rows);
-        } else {
-          writeRocksDb(directory, rows);
+        String target = partitionDirs[partition];
+        boolean remote = isUrl(target);
+        Path directory = remote ? Files.createTempDirectory("sparkpoint-version-")
+            : Files.createDirectories(Paths.get(target));
+        try {
+          if (rocksDbOptions == null) {
+            writeSnapshot(directory, rows);
+          } else {
+            writeRocksDb(directory, rows);
+          }
+          if (remote) {
+            upload(directory, target);
+          }
+        } finally {
+          if (remote) {
+            RocksDbVersionFiles.deleteTree(directory);
+          }
         }
         written.add(new long[] {partition, count});
       }
       return written.iterator();
+    }
+
+    /** Every file under {@code directory} copied to the same name under {@code url}; a
+     * retried task's copy replaces the first's (the same bytes). */
+    private void upload(Path directory, String url) throws IOException {
+      org.apache.hadoop.fs.Path base = new org.apache.hadoop.fs.Path(url);
+      FileSystem store = base.getFileSystem(hadoop.value());
+      List<Path> files;
+      try (Stream<Path> walked = Files.walk(directory)) {
+        files = walked.filter(Files::isRegularFile).sorted().toList();
+      }
+      for (Path file : files) {
+        String relative = directory.relativize(file).toString();
+        store.copyFromLocalFile(false, true, new org.apache.hadoop.fs.Path(file.toUri()),
+            new org.apache.hadoop.fs.Path(base, relative));
+      }
     }
 
     private void writeSnapshot(Path directory, Rows rows) throws IOException {

@@ -496,17 +496,18 @@ def snapshot_import(ctx: click.Context, checkpoint: str, name: str, job_file: Pa
 @click.option("--master", default=None,
               help="Spark master URL the rewrite runs on, one task per state partition "
                    "(default local[2]).")
+@click.option("--conf", "confs", multiple=True, metavar="K=V", help="Spark setting.")
 @json_option
 @click.pass_context
 @handle_errors
 def snapshot_prune(ctx: click.Context, name: str, new_name: str, operator: str, where: str,
-                   master: str | None, as_json: bool) -> Output:
+                   master: str | None, confs: tuple[str, ...], as_json: bool) -> Output:
     """Write NEW_NAME: snapshot NAME without OPERATOR's keys that match --where.
 
     NAME is left unchanged; NEW_NAME holds the same batch, offsets and other state, so a job
     started from it behaves as if those keys had never been there."""
     result = api.snapshot_prune(_home(ctx), name, new_name, operator, where, echo=_echo,
-                                master=master)
+                                master=master, conf=_pairs(confs, "--conf"))
     return Output(result.to_dict(), lambda: (
         f"snapshot '{result.new_snapshot}' written from '{result.snapshot}' (batch "
         f"{result.batch}): operator '{result.operator}' {result.rows_before} -> "

@@ -57,6 +57,8 @@ from sparkpoint.errors import (
 from sparkpoint.progress import phase, track
 from sparkpoint.snapshot.export import JobInfo
 from sparkpoint.snapshot.manifest import Manifest, OperatorEntry
+from sparkpoint.snapshot.object_store import ObjectSnapshotStore
+from sparkpoint.snapshot.prune_in_store import local_checkpoint, prune_in_store, prunes_in_store
 from sparkpoint.snapshot.store import SnapshotStore
 from sparkpoint.spark import own_jar
 from sparkpoint.spark.driver_disk import require_driver_disk
@@ -423,6 +425,16 @@ def prune_snapshot(
 ) -> PruneResult:
     """Write NEW_SNAP = SNAP without the keys of ``operator`` matching ``where``."""
     manifest = store.get(snapshot)
+    entry = manifest.operator(operator)
+    if entry is not None and isinstance(store, ObjectSnapshotStore) \
+            and prunes_in_store(store, manifest, spark, entry.operator_id):
+        # In the store, by Spark tasks (snapshot/prune_in_store.py): no scratch copy here,
+        # no disk shared with the executors.
+        op = check_prunable(store, manifest, new_snapshot, operator,
+                            local_checkpoint(store, snapshot)[0])
+        created, rows_before, removed, rewritten = prune_in_store(
+            store, spark, manifest, op, new_snapshot, where, say)
+        return _result(manifest, op, where, created, rows_before, removed, rewritten, True)
     op = check_prunable(store, manifest, new_snapshot, operator)
     batch = manifest.batch_id
     version = batch + 1
@@ -501,22 +513,30 @@ def prune_snapshot(
         created = store.create(new_snapshot, checkpoint, info, progress=say)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    return _result(manifest, op, where, created, rows_before, removed, rewritten_partitions,
+                   by_spark)
+
+
+def _result(manifest: Manifest, op: OperatorEntry, where: str, created: Manifest,
+            rows_before: int, removed: int, rewritten: list[int], by_spark: bool) -> PruneResult:
     new_op = created.operator(op.name)
     assert new_op is not None
     return PruneResult(
-        snapshot=snapshot, new_snapshot=new_snapshot, operator=op.name, where=where,
-        batch=batch, rows_before=rows_before,
+        snapshot=manifest.name, new_snapshot=created.name, operator=op.name, where=where,
+        batch=manifest.batch_id, rows_before=rows_before,
         rows_after=new_op.rows if new_op.rows is not None else rows_before - removed,
         rows_removed=removed, bytes_before=op.bytes, bytes_after=new_op.bytes,
-        partitions_rewritten=rewritten_partitions,
+        partitions_rewritten=rewritten,
         rewritten_by="spark_tasks" if by_spark else "driver", manifest=created,
     )
 
 
 def check_prunable(
-    store: SnapshotStore, manifest: Manifest, new_snapshot: str, operator: str
+    store: SnapshotStore, manifest: Manifest, new_snapshot: str, operator: str,
+    checkpoint: Path | None = None,
 ) -> OperatorEntry:
-    """Everything that can be refused before Spark starts: the new name, the operator."""
+    """Everything that can be refused before Spark starts: the new name, the operator
+    (``checkpoint``: the snapshot's checkpoint here, its state files not needed)."""
     validate_name(new_snapshot, "snapshot")
     if store.exists(new_snapshot):
         raise NameTakenError(
@@ -528,8 +548,12 @@ def check_prunable(
         raise UnknownOperatorError(
             f"snapshot '{manifest.name}' has no stateful operator '{operator}' (operators: "
             f"{known}); see 'sparkpoint snapshot show {manifest.name}'")
+    if checkpoint is None:
+        # Its metadata only: a snapshot in a store is not fetched whole for it.
+        checkpoint = local_checkpoint(store, manifest.name)[0] \
+            if isinstance(store, ObjectSnapshotStore) else store.checkpoint_path(manifest.name)
     operator_dir = next(
-        (d for d in Checkpoint(store.checkpoint_path(manifest.name)).operators(manifest.batch_id)
+        (d for d in Checkpoint(checkpoint).operators(manifest.batch_id)
          if d.operator_id == op.operator_id), None)
     if operator_dir is None:
         raise CheckpointFormatError(

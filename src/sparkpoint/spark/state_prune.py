@@ -77,7 +77,8 @@ def _type_name(spark_type: Any) -> str:
     return str(spark_type.get("type"))
 
 
-def state_frame(spark: SparkSession, checkpoint: Path, batch: int, operator_id: int) -> DataFrame:
+def state_frame(spark: SparkSession, checkpoint: Path | str, batch: int,
+                operator_id: int) -> DataFrame:
     """The operator's state as of ``batch`` (the version that batch committed), as Spark's
     state reader decodes it: columns ``key``, ``value``, ``partition_id``."""
     return (spark.read.format("statestore")
@@ -86,7 +87,7 @@ def state_frame(spark: SparkSession, checkpoint: Path, batch: int, operator_id: 
             .load(str(checkpoint)))
 
 
-def _matching(spark: SparkSession, checkpoint: Path, batch: int, operator_id: int,
+def _matching(spark: SparkSession, checkpoint: Path | str, batch: int, operator_id: int,
               key_schema: dict[str, Any], where: str,
               operator_name: str) -> tuple[DataFrame, DataFrame]:
     """The state's keys flattened, and the matching keys; the condition analysed."""
@@ -109,7 +110,7 @@ def _matching(spark: SparkSession, checkpoint: Path, batch: int, operator_id: in
     return flat, matched
 
 
-def check_condition(spark: SparkSession, checkpoint: Path, batch: int, operator_id: int,
+def check_condition(spark: SparkSession, checkpoint: Path | str, batch: int, operator_id: int,
                     key_schema: dict[str, Any], where: str, operator_name: str) -> None:
     """Refuse a condition Spark cannot analyse over the key's columns (no job runs).
 
@@ -119,7 +120,7 @@ def check_condition(spark: SparkSession, checkpoint: Path, batch: int, operator_
     _matching(spark, checkpoint, batch, operator_id, key_schema, where, operator_name)
 
 
-def _condition_failure(spark: SparkSession, checkpoint: Path, batch: int, operator_id: int,
+def _condition_failure(spark: SparkSession, checkpoint: Path | str, batch: int, operator_id: int,
                       key_schema: dict[str, Any], where: str, operator_name: str,
                       exc: BaseException) -> InvalidPredicateError:
     """The error for a job that failed while it evaluated ``where`` on the state: the state's
@@ -136,7 +137,7 @@ def _condition_failure(spark: SparkSession, checkpoint: Path, batch: int, operat
 
 def matching_keys(
     spark: SparkSession,
-    checkpoint: Path,
+    checkpoint: Path | str,
     batch: int,
     operator_id: int,
     key_schema: dict[str, Any],

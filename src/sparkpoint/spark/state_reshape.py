@@ -39,7 +39,7 @@ def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def state_frame(spark: SparkSession, checkpoint: Path, batch: int, operator_id: int,
+def state_frame(spark: SparkSession, checkpoint: Path | str, batch: int, operator_id: int,
                 labels: list[tuple[str, str]] | None = None,
                 store_name: str | None = None) -> DataFrame:
     """The operator's state at ``batch`` (its only store, or a join's ``store_name``) as
@@ -131,14 +131,15 @@ STATE_VERSION_WRITER = "sparkpoint.spark.StateVersionWriter"
 class VersionFiles:
     """What :func:`write_in_jvm` writes: version ``version`` of each partition, in
     ``partition_dirs`` (by partition; made by the tasks), on a disk where the tasks see
-    ``checked_dir``. RocksDB: ``rocksdb``, the OPTIONS text and ``metadata`` of a version
-    Spark's provider wrote; None for the HDFS-backed provider (whose keys must be stored
-    without a prefix column). ``check_repeats``: the rows come from a query, whose keys
-    may repeat (refused)."""
+    ``checked_dir``, or URLs of a store (``checked_dir`` None) the tasks upload to.
+    RocksDB: ``rocksdb``, the OPTIONS text and ``metadata`` of a version Spark's provider
+    wrote; None for the HDFS-backed provider (whose keys must be stored without a prefix
+    column). ``check_repeats``: the rows come from a query, whose keys may repeat
+    (refused)."""
 
     partition_dirs: list[str]
     version: int
-    checked_dir: str
+    checked_dir: str | None
     rocksdb: tuple[str, dict[str, Any]] | None
     check_repeats: bool
 

@@ -32,9 +32,9 @@ from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.murmur3 import partition_of
 from sparkpoint.checkpoint.unsafe_row import read_fields
 from sparkpoint.crash_points import crash_point
-from sparkpoint.errors import SnapshotDamagedError
 from sparkpoint.progress import phase
-from sparkpoint.snapshot.manifest import FileEntry, content_mismatch
+from sparkpoint.snapshot.manifest import FileEntry
+from sparkpoint.snapshot.placement import check_fetched
 from sparkpoint.storage.fileio import join
 from sparkpoint.storage.local import remove_checksum_sibling
 from sparkpoint.storage.task_store import TaskStore
@@ -142,15 +142,6 @@ def repartition_hdfs_in_store(
 def identity_partition(partition: int) -> int:
     """Spark's shuffle partition of a key that is the new partition's index itself."""
     return partition
-
-
-def check_fetched(path: Path, url: str, entry: FileEntry | None, where: str) -> None:
-    """Refuse a snapshot file fetched in a task whose bytes are not the manifest's."""
-    mismatch = content_mismatch(path, entry) if entry is not None else None
-    if mismatch is not None:
-        raise SnapshotDamagedError(
-            f"{url}: {where}: {mismatch}; the snapshot's file was modified or corrupted: "
-            "delete the snapshot and create it again")
 
 
 def _old_partition(index: int, store: _Store, partition: int, staging: Path,

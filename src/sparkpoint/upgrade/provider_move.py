@@ -30,21 +30,17 @@ import functools
 import shutil
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sparkpoint.checkpoint import hdfs_state, rocksdb_writer
 from sparkpoint.checkpoint.layout import PROVIDER_CONF, Checkpoint, OperatorDir, StoreLayout
 from sparkpoint.checkpoint.logs import OffsetLogEntry
 from sparkpoint.checkpoint.providers import HDFS_BACKED, ROCKSDB, StateProvider
 from sparkpoint.checkpoint.rocksdb_keys import KeyEncoding, encode_value
-from sparkpoint.checkpoint.rocksdb_state import read_zip_metadata
-from sparkpoint.errors import CheckpointFormatError
 from sparkpoint.progress import phase
 from sparkpoint.spark.driver_disk import check_here
-from sparkpoint.spark.inspect import write_empty_rocksdb_version
-from sparkpoint.spark.version import spark_rocksdb_version
+from sparkpoint.spark.rocksdb_template import RocksDbTemplate, rocksdb_template
 from sparkpoint.storage.local import write_atomic
 from sparkpoint.upgrade.hdfs_repartition import run_tasks, task_slices
 
@@ -97,30 +93,6 @@ def move_problems(source: StateProvider, target: StateProvider,
                         "start with the new provider in format v1, then move to v2 with a "
                         "snapshot of that job")
     return problems
-
-
-@dataclass(frozen=True)
-class RocksDbTemplate:
-    """What every RocksDB version written here takes from the empty version Spark's own
-    provider committed: its settings (OPTIONS file) and metadata fields."""
-
-    options: str
-    metadata: dict[str, Any]
-
-
-def rocksdb_template(spark: SparkSession, scratch: Path) -> RocksDbTemplate:
-    found = rocksdb_writer.writer_version()
-    session = spark_rocksdb_version(spark)
-    if found != session:
-        raise CheckpointFormatError(
-            f"moving state into RocksDB: expected rocksdict's RocksDB to be Spark's "
-            f"({'.'.join(map(str, session))}), found {'.'.join(map(str, found))}; install the "
-            "rocksdict release built on Spark's RocksDB or keep the HDFS-backed provider")
-    zip_path = write_empty_rocksdb_version(spark, ROCKSDB.class_name, scratch)
-    partition_dir = zip_path.parent
-    metadata = read_zip_metadata(zip_path)
-    return RocksDbTemplate(rocksdb_writer.options_text(partition_dir, 1),
-                            {k: v for k, v in metadata.items() if k != "sstFiles"})
 
 
 def move_state_provider(checkpoint: Path, batch: int, source: StateProvider,

@@ -40,6 +40,7 @@ from sparkpoint.errors import (
 from sparkpoint.losses import AcceptedLoss
 from sparkpoint.progress import phase
 from sparkpoint.snapshot.manifest import FileEntry, Manifest, OperatorEntry
+from sparkpoint.snapshot.placement import copy_checked, copy_in_tasks, place_checkpoint
 from sparkpoint.snapshot.store import SnapshotStore
 from sparkpoint.sources.positions import (
     ResolvedPosition,
@@ -60,7 +61,7 @@ from sparkpoint.spark.plan import PlannedOperator
 from sparkpoint.spark.s3a import aws_environment
 from sparkpoint.spark.sink import file_sink_path, sink_format
 from sparkpoint.spark.version import installed_pyspark_version
-from sparkpoint.storage.fileio import join
+from sparkpoint.storage.fileio import join, spark_url
 from sparkpoint.storage.local import copy_file, fsync_dir, walk_files
 from sparkpoint.storage.location import Location, StorePath, remove_tree
 from sparkpoint.storage.task_store import TaskStore, task_store
@@ -87,11 +88,13 @@ from sparkpoint.upgrade.rocksdb_store_repartition import (
     repartition_rocksdb_in_store,
 )
 from sparkpoint.upgrade.state_migration import (
+    InStore,
     declared_sql_problems,
     merge_sql_problems,
     migrate_operators,
     seed_operators,
     seed_problems,
+    writes_in_store,
 )
 from sparkpoint.upgrade.validate import (
     DEFAULT_ENCODING,
@@ -219,11 +222,12 @@ def resolve(
         if target is not None and store.copies_into(target) \
                 and shape.partitions in (None, manifest.shuffle_partitions) \
                 and planned.conf.get(CHECKPOINT_FORMAT_CONF) is None \
-                and planned.conf.get(PROVIDER_CONF) in (None, manifest.state_store_provider) \
-                and not any(row.reshaped for row in plan.operators):
+                and planned.conf.get(PROVIDER_CONF) in (None, manifest.state_store_provider):
+            # (A migration reads the state there too: see _migrate_in_store.)
             directory, in_store = store.local_dir_without_state(name)
             resolution.snapshots[name] = UsedSnapshot(manifest, directory, in_store)
-        elif _repartitions_in_store(target, manifest, shape, planned.conf, plan):
+        elif _repartitions_in_store(target, manifest, shape, planned.conf, plan) \
+                or _migrates_in_store(target, manifest, shape, planned.conf, plan):
             directory, in_store = store.local_dir_without_state(name, every_state_file=True)
             resolution.snapshots[name] = UsedSnapshot(manifest, directory, in_store)
         else:
@@ -273,6 +277,18 @@ def _repartitions_in_store(target: Location | None, manifest: Manifest, shape: J
         and conf.get(CHECKPOINT_FORMAT_CONF) is None \
         and conf.get(PROVIDER_CONF) in (None, manifest.state_store_provider) \
         and not any(row.reshaped or row.seed_query is not None for row in plan.operators)
+
+
+def _migrates_in_store(target: Location | None, manifest: Manifest, shape: JobShape,
+                       conf: Mapping[str, str], plan: UpgradePlan) -> bool:
+    """The start migrates or seeds state and changes nothing else of it, into a checkpoint in
+    a store: Spark tasks read the snapshot's state files where they are (a store that
+    copies nothing itself: copied by tasks, see _place_old_state)."""
+    return isinstance(target, StorePath) \
+        and shape.partitions in (None, manifest.shuffle_partitions) \
+        and conf.get(CHECKPOINT_FORMAT_CONF) is None \
+        and conf.get(PROVIDER_CONF) in (None, manifest.state_store_provider) \
+        and any(row.reshaped or row.seed_query is not None for row in plan.operators)
 
 
 def _plan_provider_move(resolution: Resolution, store: SnapshotStore,
@@ -501,6 +517,53 @@ def _repartition_in_store(planned: PlannedJob, resolution: Resolution, staging: 
     return AssembleResult(result.batch_id, wanted, left)
 
 
+# Where, inside the checkpoint being built in a store, a migration reads the old state from
+# (removed before the checkpoint is published; a start cut off before is rolled back whole).
+_OLD_STATE = ".sparkpoint-old-state"
+
+
+def _place_old_state(planned: PlannedJob, resolution: Resolution, staging: Path,
+                     target: StorePath, result: AssembleResult) -> InStore:
+    """Prepare a migration in the store: the start's intent and its checkpoint's
+    ``metadata`` into the home (a start cut off from now on is rolled back by the next);
+    for a migration of resumed state, the checkpoint as assembled placed inside the target
+    (its files built here uploaded, the snapshot's state files copied by the store or by
+    Spark tasks), where Spark's state reader reads it from any executor."""
+    record_intent(target, staging)
+    target.io.put_files([(staging / "metadata", join(target.url, "metadata"))])
+    read_from = join(target.url, _OLD_STATE)
+    migrated = tuple(f"state/{row.operator_id}/" for row in resolution.plan.operators
+                     if row.action == "resume" and row.reshaped)
+    if migrated:
+        place_checkpoint(planned.spark, staging, StorePath(target.io, read_from),
+                         {rel: url for rel, url in result.in_store.items()
+                          if rel.startswith(migrated)},
+                         _store_entries(resolution), _task_store(planned, target))
+    return InStore(spark_url(read_from), spark_url(target.url))
+
+
+def _task_store(planned: PlannedJob, target: StorePath) -> TaskStore:
+    """How Spark tasks reach ``target``'s store (the application's s3a settings)."""
+    return task_store(target.url, aws_environment(
+        dict(planned.spark.sparkContext.getConf().getAll())))
+
+
+def _after_store_migration(planned: PlannedJob, resolution: Resolution, target: StorePath,
+                           result: AssembleResult, migration: InStore) -> AssembleResult:
+    """The old state's copy removed; of the snapshot's files still to be copied into the
+    checkpoint, those of the partitions the migration wrote dropped (and the others copied
+    now by Spark tasks, where the store copies nothing itself)."""
+    remove_tree(target / _OLD_STATE)
+    rewritten = tuple(f"{directory}/" for directory in migration.rewritten)
+    left = {rel: url for rel, url in result.in_store.items() if not rel.startswith(rewritten)}
+    if not target.io.capabilities.server_side_copy:
+        copy_in_tasks(planned.spark, sorted((url, join(target.url, rel))
+                                            for rel, url in left.items()),
+                      _store_entries(resolution), _task_store(planned, target))
+        left = {}
+    return AssembleResult(result.batch_id, result.partitions, left)
+
+
 def upload_checkpoint(staging: Path, target: StorePath,
                       in_store: Mapping[str, str] | None = None,
                       expected_sha256: Mapping[str, str] | None = None) -> None:
@@ -518,15 +581,7 @@ def upload_checkpoint(staging: Path, target: StorePath,
                              for p in batch])
     crash_point("restore.files_uploaded")
     copies = sorted((url, join(target.url, rel)) for rel, url in (in_store or {}).items())
-    for (url, copy), found in zip(copies, target.io.copy_within(copies), strict=True):
-        # Every file left in the store has its SHA-256 in the manifest (object_store._left):
-        # a copy is never taken unchecked.
-        expected = (expected_sha256 or {}).get(url)
-        if expected is None or found != expected:
-            raise SnapshotDamagedError(
-                f"{url}: expected content with SHA-256 {expected}, the store's copy at {copy} "
-                f"has {found}; the snapshot's file was modified or corrupted: delete the "
-                "snapshot and create it again")
+    copy_checked(target.io, copies, expected_sha256 or {})
 
 
 def build_new_checkpoint(
@@ -603,6 +658,22 @@ def build_new_checkpoint(
                 result.in_store, _store_entries(resolution),
                 _task_stores(planned, result, target.url)[0])
             in_tasks = rocksdb_move is not None
+        # Migrations and seeds in the store (the old state read there, the new written
+        # there by Spark tasks) when nothing else is rewritten: no disk shared with the
+        # executors, no state bytes through this process.
+        migrating_in_store = (reshaped or seeded) and publish \
+            and isinstance(target, StorePath) and not moved and new_provider is provider \
+            and not back_to_v2 and provider in (HDFS_BACKED, ROCKSDB) \
+            and result.batch_id is not None \
+            and writes_in_store(staging, result.batch_id, plan.operators, provider)
+        in_store_migration = None
+        if migrating_in_store:
+            assert isinstance(target, StorePath) and result.batch_id is not None
+            started_in_target = True
+            in_store_migration = _place_old_state(planned, resolution, staging, target,
+                                                  result)
+            crash_point("restore.old_state_placed")
+            in_tasks = True
         if rewritten and not in_tasks:
             # These ways of moving the state run Spark tasks on the staging copy: asked
             # before the state is fetched into it.
@@ -636,14 +707,20 @@ def build_new_checkpoint(
             keys = migrate_operators(planned.spark, staging, result.batch_id, plan.operators,
                                      resolution.shape, new_provider,
                                      _resumed_entries(plan, {name: used.manifest for name, used
-                                                             in resolution.snapshots.items()}))
+                                                             in resolution.snapshots.items()}),
+                                     in_store_migration)
             echo(f"migrated the state of the operators whose state changed ({keys} keys, as "
-                 "Spark tasks)")
+                 "Spark tasks" + (" that read and write the store)" if in_store_migration
+                                  else ")"))
         if seeded and result.batch_id is not None:
             keys = seed_operators(planned.spark, staging, result.batch_id, plan.operators,
-                                  resolution.shape, new_provider)
+                                  resolution.shape, new_provider, in_store_migration)
             names = ", ".join(row.name for row in plan.operators if row.seed_query)
             echo(f"seeded the state of {names} from its query ({keys} keys, as Spark tasks)")
+        if in_store_migration is not None:
+            assert isinstance(target, StorePath)
+            result = _after_store_migration(planned, resolution, target, result,
+                                            in_store_migration)
         if back_to_v2 and result.batch_id is not None:
             to_format_v2(staging, result.batch_id)
         if (reshaped or seeded) and publish:

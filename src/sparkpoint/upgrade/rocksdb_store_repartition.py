@@ -40,6 +40,7 @@ from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import CheckpointFormatError
 from sparkpoint.progress import phase
 from sparkpoint.snapshot.manifest import FileEntry
+from sparkpoint.snapshot.placement import check_fetched
 from sparkpoint.spark.version import spark_rocksdb_version
 from sparkpoint.storage.fileio import join
 from sparkpoint.storage.task_store import TaskStore
@@ -50,7 +51,6 @@ from sparkpoint.upgrade.hdfs_repartition import (
 )
 from sparkpoint.upgrade.hdfs_store_repartition import (
     StoreMove,
-    check_fetched,
     drop_state_files,
     identity_partition,
 )

@@ -11,6 +11,13 @@ a version, with the settings of an empty version Spark's provider wrote). Then, 
 partition's old files are replaced by the new ones (an empty version where no key landed)
 and the store's schema file is written for the new schema, byte for byte as Spark writes it,
 so that Spark's schema check on restart compares the new job with the migrated state.
+
+A start into a home in a store migrates there (:class:`InStore`), for executors that share no
+disk with the driver: Spark's state reader reads the old state at a URL of the store (a
+checkpoint the start placed there) and ``StateVersionWriter``'s tasks upload each new
+partition's version into the checkpoint being built in the store; the driver keeps the
+checkpoint's metadata, writes the empty versions of partitions no key landed in and the
+schema files, and moves no state bytes.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +40,7 @@ from sparkpoint.errors import CheckpointFormatError
 from sparkpoint.progress import phase
 from sparkpoint.snapshot.manifest import OperatorEntry
 from sparkpoint.spark.driver_disk import check_here
+from sparkpoint.spark.rocksdb_template import RocksDbTemplate, rocksdb_template
 from sparkpoint.spark.state_reshape import (
     VersionFiles,
     encoded_store,
@@ -43,6 +51,7 @@ from sparkpoint.spark.state_reshape import (
     write_in_jvm,
     write_in_python,
 )
+from sparkpoint.storage.fileio import join
 from sparkpoint.storage.local import write_atomic
 from sparkpoint.upgrade.hdfs_repartition import partition_key_fields, run_tasks
 from sparkpoint.upgrade.migration_rules import (
@@ -56,7 +65,7 @@ from sparkpoint.upgrade.migration_rules import (
     stripped,
     widens,
 )
-from sparkpoint.upgrade.provider_move import RocksDbTemplate, rocksdb_template, state_files_removed
+from sparkpoint.upgrade.provider_move import state_files_removed
 from sparkpoint.upgrade.validate import (
     JobShape,
     NewOperator,
@@ -70,6 +79,33 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 _MIGRATING = ".migrating"
+
+
+@dataclass
+class InStore:
+    """A migration in a store: the old state read by Spark at ``read_from`` (the URL of a
+    checkpoint holding it), the new versions written under ``write_to`` (the URL of the
+    checkpoint being built, whose metadata is the local staging copy's). ``rewritten``
+    collects the partition directories written there (relative to the checkpoint): their
+    old files are not to be copied into it."""
+
+    read_from: str
+    write_to: str
+    rewritten: list[str] = field(default_factory=list)
+
+
+def writes_in_store(checkpoint: Path, batch: int, rows: list[OperatorRow],
+                    provider: StateProvider) -> bool:
+    """Whether the migrations and seeds of ``rows`` can run in a store: every store they
+    write is one ``StateVersionWriter`` writes (RocksDB keys with a prefix column, a session
+    window's, are written by Python tasks on the driver's disk)."""
+    if provider is not ROCKSDB:
+        return True
+    written = {row.operator_id for row in rows if (row.action == "resume" and row.reshaped)
+               or row.seed_query is not None}
+    return not any(operator.key_encoding(layout).prefix_columns
+                   for operator in Checkpoint(checkpoint).operators(batch)
+                   if operator.operator_id in written for layout in operator.stores())
 
 
 @dataclass(frozen=True)
@@ -171,16 +207,18 @@ def _only_store(checkpoint: Path, row: OperatorRow, operator: OperatorDir,
 
 def migrate_operators(spark: SparkSession, checkpoint: Path, batch: int,
                       rows: list[OperatorRow], shape: JobShape, provider: StateProvider,
-                      old_operators: Mapping[str, OperatorEntry]) -> int:
+                      old_operators: Mapping[str, OperatorEntry],
+                      in_store: InStore | None = None) -> int:
     """Migrate every resumed operator of ``rows`` whose state changes schema
     (``old_operators``: the snapshot's entry of each, by the new job's name); returns the
-    keys written."""
+    keys written. ``in_store``: the old state read, the new written, in a store."""
 
     def migrate(row: OperatorRow, operator: OperatorDir, new: NewOperator,
                 template: RocksDbTemplate | None) -> int:
         old = old_operators[row.name]
         if row.kind == "stream_stream_join":
-            return _migrate_join(spark, checkpoint, batch, operator, new, old, template)
+            return _migrate_join(spark, checkpoint, batch, operator, new, old, template,
+                                 in_store)
         store = _only_store(checkpoint, row, operator, new)
         assert store.key_schema is not None and store.value_schema is not None
         move = aggregate_move(old.aggregates, new.aggregates,
@@ -209,7 +247,7 @@ def migrate_operators(spark: SparkSession, checkpoint: Path, batch: int,
             collapse = "max(value)"
         return _migrate_operator(spark, checkpoint, batch, operator, store.key_schema,
                                  key_sql, value_sql, store.value_schema, template, collapse,
-                                 labels)
+                                 labels, in_store=in_store)
 
     return _rewrite_each(spark, checkpoint, batch,
                          [row for row in rows if row.action == "resume" and row.reshaped],
@@ -217,7 +255,8 @@ def migrate_operators(spark: SparkSession, checkpoint: Path, batch: int,
 
 
 def _migrate_join(spark: SparkSession, checkpoint: Path, batch: int, operator: OperatorDir,
-                  new: NewOperator, old: OperatorEntry, template: RocksDbTemplate | None) -> int:
+                  new: NewOperator, old: OperatorEntry, template: RocksDbTemplate | None,
+                  in_store: InStore | None) -> int:
     """A join's buffered-row stores whose value columns changed, rewritten: the same keys
     (so the same partitions), each new value column the old one of its name or null."""
     was_stores = {store.name: store for store in old.stores}
@@ -233,7 +272,7 @@ def _migrate_join(spark: SparkSession, checkpoint: Path, batch: int, operator: O
             for field in new_store.value_schema["fields"]) + ")"
         keys += _migrate_operator(spark, checkpoint, batch, operator, new_store.key_schema,
                                   "key", value_sql, new_store.value_schema, template, None,
-                                  layout=layout)
+                                  layout=layout, in_store=in_store)
     return keys
 
 
@@ -316,9 +355,11 @@ def _migrate_operator(spark: SparkSession, checkpoint: Path, batch: int,
                       template: RocksDbTemplate | None, collapse: str | None,
                       labels: list[tuple[str, str]] | None = None,
                       source: DataFrame | None = None,
-                      layout: StoreLayout | None = None) -> int:
+                      layout: StoreLayout | None = None,
+                      in_store: InStore | None = None) -> int:
     """Rewrite one store of ``operator`` (``layout``; its only one by default) from its
-    state (or ``source``), as :func:`spark.state_reshape.placed_store` gives the rows."""
+    state (or ``source``), as :func:`spark.state_reshape.placed_store` gives the rows; in a
+    store with ``in_store``."""
     if layout is None:
         [layout] = operator.stores()
     store_name = None if layout.subdir is None else layout.name
@@ -331,11 +372,21 @@ def _migrate_operator(spark: SparkSession, checkpoint: Path, batch: int,
                        template, from_query=source is not None)
     shutil.rmtree(op_dir / _MIGRATING, ignore_errors=True)
     in_jvm = _in_jvm(written, operator.partitions)
+    if in_store is not None:
+        # Straight into the checkpoint being built in the store: none of its state files
+        # are there (its old ones are not copied in).
+        assert in_jvm is not None, "prefix-keyed RocksDB stores are migrated on a local disk"
+        relative = [layout.partition_dir(op_dir, partition).relative_to(checkpoint).as_posix()
+                    for partition in range(operator.partitions)]
+        in_store.rewritten.extend(relative)
+        in_jvm = VersionFiles([join(in_store.write_to, rel) for rel in relative],
+                              in_jvm.version, None, in_jvm.rocksdb, in_jvm.check_repeats)
+    read_from: Path | str = checkpoint if in_store is None else in_store.read_from
 
     def write() -> dict[int, int]:
         placed = placed_store(
             spark, source if source is not None else state_frame(
-                spark, checkpoint, batch, operator.operator_id, labels, store_name),
+                spark, read_from, batch, operator.operator_id, labels, store_name),
             key_sql, key_schema, value_sql, value_schema, clustered, operator.partitions,
             collapse)
         if in_jvm is not None:
@@ -347,14 +398,18 @@ def _migrate_operator(spark: SparkSession, checkpoint: Path, batch: int,
         counts = run_tasks(op_dir, write)
     for partition in range(operator.partitions):
         target = layout.partition_dir(op_dir, partition)
+        # (A partition whose files are all in the store has no directory here.)
+        target.mkdir(parents=True, exist_ok=True)
         state_files_removed(target)
         fresh = written.partition_dir(partition)
+        if partition in counts and in_store is not None:
+            continue  # written into the store by its task
         if partition in counts and fresh.is_dir():
             for entry in fresh.iterdir():
                 os.rename(entry, target / entry.name)
         else:
             _write_version(written, target, [], [])
-    shutil.rmtree(op_dir / _MIGRATING)
+    shutil.rmtree(op_dir / _MIGRATING, ignore_errors=True)
     schema = layout.partition_dir(op_dir, 0) / "_metadata" / "schema"
     write_atomic(schema, StateSchemaFile.build(key_schema, value_schema).to_bytes())
     return sum(counts.values())
@@ -442,9 +497,10 @@ def seed_problems(spark: SparkSession, rows: list[OperatorRow], shape: JobShape)
 
 
 def seed_operators(spark: SparkSession, checkpoint: Path, batch: int,
-                   rows: list[OperatorRow], shape: JobShape, provider: StateProvider) -> int:
+                   rows: list[OperatorRow], shape: JobShape, provider: StateProvider,
+                   in_store: InStore | None = None) -> int:
     """Write the state of every ``mode: seed`` operator from its query's rows (assembled
-    empty as a new operator); returns the keys written."""
+    empty as a new operator); returns the keys written. ``in_store``: written in a store."""
 
     def seed(row: OperatorRow, operator: OperatorDir, new: NewOperator,
              template: RocksDbTemplate | None) -> int:
@@ -455,7 +511,8 @@ def seed_operators(spark: SparkSession, checkpoint: Path, batch: int,
             spark, checkpoint, batch, operator, store.key_schema or {},
             "struct(" + ", ".join(f"`{name}`" for name in key_names) + ")",
             "struct(" + ", ".join(f"`{name}`" for name in value_names) + ")",
-            store.value_schema, template, None, source=spark.sql(row.seed_query))
+            store.value_schema, template, None, source=spark.sql(row.seed_query),
+            in_store=in_store)
 
     return _rewrite_each(spark, checkpoint, batch,
                          [row for row in rows if row.seed_query is not None], shape, provider,

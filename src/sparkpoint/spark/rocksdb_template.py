@@ -1,0 +1,45 @@
+"""The settings every RocksDB version sparkpoint writes takes from Spark's own provider: an
+empty version committed by Spark's ``RocksDBStateStoreProvider`` with the session's
+settings gives the OPTIONS file (compression, block size, bloom filter, table format) and
+the metadata fields of a version, so that a version written here is one the job's provider
+would have written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sparkpoint.checkpoint import rocksdb_writer
+from sparkpoint.checkpoint.providers import ROCKSDB
+from sparkpoint.checkpoint.rocksdb_state import read_zip_metadata
+from sparkpoint.errors import CheckpointFormatError
+from sparkpoint.spark.inspect import write_empty_rocksdb_version
+from sparkpoint.spark.version import spark_rocksdb_version
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@dataclass(frozen=True)
+class RocksDbTemplate:
+    """What every RocksDB version written here takes from the empty version Spark's own
+    provider committed: its settings (OPTIONS file) and metadata fields."""
+
+    options: str
+    metadata: dict[str, Any]
+
+
+def rocksdb_template(spark: SparkSession, scratch: Path) -> RocksDbTemplate:
+    found = rocksdb_writer.writer_version()
+    session = spark_rocksdb_version(spark)
+    if found != session:
+        raise CheckpointFormatError(
+            f"moving state into RocksDB: expected rocksdict's RocksDB to be Spark's "
+            f"({'.'.join(map(str, session))}), found {'.'.join(map(str, found))}; install the "
+            "rocksdict release built on Spark's RocksDB or keep the HDFS-backed provider")
+    zip_path = write_empty_rocksdb_version(spark, ROCKSDB.class_name, scratch)
+    partition_dir = zip_path.parent
+    metadata = read_zip_metadata(zip_path)
+    return RocksDbTemplate(rocksdb_writer.options_text(partition_dir, 1),
+                            {k: v for k, v in metadata.items() if k != "sstFiles"})
