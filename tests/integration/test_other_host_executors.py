@@ -129,6 +129,8 @@ def test_work_on_an_hdfs_home_runs_in_the_store_and_what_reads_the_drivers_disk_
     # Into 3 partitions: the tasks read the snapshot's files in HDFS and write the new ones
     # there; the driver's copy holds no state file.
     _start_into_3(spark, home, url, inp, tmp_path, Counter(keys + more))
+    # An aggregate added: the state migrated in the store (HDFS: copied by Spark tasks).
+    _grown_from_k1(spark, home, url, inp, tmp_path, keys, more)
 
     # A prune runs in the store too: the snapshot placed there, Spark's reader on the
     # executors, the kept keys of each partition with a match written by JVM tasks.
@@ -247,52 +249,32 @@ def test_rocksdb_start_into_another_partition_count_from_an_s3_home(
             hadoop.set(key.removeprefix("spark.hadoop."), value)
     _start_into_3(spark, home, url, inp, tmp_path, Counter(keys + more), *_s3a_options(),
                   kind="RocksDB")
+    _grown_from_k1(spark, home, url, inp, tmp_path, keys, more, *_s3a_options())
     _prune_on_cluster(spark, home, url, "key < 'r00500' OR key LIKE '%7'",
                       lambda key: key < "r00500" or key.endswith("7"), 4, tmp_path,
                       *_s3a_options())
 
 
-@pytest.mark.parametrize(("provider", "store"), [("rocksdb", "s3"), ("hdfs", "hdfs")])
-def test_a_start_that_adds_an_aggregate_migrates_the_state_in_the_store(
-    other_host_cluster: str, spark: Any, hdfs_server: Any, s3_server: Any, tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch, provider: str, store: str,
-) -> None:
-    """The version with an aggregate more, started from the snapshot on the cluster: Spark's
-    state reader on the executors reads the old state in the store (copied there by S3
-    itself, by Spark tasks on HDFS), sparkpoint's JVM tasks upload each partition's new
-    version there; the driver fetches no state file. The state at the start is the
-    snapshot's counts, the new aggregate null (it saw no row); after more input, each count
-    is the input's and the new aggregate is set for the keys read since."""
+def _grown_from_k1(spark: Any, home: Home, url: str, inp: str, tmp_path: Path,
+                   keys: list[str], more: list[str], *options: str) -> None:
+    """The version with an aggregate more (GROWN), started from snapshot k1 on the cluster
+    with k1's partitions: Spark's state reader on the executors reads the old state in the
+    store (copied there by S3 itself, by Spark tasks on HDFS), sparkpoint's JVM tasks upload
+    each partition's new version there; the driver fetches no state file. The state at the
+    start is k1's counts (``keys``), the new aggregate null (it saw no row); once caught up
+    with the input written since (``more``), each count is the input's and the new
+    aggregate is set for the keys read since."""
     from sparkpoint import api
 
-    url = other_host_cluster
-    monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine"))
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    home = Home.resolve(f"s3://{s3_server.new_bucket()}/home" if store == "s3"
-                        else join(hdfs_server.new_dir(), "home"))
-    inp = join(hdfs_server.new_dir(), "in")
-    keys = [f"m{n:04d}" for n in range(900)] + [f"m{n:04d}" for n in range(0, 900, 4)]
-    _write_keys(spark, inp, keys)
-    conf = _HDFS_STATE if provider == "hdfs" else {"spark.sql.shuffle.partitions": "4"}
-    api.run(home, JOB, "keys", params={"input": inp}, conf=conf, until_caught_up=True,
-            spark=spark)
-    api.snapshot_create(home, "keys", "k1")
-    more = keys[:100] + [f"longer-{n:03d}" for n in range(30)]
-    _write_keys(spark, inp, more)
-    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
-    for key, value in s3a_conf(str(home.url), {}).items():
-        if key.startswith("spark.hadoop."):
-            hadoop.set(key.removeprefix("spark.hadoop."), value)
-
-    driver_scratch = tmp_path / "driver"
+    driver_scratch = tmp_path / "driver-grown"
     grown = sparkpoint(home, "run", str(GROWN), "--job", "keys-grown", "--from-snapshot", "k1",
                        "--master", url, "--conf", "spark.sql.shuffle.partitions=4",
                        "--conf", "spark.executor.memory=512m", "--param", f"input={inp}",
-                       "--until-caught-up", *(_s3a_options() if store == "s3" else ()),
-                       timeout=600, env={"SPARKPOINT_SCRATCH": str(driver_scratch)})
+                       "--until-caught-up", *options, timeout=600,
+                       env={"SPARKPOINT_SCRATCH": str(driver_scratch)})
     assert grown.code == 0, grown.err[-3000:]
-    assert "migrated the state of the operators whose state changed (900 keys, as Spark " \
-        "tasks that read and write the store)" in grown.err + grown.out
+    assert f"migrated the state of the operators whose state changed ({len(set(keys))} keys, " \
+        "as Spark tasks that read and write the store)" in grown.err + grown.out
     fetched = [p for p in driver_scratch.rglob("*") if p.is_file()]
     assert fetched and not [p for p in fetched if re.fullmatch(
         r"\d+\.(delta|snapshot|zip|changelog)|.*\.sst", p.name)]
@@ -300,9 +282,9 @@ def test_a_start_that_adds_an_aggregate_migrates_the_state_in_the_store(
     batch = api.snapshot_show(home, "k1").batch_id
     assert _grown_state(spark, checkpoint, batch) == Counter(
         (key, count, None) for key, count in Counter(keys).items())
-    total = Counter(keys + more)
     assert _grown_state(spark, checkpoint, None) == Counter(
-        (key, count, len(key) if key in more else None) for key, count in total.items())
+        (key, count, len(key) if key in more else None)
+        for key, count in Counter(keys + more).items())
 
 
 def _grown_state(spark: Any, checkpoint: str, batch: int | None) -> Counter[tuple[Any, ...]]:
