@@ -36,7 +36,7 @@ from sparkpoint.storage.fileio import join, spark_url
 from sparkpoint.storage.home import Home
 from tests.conftest import S3A_JARS, s3a_jars
 from tests.integration.test_standalone_cluster import _state_keys
-from tests.support.cli import sparkpoint
+from tests.support.cli import Result, sparkpoint
 from tests.support.spark_cluster import standalone_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
@@ -169,9 +169,7 @@ def _prune_on_cluster(spark: Any, home: Home, url: str, where: str, selects: Any
     done = pruned.json()
     assert done["rewritten_by"] == "spark_tasks"
     assert "Spark tasks that read and write the store" in pruned.err + pruned.out
-    fetched = [p for p in driver_scratch.rglob("*") if p.is_file()]
-    assert fetched and not [p for p in fetched if re.fullmatch(
-        r"\d+\.(delta|snapshot|changelog)|.*\.sst", p.name)]
+    _fetched_no_state(driver_scratch, _KEYS_AND_VALUES)
     store = open_snapshot_store(home)
     batch = api.snapshot_show(home, "k1").batch_id
     original = Counter(_state_rows(spark, store.checkpoint_path("k1"), batch, partitions))
@@ -266,18 +264,10 @@ def _grown_from_k1(spark: Any, home: Home, url: str, inp: str, tmp_path: Path,
     aggregate is set for the keys read since."""
     from sparkpoint import api
 
-    driver_scratch = tmp_path / "driver-grown"
-    grown = sparkpoint(home, "run", str(GROWN), "--job", "keys-grown", "--from-snapshot", "k1",
-                       "--master", url, "--conf", "spark.sql.shuffle.partitions=4",
-                       "--conf", "spark.executor.memory=512m", "--param", f"input={inp}",
-                       "--until-caught-up", *options, timeout=600,
-                       env={"SPARKPOINT_SCRATCH": str(driver_scratch)})
-    assert grown.code == 0, grown.err[-3000:]
+    grown = _start_from_k1(home, url, GROWN, "keys-grown", 4, inp, tmp_path / "driver-grown",
+                           *options)
     assert f"migrated the state of the operators whose state changed ({len(set(keys))} keys, " \
         "as Spark tasks that read and write the store)" in grown.err + grown.out
-    fetched = [p for p in driver_scratch.rglob("*") if p.is_file()]
-    assert fetched and not [p for p in fetched if re.fullmatch(
-        r"\d+\.(delta|snapshot|zip|changelog)|.*\.sst", p.name)]
     checkpoint = spark_url(join(home.job_url("keys-grown"), "checkpoint"))
     batch = api.snapshot_show(home, "k1").batch_id
     assert _grown_state(spark, checkpoint, batch) == Counter(
@@ -285,6 +275,32 @@ def _grown_from_k1(spark: Any, home: Home, url: str, inp: str, tmp_path: Path,
     assert _grown_state(spark, checkpoint, None) == Counter(
         (key, count, len(key) if key in more else None)
         for key, count in Counter(keys + more).items())
+
+
+# Files that hold keys and values (a RocksDB zip holds the version's metadata).
+_KEYS_AND_VALUES = r"\d+\.(delta|snapshot|changelog)|.*\.sst"
+
+
+def _start_from_k1(home: Home, url: str, job_file: Path, job: str, partitions: int,
+                   inp: str, driver_scratch: Path, *options: str) -> Result:
+    """``job`` (``job_file``) started from snapshot k1 on the cluster into ``partitions``
+    partitions and run until caught up: it succeeds, and the driver fetched the snapshot's
+    logs and metadata only (no state file, not even a RocksDB zip)."""
+    started = sparkpoint(home, "run", str(job_file), "--job", job, "--from-snapshot", "k1",
+                         "--master", url, "--conf", f"spark.sql.shuffle.partitions={partitions}",
+                         "--conf", "spark.executor.memory=512m", "--param", f"input={inp}",
+                         "--until-caught-up", *options, timeout=600,
+                         env={"SPARKPOINT_SCRATCH": str(driver_scratch)})
+    assert started.code == 0, started.err[-3000:]
+    _fetched_no_state(driver_scratch, r"\d+\.zip|" + _KEYS_AND_VALUES)
+    return started
+
+
+def _fetched_no_state(driver_scratch: Path, state_names: str) -> None:
+    """The command fetched files into ``driver_scratch``, none whose name ``state_names``
+    matches."""
+    fetched = [p for p in driver_scratch.rglob("*") if p.is_file()]
+    assert fetched and not [p for p in fetched if re.fullmatch(state_names, p.name)]
 
 
 def _grown_state(spark: Any, checkpoint: str, batch: int | None) -> Counter[tuple[Any, ...]]:
@@ -305,19 +321,9 @@ def _start_into_3(spark: Any, home: Home, url: str, inp: str, tmp_path: Path,
     (counted here from the input)."""
     from sparkpoint import api
 
-    driver_scratch = tmp_path / "driver"
-    moved = sparkpoint(home, "run", str(JOB), "--job", "keys-3", "--from-snapshot", "k1",
-                       "--master", url, "--conf", "spark.sql.shuffle.partitions=3",
-                       "--conf", "spark.executor.memory=512m", "--param", f"input={inp}",
-                       "--until-caught-up", *options, timeout=600,
-                       env={"SPARKPOINT_SCRATCH": str(driver_scratch)})
-    assert moved.code == 0, moved.err[-3000:]
+    moved = _start_from_k1(home, url, JOB, "keys-3", 3, inp, tmp_path / "driver", *options)
     assert f"({kind} state, keys rehashed as Spark places them, in Spark tasks that read and " \
         "write the store)" in moved.err + moved.out
-    # The driver fetched the snapshot's logs and metadata only.
-    fetched = [p for p in driver_scratch.rglob("*") if p.is_file()]
-    assert fetched and not [p for p in fetched if re.fullmatch(
-        r"\d+\.(delta|snapshot|zip|changelog)|.*\.sst", p.name)]
 
     manifest = api.snapshot_show(home, "k1")
     snapshot = Counter(_state_rows(spark, open_snapshot_store(home).checkpoint_path("k1"),

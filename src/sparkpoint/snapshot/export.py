@@ -143,6 +143,20 @@ class JobInfo:
     # spark/state_rows.py). They spare counting the rows from the files, as progress does.
     counted_rows: Mapping[int, int] = field(default_factory=dict)
 
+    @classmethod
+    def of_snapshot(cls, manifest: Manifest) -> JobInfo:
+        """What a snapshot written from another one (a prune) keeps of it."""
+        return cls(
+            job=manifest.job,
+            operator_names={entry.operator_id: entry.name for entry in manifest.operators},
+            operator_windows={entry.operator_id: entry.window for entry in manifest.operators},
+            operator_aggregates={entry.operator_id: entry.aggregates
+                                 for entry in manifest.operators},
+            job_file=manifest.job_file,
+            params=dict(manifest.params),
+            spark_version=manifest.spark_version,
+        )
+
 
 # Operators whose one store holds one row per state key: Spark's numRowsTotal is then the
 # count of what the snapshot holds. Others (joins' four stores, sessions, transformWithState's

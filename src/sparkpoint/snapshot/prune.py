@@ -500,17 +500,8 @@ def prune_snapshot(
         # The command's result line says it again: a step, not output.
         steps.info("removed %s of %s key(s); writing snapshot '%s'", removed,
                    rows_before, new_snapshot)
-        info = JobInfo(
-            job=manifest.job,
-            operator_names={entry.operator_id: entry.name for entry in manifest.operators},
-            operator_windows={entry.operator_id: entry.window for entry in manifest.operators},
-            operator_aggregates={entry.operator_id: entry.aggregates
-                                 for entry in manifest.operators},
-            job_file=manifest.job_file,
-            params=dict(manifest.params),
-            spark_version=manifest.spark_version,
-        )
-        created = store.create(new_snapshot, checkpoint, info, progress=say)
+        created = store.create(new_snapshot, checkpoint, JobInfo.of_snapshot(manifest),
+                               progress=say)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return _result(manifest, op, where, created, rows_before, removed, rewritten_partitions,

@@ -136,8 +136,12 @@ def prune_in_store(store: ObjectSnapshotStore, spark: SparkSession,
     operator = next(o for o in checkpoint.operators(batch) if o.operator_id == op.operator_id)
     key_schema = op.stores[0].key_schema
     assert key_schema is not None
+    op_dir = operator.local_path.relative_to(checkpoint.local_root).as_posix()
     try:
-        place_checkpoint(spark, checkpoint.local_root, old, state, entries, tasks_reach)
+        # Spark's reader reads the pruned operator's state only.
+        place_checkpoint(spark, checkpoint.local_root, old,
+                         {rel: url for rel, url in state.items()
+                          if rel.startswith(f"{op_dir}/")}, entries, tasks_reach)
         crash_point("prune.scratch_linked")
         old_url = spark_url(old.url)
         check_condition(spark, old_url, batch, op.operator_id, key_schema, where, op.name)
@@ -146,7 +150,6 @@ def prune_in_store(store: ObjectSnapshotStore, spark: SparkSession,
             matched = matching_keys(spark, old_url, batch, op.operator_id, key_schema, where,
                                     op.name, collect_keys=False)
         rewritten = sorted(matched.matched_rows)
-        op_dir = operator.local_path.relative_to(checkpoint.local_root).as_posix()
         kept_out = tuple(f"{op_dir}/{partition}/" for partition in rewritten)
         place_checkpoint(spark, checkpoint.local_root, new,
                          {rel: url for rel, url in state.items()
@@ -178,7 +181,8 @@ def prune_in_store(store: ObjectSnapshotStore, spark: SparkSession,
         crash_point("prune.state_rewritten")
         steps.info("removed %s of %s key(s); writing snapshot '%s'", removed,
                    matched.total_rows, new_snapshot)
-        created = store.create(new_snapshot, Checkpoint(new), _job_info(manifest), progress=say)
+        created = store.create(new_snapshot, Checkpoint(new), JobInfo.of_snapshot(manifest),
+                               progress=say)
     finally:
         remove_tree(scratch)
     return created, matched.total_rows, removed, rewritten
@@ -224,17 +228,4 @@ def _upload_empty(new: StorePath, partition_dir: str, version: int,
                                     template.metadata)
     new.io.put_files([(path, join(new.url, partition_dir, path.relative_to(here).as_posix()))
                       for path in sorted(here.rglob("*")) if path.is_file()])
-
-
-def _job_info(manifest: Manifest) -> JobInfo:
-    return JobInfo(
-        job=manifest.job,
-        operator_names={entry.operator_id: entry.name for entry in manifest.operators},
-        operator_windows={entry.operator_id: entry.window for entry in manifest.operators},
-        operator_aggregates={entry.operator_id: entry.aggregates
-                             for entry in manifest.operators},
-        job_file=manifest.job_file,
-        params=dict(manifest.params),
-        spark_version=manifest.spark_version,
-    )
 

@@ -223,7 +223,7 @@ def resolve(
                 and shape.partitions in (None, manifest.shuffle_partitions) \
                 and planned.conf.get(CHECKPOINT_FORMAT_CONF) is None \
                 and planned.conf.get(PROVIDER_CONF) in (None, manifest.state_store_provider):
-            # (A migration reads the state there too: see _migrate_in_store.)
+            # (A migration reads the state there too: see _place_old_state.)
             directory, in_store = store.local_dir_without_state(name)
             resolution.snapshots[name] = UsedSnapshot(manifest, directory, in_store)
         elif _repartitions_in_store(target, manifest, shape, planned.conf, plan) \
@@ -483,9 +483,14 @@ def _store_entries(resolution: Resolution) -> dict[str, FileEntry]:
 def _task_stores(planned: PlannedJob, result: AssembleResult,
                  target_url: str) -> tuple[TaskStore, TaskStore]:
     """The stores the tasks read the snapshot's files from and write the new ones to."""
-    s3 = aws_environment(dict(planned.spark.sparkContext.getConf().getAll()))
-    return (task_store(next(iter(result.in_store.values())), s3),
-            task_store(target_url, s3))
+    return (_task_store(planned, next(iter(result.in_store.values()))),
+            _task_store(planned, target_url))
+
+
+def _task_store(planned: PlannedJob, location: str) -> TaskStore:
+    """How Spark tasks reach ``location``'s store (the application's s3a settings)."""
+    return task_store(location, aws_environment(
+        dict(planned.spark.sparkContext.getConf().getAll())))
 
 
 def _repartition_in_store(planned: PlannedJob, resolution: Resolution, staging: Path,
@@ -538,14 +543,8 @@ def _place_old_state(planned: PlannedJob, resolution: Resolution, staging: Path,
         place_checkpoint(planned.spark, staging, StorePath(target.io, read_from),
                          {rel: url for rel, url in result.in_store.items()
                           if rel.startswith(migrated)},
-                         _store_entries(resolution), _task_store(planned, target))
+                         _store_entries(resolution), _task_store(planned, target.url))
     return InStore(spark_url(read_from), spark_url(target.url))
-
-
-def _task_store(planned: PlannedJob, target: StorePath) -> TaskStore:
-    """How Spark tasks reach ``target``'s store (the application's s3a settings)."""
-    return task_store(target.url, aws_environment(
-        dict(planned.spark.sparkContext.getConf().getAll())))
 
 
 def _after_store_migration(planned: PlannedJob, resolution: Resolution, target: StorePath,
@@ -559,7 +558,7 @@ def _after_store_migration(planned: PlannedJob, resolution: Resolution, target: 
     if not target.io.capabilities.server_side_copy:
         copy_in_tasks(planned.spark, sorted((url, join(target.url, rel))
                                             for rel, url in left.items()),
-                      _store_entries(resolution), _task_store(planned, target))
+                      _store_entries(resolution), _task_store(planned, target.url))
         left = {}
     return AssembleResult(result.batch_id, result.partitions, left)
 
