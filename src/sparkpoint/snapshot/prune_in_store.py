@@ -30,7 +30,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkpoint.checkpoint import hdfs_state, rocksdb_writer
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.providers import HDFS_BACKED, ROCKSDB
 from sparkpoint.crash_points import crash_point, steps
@@ -41,7 +40,11 @@ from sparkpoint.snapshot.manifest import Manifest, OperatorEntry
 from sparkpoint.snapshot.object_store import LEASE_EXPIRY, ObjectSnapshotStore
 from sparkpoint.snapshot.placement import place_checkpoint
 from sparkpoint.spark import own_jar
-from sparkpoint.spark.rocksdb_template import RocksDbTemplate, rocksdb_template
+from sparkpoint.spark.rocksdb_template import (
+    RocksDbTemplate,
+    rocksdb_template,
+    write_empty_version,
+)
 from sparkpoint.spark.s3a import aws_environment
 from sparkpoint.spark.state_prune import check_condition, matching_keys
 from sparkpoint.spark.state_reshape import STATE_VERSION_WRITER, VersionFiles, write_in_jvm
@@ -161,10 +164,9 @@ def prune_in_store(store: ObjectSnapshotStore, spark: SparkSession,
             with tempfile.TemporaryDirectory(prefix="sparkpoint-prune-") as scratch_here:
                 template = rocksdb_template(spark, Path(scratch_here)) \
                     if manifest.state_store_provider == ROCKSDB.class_name else None
-                kept = _write_kept(spark, old_url, batch, op, operator.partitions, where,
-                                   rewritten, [join(spark_url(new.url), op_dir, str(p))
-                                               for p in range(operator.partitions)],
-                                   template)
+                kept = _write_kept(spark, old_url, batch, op, where, rewritten,
+                                   [join(spark_url(new.url), op_dir, str(p))
+                                    for p in range(operator.partitions)], template)
                 for partition in rewritten:
                     want = matched.partition_rows.get(partition, 0) \
                         - matched.matched_rows[partition]
@@ -189,7 +191,7 @@ def prune_in_store(store: ObjectSnapshotStore, spark: SparkSession,
 
 
 def _write_kept(spark: SparkSession, checkpoint: str, batch: int, op: OperatorEntry,
-                partitions: int, where: str, rewritten: list[int], partition_dirs: list[str],
+                where: str, rewritten: list[int], partition_dirs: list[str],
                 template: RocksDbTemplate | None) -> dict[int, int]:
     """The keys of the ``rewritten`` partitions that ``where`` does not select, written as
     each partition's version by ``StateVersionWriter``'s tasks into ``partition_dirs``;
@@ -208,7 +210,6 @@ def _write_kept(spark: SparkSession, checkpoint: str, batch: int, op: OperatorEn
     files = VersionFiles(partition_dirs, batch + 1, None,
                          None if template is None else (template.options, template.metadata),
                          check_repeats=False)
-    assert len(partition_dirs) == partitions
     with phase(f"prune: rewriting '{op.name}' with Spark"):
         return write_in_jvm(spark, kept, files)
 
@@ -216,16 +217,9 @@ def _write_kept(spark: SparkSession, checkpoint: str, batch: int, op: OperatorEn
 def _upload_empty(new: StorePath, partition_dir: str, version: int,
                   template: RocksDbTemplate | None, scratch: Path) -> None:
     """A partition left with no key: an empty version of the provider, written here."""
-    import pyarrow as pa
-
     here = scratch / "empty" / partition_dir
     here.mkdir(parents=True, exist_ok=True)
-    if template is None:
-        hdfs_state.write_snapshot(here, version, {})
-    else:
-        rocksdb_writer.write_sorted(here, version, pa.array([], pa.binary()),
-                                    pa.array([], pa.binary()), template.options,
-                                    template.metadata)
+    write_empty_version(here, version, template)
     new.io.put_files([(path, join(new.url, partition_dir, path.relative_to(here).as_posix()))
                       for path in sorted(here.rglob("*")) if path.is_file()])
 

@@ -2,7 +2,8 @@
 empty version committed by Spark's ``RocksDBStateStoreProvider`` with the session's
 settings gives the OPTIONS file (compression, block size, bloom filter, table format) and
 the metadata fields of a version, so that a version written here is one the job's provider
-would have written."""
+would have written. :func:`write_empty_version` writes the version of a partition no key
+lands in, for either provider."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkpoint.checkpoint import rocksdb_writer
+from sparkpoint.checkpoint import hdfs_state, rocksdb_writer
 from sparkpoint.checkpoint.providers import ROCKSDB
 from sparkpoint.checkpoint.rocksdb_state import read_zip_metadata
 from sparkpoint.errors import CheckpointFormatError
@@ -43,3 +44,15 @@ def rocksdb_template(spark: SparkSession, scratch: Path) -> RocksDbTemplate:
     metadata = read_zip_metadata(zip_path)
     return RocksDbTemplate(rocksdb_writer.options_text(partition_dir, 1),
                             {k: v for k, v in metadata.items() if k != "sstFiles"})
+
+
+def write_empty_version(directory: Path, version: int, template: RocksDbTemplate | None) -> None:
+    """An empty ``version`` in ``directory``: an HDFS-provider snapshot file with no record
+    (``template`` None), or a RocksDB version of no key with ``template``'s settings."""
+    if template is None:
+        hdfs_state.write_snapshot(directory, version, {})
+        return
+    import pyarrow as pa
+
+    rocksdb_writer.write_sorted(directory, version, pa.array([], pa.binary()),
+                                pa.array([], pa.binary()), template.options, template.metadata)

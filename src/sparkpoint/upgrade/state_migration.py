@@ -40,7 +40,11 @@ from sparkpoint.errors import CheckpointFormatError
 from sparkpoint.progress import phase
 from sparkpoint.snapshot.manifest import OperatorEntry
 from sparkpoint.spark.driver_disk import check_here
-from sparkpoint.spark.rocksdb_template import RocksDbTemplate, rocksdb_template
+from sparkpoint.spark.rocksdb_template import (
+    RocksDbTemplate,
+    rocksdb_template,
+    write_empty_version,
+)
 from sparkpoint.spark.state_reshape import (
     VersionFiles,
     encoded_store,
@@ -408,7 +412,7 @@ def _migrate_operator(spark: SparkSession, checkpoint: Path, batch: int,
             for entry in fresh.iterdir():
                 os.rename(entry, target / entry.name)
         else:
-            _write_version(written, target, [], [])
+            write_empty_version(target, written.version, written.rocksdb)
     shutil.rmtree(op_dir / _MIGRATING, ignore_errors=True)
     schema = layout.partition_dir(op_dir, 0) / "_metadata" / "schema"
     write_atomic(schema, StateSchemaFile.build(key_schema, value_schema).to_bytes())
