@@ -9,17 +9,15 @@ What must hold there: a job continued from a snapshot runs on the cluster with i
 start into another partition count moves the state (HDFS-provider or RocksDB) in Spark
 tasks that read and write the store, none of its bytes through the driver, and gives the
 state Spark's own reader finds in the snapshot; a start that migrates the state (an
-aggregate added) and a prune read the old state and write the new in the store, in Spark
-tasks; a command whose rewrite still reads a scratch copy on the driver's disk (a start
-that moves the state's provider) fails with one line that says so and what to do, and
-changes nothing."""
+aggregate added), a rehearsal of it and a prune read the old state and write the new in
+the store, in Spark tasks; a command whose rewrite still reads a scratch copy on the
+driver's disk (a start that moves the state's provider) fails with one line that says so
+and what to do, and changes nothing."""
 
 from __future__ import annotations
 
 import re
-import shlex
 import shutil
-import subprocess
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
@@ -34,10 +32,11 @@ from sparkpoint.snapshot.store import open_snapshot_store
 from sparkpoint.spark.s3a import s3a_conf
 from sparkpoint.storage.fileio import join, spark_url
 from sparkpoint.storage.home import Home
+from sparkpoint.storage.stores import file_io
 from tests.conftest import S3A_JARS, s3a_jars
 from tests.integration.test_standalone_cluster import _state_keys
+from tests.support import spark_cluster
 from tests.support.cli import Result, sparkpoint
-from tests.support.spark_cluster import standalone_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 JOB = Path(__file__).resolve().parent.parent / "data" / "jobs" / "key_counts.py"
@@ -45,40 +44,19 @@ JOB = Path(__file__).resolve().parent.parent / "data" / "jobs" / "key_counts.py"
 GROWN = JOB.with_name("key_counts_longest.py")
 
 
-# The environment sparkpoint's store clients read.
-_STORE_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID",
-              "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION",
-              "SPARKPOINT_WEBHDFS_URL", "HADOOP_CONF_DIR")
-
-
 # The job's state in the HDFS-backed provider (Spark's default; sparkpoint's is RocksDB).
 _HDFS_STATE = {"spark.sql.shuffle.partitions": "4", PROVIDER_CONF: HDFS_PROVIDER}
-
-
-def _private_mounts_work() -> bool:
-    if shutil.which("unshare") is None:
-        return False
-    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"],
-                           capture_output=True)
-    return probe.returncode == 0
 
 
 @pytest.fixture(scope="module")
 def other_host_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The master's URL; its workers see none of the files under pytest's base directory."""
-    if not _private_mounts_work():
+    if not spark_cluster.private_mounts_work():
         pytest.skip("needs unshare --mount (root or user namespaces) to hide the driver's disk")
-    hidden = tmp_path_factory.getbasetemp()
-    # The workers' own files, outside what they cannot see.
+    # The workers' own files, outside what they cannot see (pytest's base directory).
     root = Path(tempfile.mkdtemp(prefix="sparkpoint-other-host-"))
-    # Each worker in a mount namespace of its own, an empty tmpfs over the hidden directory.
-    # Nor the store settings of the driver's environment: the tasks must get them from it.
-    unset = "unset " + " ".join(_STORE_ENV) + "; "
-    prefix = ["unshare", "--mount", "--propagation", "private", "bash", "-c",
-              f"mount -t tmpfs other-host {shlex.quote(str(hidden))} && {unset}"
-              "exec bash -c \"$0\""]
     try:
-        with standalone_cluster(root, 10, prefix) as url:
+        with spark_cluster.other_host_cluster(root, tmp_path_factory.getbasetemp()) as url:
             yield url
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -115,22 +93,15 @@ def test_work_on_an_hdfs_home_runs_in_the_store_and_what_reads_the_drivers_disk_
     original = _state_keys(spark, home, "k1", "key_counts")
     assert original == Counter((key,) for key in keys)
 
-    # The same partition count: the state is copied within HDFS and read by the executors.
     more = keys[:500] + [f"n{n:03d}" for n in range(100)]
     _write_keys(spark, inp, more)
-    same = sparkpoint(home, "run", str(JOB), "--job", "keys-on-cluster", "--from-snapshot",
-                      "k1", "--master", url, "--conf", "spark.sql.shuffle.partitions=4",
-                      "--conf", "spark.executor.memory=512m", "--param", f"input={inp}",
-                      "--until-caught-up", timeout=600)
-    assert same.code == 0, same.err[-3000:]
-    assert _job_keys(spark, home, "keys-on-cluster") == Counter(
-        Counter(keys + more).items())
-
     # Into 3 partitions: the tasks read the snapshot's files in HDFS and write the new ones
     # there; the driver's copy holds no state file.
     _start_into_3(spark, home, url, inp, tmp_path, Counter(keys + more))
     # An aggregate added: the state migrated in the store (HDFS: copied by Spark tasks).
     _grown_from_k1(spark, home, url, inp, tmp_path, keys, more)
+    # ... and rehearsed against the job on the cluster, after the job read ``more``.
+    _rehearsed_on_cluster(spark, home, url, inp, tmp_path, keys, more, _HDFS_STATE)
 
     # A prune runs in the store too: the snapshot placed there, Spark's reader on the
     # executors, the kept keys of each partition with a match written by JVM tasks.
@@ -275,6 +246,36 @@ def _grown_from_k1(spark: Any, home: Home, url: str, inp: str, tmp_path: Path,
     assert _grown_state(spark, checkpoint, None) == Counter(
         (key, count, len(key) if key in more else None)
         for key, count in Counter(keys + more).items())
+
+
+def _rehearsed_on_cluster(spark: Any, home: Home, url: str, inp: str, tmp_path: Path,
+                          keys: list[str], more: list[str], conf: dict[str, str],
+                          *options: str) -> None:
+    """The job (JOB) run on with ``more`` here, then GROWN rehearsed against it from k1 on
+    the cluster: the rehearsal's checkpoint and output are in the store (the executors
+    cannot write the driver's disk), its state migrated there; it replays the job's batch
+    of ``more``: one row per key of ``more``, its count all the input's (the snapshot's state
+    resumed) and its new aggregate set. The driver fetched no state file; nothing of the
+    rehearsal is left in the store."""
+    from sparkpoint import api
+
+    api.run(home, JOB, "keys", params={"input": inp}, conf=conf, until_caught_up=True,
+            spark=spark)
+    driver_scratch = tmp_path / "driver-rehearse"
+    rehearsed = sparkpoint(home, "rehearse", str(GROWN), "--against", "keys",
+                           "--from-snapshot", "k1", "--master", url,
+                           "--conf", "spark.executor.memory=512m", "--json", *options,
+                           timeout=600, env={"SPARKPOINT_SCRATCH": str(driver_scratch)})
+    assert rehearsed.code == 0, rehearsed.err[-3000:]
+    done = rehearsed.json()
+    assert done["new_rows"] == len(set(more)) and done["equal"] is None, done
+    counts = Counter(keys + more)
+    shown = done["examples"]["new"]
+    assert shown and all(row["key"] in more and row["count"] == counts[row["key"]]
+                         and row["longest"] == len(row["key"]) for row in shown), shown
+    _fetched_no_state(driver_scratch, r"\d+\.zip|" + _KEYS_AND_VALUES)
+    scratch = join(home.location, ".scratch", "rehearse")
+    assert file_io(scratch).list_names(scratch) == []
 
 
 # Files that hold keys and values (a RocksDB zip holds the version's metadata).

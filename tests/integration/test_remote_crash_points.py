@@ -123,9 +123,9 @@ def test_start_from_a_snapshot_on_s3_cut_off_at_each_point_is_rolled_back_and_re
 
 
 # A start into another partition count of HDFS-provider or RocksDB state in a store: Spark
-# tasks write the new state files into the home before the checkpoint is published.
-REPARTITION_POINTS = ["restore.hdfs_partition_moved", "restore.repartitioned",
-                      "restore.published"]
+# tasks write the new state files into the home before the checkpoint is published. (A start
+# cut off once published is rolled back the same way whatever it built: walked above.)
+REPARTITION_POINTS = ["restore.hdfs_partition_moved", "restore.repartitioned"]
 
 
 @pytest.mark.parametrize("provider", ["hdfs", "rocksdb"])

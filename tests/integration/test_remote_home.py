@@ -8,6 +8,7 @@ import base64
 import datetime as dt
 import hashlib
 import json
+import re
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -291,11 +292,29 @@ def test_past_snapshots_and_rehearsal_on_an_s3_home_from_fresh_machines(
     assert at.code == 0, at.err[-2000:]
     assert at.json()["batch_id"] == 1
 
-    rehearsed = on("c", "rehearse", str(JOB), "--against", "v1", "--from-snapshot", "s1",
-                   "--param", f"input={inp}", "--param", f"output={tmp_path / 'unused'}",
-                   "--conf", f"spark.jars={_s3a_jars()}", "--fail-on-diff", "--json")
+    # The rehearsal works in the store (its executors could be on other hosts): cut off
+    # after its first batch, it leaves its scratch there, which the next rehearsal on this
+    # machine removes (its process is gone); kept with --keep, the scratch holds the
+    # rehearsal's checkpoint and output, written through s3a.
+    rehearse = ("rehearse", str(JOB), "--against", "v1", "--from-snapshot", "s1",
+                "--param", f"input={inp}", "--param", f"output={tmp_path / 'unused'}",
+                "--conf", f"spark.jars={_s3a_jars()}", "--fail-on-diff", "--json")
+    scratch = f"s3://{bucket}/home/.scratch/rehearse"
+    cut = sparkpoint(home, *rehearse, env={"SPARKPOINT_SCRATCH": str(tmp_path / "c"),
+                                           CRASH_ENV: "rehearse.batch_replayed"})
+    assert cut.code == CRASH_EXIT_CODE, cut.err[-3000:]
+    left = file_io(scratch).list_names(scratch)
+    assert len(left) == 1, left
+    rehearsed = on("c", *rehearse, "--keep")
     assert rehearsed.code == 0, rehearsed.err[-3000:]
     assert rehearsed.json()["equal"], rehearsed.out
+    assert f"removed {scratch}/{left[0]}, left by an interrupted rehearsal" in rehearsed.err
+    kept = re.search(r"scratch kept: (\S+)", rehearsed.err)
+    assert kept and kept.group(1).startswith(scratch + "/"), rehearsed.err
+    written = file_io(scratch).walk_sizes(kept.group(1))
+    assert any(rel.startswith("home/jobs/rehearsal/checkpoint/commits/") for rel in written)
+    assert any(rel.startswith("output/_spark_metadata/") for rel in written), sorted(written)
+    assert file_io(scratch).list_names(scratch) == [kept.group(1).rsplit("/", 1)[1]]
 
 
 def test_transform_with_state_started_from_a_snapshot_on_an_hdfs_home_runs_on_another_machine(

@@ -165,22 +165,6 @@ def test_spark_submit_job_is_managed_snapshotted_while_running_and_continued(
     after = output_rows(spark, tmp_path / "o2")  # type: ignore[arg-type]
     assert before + after == expected_hourly_counts(events)
 
-    # Prune on the cluster: one Spark job, its tasks (each reading a state partition and
-    # rewriting it if it holds matches) on the executors of both workers; the pruned state,
-    # read by Spark's state reader in this process (local[2]), is the snapshot's without the
-    # matched keys.
-    operator = "hourly_counts"
-    original = _state_keys(spark, home, "s-live", operator)
-    user = sorted(key[1] for key in original)[0]
-    pruned = sparkpoint(home, "snapshot", "prune", "s-live", "s-pruned", "--operator", operator,
-                        "--where", f"user = '{user}'", "--master", url, "--json", timeout=600)
-    assert pruned.code == 0, pruned.err[-3000:]
-    assert pruned.json()["rewritten_by"] == "spark_tasks"
-    # The prune's application does nothing else: every task of it is the prune's.
-    assert len(_task_executors(events_dir, "sparkpoint:prune", "")) == 2
-    kept = Counter({key: n for key, n in original.items() if key[1] != user})
-    assert kept != original and _state_keys(spark, home, "s-pruned", operator) == kept
-
 
 def _snapshot_of_key_counts(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                             provider: str, keys: list[str]) -> tuple[Home, Path, Path]:

@@ -1,10 +1,13 @@
 """A Spark standalone cluster on loopback: a master and two one-core workers, each its own
-process started from the pip package with sbin/spark-daemon.sh, stopped at the end."""
+process started from the pip package with sbin/spark-daemon.sh, stopped at the end; and the
+same cluster with its workers on "other hosts": each in a mount namespace of its own where
+the driver's files are an empty tmpfs, without the driver's store settings."""
 
 from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -62,3 +65,33 @@ def standalone_cluster(root: Path, instance: int,
                            capture_output=True)
         subprocess.run(["bash", str(daemon), "stop", MASTER_CLASS, str(instance)], env=env,
                        capture_output=True)
+
+
+# The environment sparkpoint's store clients read.
+STORE_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID",
+             "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION",
+             "SPARKPOINT_WEBHDFS_URL", "HADOOP_CONF_DIR")
+
+
+def private_mounts_work() -> bool:
+    """Whether this machine lets a process mount in a namespace of its own (root, or user
+    namespaces)."""
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"],
+                           capture_output=True)
+    return probe.returncode == 0
+
+
+@contextmanager
+def other_host_cluster(root: Path, hidden: Path) -> Iterator[str]:
+    """The master's URL of a cluster whose workers see an empty tmpfs over ``hidden`` (the
+    driver's files) and none of the store settings of this process's environment: the tasks
+    must get them from the application. ``root``: the daemons' own files, outside
+    ``hidden``."""
+    unset = "unset " + " ".join(STORE_ENV) + "; "
+    prefix = ["unshare", "--mount", "--propagation", "private", "bash", "-c",
+              f"mount -t tmpfs other-host {shlex.quote(str(hidden))} && {unset}"
+              "exec bash -c \"$0\""]
+    with standalone_cluster(root, 10, prefix) as url:
+        yield url

@@ -2,17 +2,16 @@
 replays exactly the input the old job read after the snapshot's batch; its output is then
 compared with what the old job wrote for those batches.
 
-Everything the rehearsal writes lives in one scratch directory under the home's scratch
-space (a home of its own, so the rehearsal is never a user job): its checkpoint, its output,
-its job record. The old job's checkpoint, output and the snapshots are only read; the new
-version's sink is redirected to scratch before its query starts, whatever sink it is.
+Everything the rehearsal writes lives in one scratch directory (``rehearse/scratch.py``: in
+the home's local scratch space, or in the store of a home on S3 or HDFS, where executors on
+other hosts reach it), a home of its own, so the rehearsal is never a user job: its
+checkpoint, its output, its job record. The old job's checkpoint, output and the snapshots
+are only read; the new version's sink is redirected to scratch before its query starts,
+whatever sink it is.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +48,7 @@ from sparkpoint.rehearse.compare import (
 )
 from sparkpoint.rehearse.in_spark import match_exactly
 from sparkpoint.rehearse.match import DEFAULT_FLOAT_TOLERANCE, check_float_tolerance
+from sparkpoint.rehearse.scratch import open_scratch
 from sparkpoint.runtime.context import JobContext
 from sparkpoint.runtime.jobfile import (
     build_writer,
@@ -76,8 +76,9 @@ from sparkpoint.spark.output import (
 from sparkpoint.spark.session import apply_query_conf, create_session
 from sparkpoint.spark.sink import file_sink_path
 from sparkpoint.spark.version import require_supported_pyspark
+from sparkpoint.storage.fileio import spark_url
 from sparkpoint.storage.home import Home, validate_name
-from sparkpoint.storage.processes import abandoned, claim
+from sparkpoint.storage.location import Location, local_path
 from sparkpoint.upgrade.batches import BatchChoice
 from sparkpoint.upgrade.interrupted import clear_intent
 from sparkpoint.upgrade.pipeline import Mode, StartPipeline
@@ -88,9 +89,6 @@ if TYPE_CHECKING:
 
 Echo = Callable[[str], None]
 SCRATCH_JOB = "rehearsal"
-# <home>/scratch/rehearse-<pid>-<random>: the pid tells a running rehearsal's from a dead one's.
-SCRATCH_PREFIX = "rehearse-"
-KEPT_MARKER = "KEPT"
 
 
 def _quiet(_message: str) -> None:
@@ -134,7 +132,7 @@ class Rehearsal:
 class _NewVersion:
     """What the scratch job learns while it runs."""
 
-    output: Path
+    output: Location
     file_format: str | None = None
     options: dict[str, str] = field(default_factory=dict)
     operator_keys: list[list[str]] = field(default_factory=list)
@@ -195,44 +193,30 @@ def rehearse(
     check_required_params(check_job_file(job_file), SCRATCH_JOB, params)
     if spark is None:
         require_supported_pyspark()
-    home.scratch_dir.mkdir(parents=True, exist_ok=True)
-    _remove_abandoned(home.scratch_dir, echo)
-    scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-",
-                                    dir=home.scratch_dir))
-    claim(scratch)
+    scratch = open_scratch(home, echo)
     try:
         session = spark or create_session(master or record.master, conf, "sparkpoint:rehearse",
                                           log_file=new_log_file(home.logs_dir, "rehearse"))
-        # The scratch job's checkpoint and output are in ``scratch``, written by the executors.
-        require_driver_disk(session, scratch)
+        if not scratch.in_store:
+            # The scratch job's checkpoint and output are on this machine's disk, written
+            # by the executors (in the store, they reach them as they reach the home).
+            require_driver_disk(session, local_path(scratch.root))
         user_build = load_build(job_file)
         old_output = _old_output(session, user_build, job_file, against, record.params, conf)
-        new = _NewVersion(output=scratch / "output")
-        _replay(session, home, scratch, job_file, user_build, old, batches, snapshot_batch,
-                new, store, point, from_snapshot, params, conf, master or record.master,
-                names, echo)
+        new = _NewVersion(output=scratch.output)
+        _replay(session, home, scratch.home, job_file, user_build, old, batches,
+                snapshot_batch, new, store, point, from_snapshot, params, conf,
+                master or record.master, names, echo)
         result = _summarize(session, against, names, (batches[0], batches[-1]), old_output,
                             snapshot_batch, new, float_tolerance)
         if keep:
-            (scratch / KEPT_MARKER).touch()
-            echo(f"scratch kept: {scratch}")
-            return Rehearsal(**{**result.__dict__, "scratch": str(scratch)})
+            scratch.keep()
+            echo(f"scratch kept: {scratch.root}")
+            return Rehearsal(**{**result.__dict__, "scratch": str(scratch.root)})
         return result
     finally:
         if not keep:
-            shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _remove_abandoned(scratch_dir: Path, echo: Echo) -> None:
-    """Remove the scratch of rehearsals whose process died (killed, crashed) before its own
-    cleanup; running ones and those kept with --keep stay."""
-    for path in scratch_dir.glob(f"{SCRATCH_PREFIX}*"):
-        pid = path.name.removeprefix(SCRATCH_PREFIX).split("-", 1)[0]
-        if not pid.isdigit() or (path / KEPT_MARKER).exists() or \
-                not abandoned(path, int(pid)):
-            continue
-        shutil.rmtree(path, ignore_errors=True)
-        echo(f"removed {path}, left by an interrupted rehearsal (pid {pid})")
+            scratch.remove()
 
 
 def _check_intact(store: SnapshotStore, names: list[str]) -> None:
@@ -283,14 +267,13 @@ def _old_output(session: SparkSession, user_build: Any, job_file: Path, job: str
     return path
 
 
-def _replay(session: SparkSession, home: Home, scratch: Path, job_file: Path, user_build: Any,
-            old: Checkpoint, batches: list[int], snapshot_batch: int, new: _NewVersion,
-            store: SnapshotStore, point: Any, from_snapshot: str | None,
+def _replay(session: SparkSession, home: Home, scratch_home: Home, job_file: Path,
+            user_build: Any, old: Checkpoint, batches: list[int], snapshot_batch: int,
+            new: _NewVersion, store: SnapshotStore, point: Any, from_snapshot: str | None,
             params: Mapping[str, str], conf: Mapping[str, str], master: str | None,
             names: list[str], echo: Echo) -> None:
     """Restore the new version from the snapshot in scratch space, then run it once per old
     batch, each time with that batch's offsets as its pending batch."""
-    scratch_home = Home(scratch / "home")
     target = scratch_home.checkpoint_dir(SCRATCH_JOB)
 
     def build(spark: SparkSession, ctx: JobContext) -> Any:
@@ -411,11 +394,11 @@ def _summarize(session: SparkSession, job: str, names: list[str], batches: tuple
                old_output: str | None, snapshot_batch: int, new: _NewVersion,
                float_tolerance: float) -> Rehearsal:
     if new.file_format is not None:
-        new_files = sorted(committed_files(new.output))
+        new_files = sorted(committed_files(str(new.output)))
         new_format = format_of_files(new_files, new.file_format)
         new_frame = _frame(session, new_format, new_files, new.output, new.options)
     else:
-        dirs = sorted(str(p) for p in new.output.glob(f"{BATCH_DIR_PREFIX}*"))
+        dirs = _batch_dirs(new.output)
         new_frame = _frame(session, "parquet", dirs, None, {})
     old_files = None
     note = None
@@ -455,7 +438,16 @@ def _summarize(session: SparkSession, job: str, names: list[str], batches: tuple
                      compare(old_side, new_side, new.operator_keys, float_tolerance))
 
 
-def _frame(session: SparkSession, fmt: str, paths: list[str], base: Path | str | None,
+def _batch_dirs(output: Location) -> list[str]:
+    """The parquet directories a redirected sink other than a file sink wrote, one per
+    batch, as Spark reads them."""
+    if not output.exists():
+        return []
+    return sorted(spark_url(str(path)) for path in output.iterdir()
+                  if path.name.startswith(BATCH_DIR_PREFIX))
+
+
+def _frame(session: SparkSession, fmt: str, paths: list[str], base: Location | str | None,
            options: dict[str, str]) -> DataFrame | None:
     return output_frame(session, fmt, paths, base, options) if paths else None
 

@@ -22,10 +22,7 @@ when its process is gone, any prune once it is older than a snapshot's registrat
 
 from __future__ import annotations
 
-import datetime as dt
-import os
 import tempfile
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,7 +47,7 @@ from sparkpoint.spark.state_prune import check_condition, matching_keys
 from sparkpoint.spark.state_reshape import STATE_VERSION_WRITER, VersionFiles, write_in_jvm
 from sparkpoint.storage.fileio import join, scheme_of, spark_url
 from sparkpoint.storage.location import StorePath, remove_tree
-from sparkpoint.storage.processes import pid_alive, this_host
+from sparkpoint.storage.store_scratch import clean_abandoned, scratch_name
 from sparkpoint.storage.task_store import task_store
 
 if TYPE_CHECKING:
@@ -93,30 +90,6 @@ def _scratch_root(store: ObjectSnapshotStore) -> str:
     return join(store.location, ".scratch", "prune")
 
 
-def _scratch_name() -> str:
-    """Who made a scratch prefix and when: ``<utc time>.<host>.<pid>.<random>``."""
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    return f"{stamp}.{this_host().replace('.', '_')}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
-
-
-def _clean_abandoned(store: ObjectSnapshotStore, root: str) -> None:
-    """Scratch prefixes of prunes cut off: this machine's whose process is gone, and any
-    older than a snapshot's registration lasts (no create from them can still publish)."""
-    now = dt.datetime.now(dt.UTC)
-    for name in store.io.list_names(root):
-        parts = name.split(".")
-        if len(parts) != 4:
-            continue
-        try:
-            made = dt.datetime.strptime(parts[0], "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.UTC)
-        except ValueError:
-            continue
-        mine = parts[1] == this_host().replace(".", "_") and parts[2].isdigit() \
-            and int(parts[2]) != os.getpid() and not pid_alive(int(parts[2]))
-        if mine or now - made > LEASE_EXPIRY:
-            store.io.delete_tree(join(root, name))
-
-
 def prune_in_store(store: ObjectSnapshotStore, spark: SparkSession,
                    manifest: Manifest, op: OperatorEntry, new_snapshot: str, where: str,
                    say: Callable[[str], None]) -> tuple[Manifest, int, int, list[int]]:
@@ -126,8 +99,10 @@ def prune_in_store(store: ObjectSnapshotStore, spark: SparkSession,
     batch = manifest.batch_id
     version = batch + 1
     root = _scratch_root(store)
-    _clean_abandoned(store, root)
-    scratch = StorePath(store.io, join(root, _scratch_name()))
+    # Those of prunes cut off: no create from them can still publish after a registration's
+    # lifetime.
+    clean_abandoned(store.io, root, LEASE_EXPIRY)
+    scratch = StorePath(store.io, join(root, scratch_name()))
     local, in_store = local_checkpoint(store, manifest.name)
     checkpoint = Checkpoint(local)
     entries = {url: entry for entry in manifest.files

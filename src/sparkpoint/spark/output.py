@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkpoint.spark.sink import FILE_FORMATS, file_sink_path, private_field
+from sparkpoint.storage.fileio import spark_url
+from sparkpoint.storage.location import Location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -18,17 +19,18 @@ NUMERIC_TYPES = ("byte", "short", "integer", "long", "float", "double", "decimal
 BATCH_DIR_PREFIX = "batch-"
 
 
-def redirect_output(writer: DataStreamWriter, directory: Path) -> DataStreamWriter:
+def redirect_output(writer: DataStreamWriter, directory: Location) -> DataStreamWriter:
     """The job's writer, writing to ``directory`` instead of its own sink.
 
     A file sink keeps its format, options and partitioning, only its path changes. Any other
     sink (Kafka, foreachBatch, console...) must not receive a rehearsal's rows: each batch
     goes to ``directory/batch-<id>`` as parquet instead."""
     if file_sink_path(writer) is not None:
-        return writer.option("path", str(directory))
+        return writer.option("path", spark_url(str(directory)))
 
     def write_batch(frame: DataFrame, batch_id: int) -> None:
-        frame.write.mode("overwrite").parquet(str(directory / f"{BATCH_DIR_PREFIX}{batch_id}"))
+        frame.write.mode("overwrite").parquet(
+            spark_url(str(directory / f"{BATCH_DIR_PREFIX}{batch_id}")))
 
     return writer.foreachBatch(write_batch)
 
@@ -49,7 +51,7 @@ def format_of_files(files: list[str], default: str) -> str:
     return default
 
 
-def output_frame(spark: SparkSession, fmt: str, paths: list[str], base: Path | str | None,
+def output_frame(spark: SparkSession, fmt: str, paths: list[str], base: Location | str | None,
                  options: dict[str, str] | None = None) -> DataFrame:
     """The given output files (or directories) as a DataFrame, nothing collected.
 
@@ -57,7 +59,7 @@ def output_frame(spark: SparkSession, fmt: str, paths: list[str], base: Path | s
     back as columns, as a reader of the whole output would see them."""
     reader = spark.read.format(fmt).options(**(options or {}))
     if base is not None:
-        reader = reader.option("basePath", str(base))
+        reader = reader.option("basePath", spark_url(str(base)))
     return reader.load(paths)
 
 
