@@ -49,7 +49,7 @@ from sparkpoint.spark.s3a import s3a_conf
 from sparkpoint.spark.session import create_session
 from sparkpoint.storage import fileio, s3_io
 from sparkpoint.storage.home import SCRATCH_ENV, Home
-from sparkpoint.upgrade import start
+from sparkpoint.upgrade import pipeline as start  # where the start calls build_new_checkpoint
 
 SHARE_TARGET = 0.01
 TIME_TARGET = 0.3
