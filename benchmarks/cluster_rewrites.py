@@ -38,14 +38,17 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from remote_copies import counted_transfers  # benchmarks/remote_copies.py, beside this script
-from s3_snapshot import moto_server  # benchmarks/s3_snapshot.py, beside this script
+from remote_copies import (  # benchmarks/remote_copies.py, beside this script
+    counted_transfers,
+    timed_builds,
+)
+from s3_snapshot import moto_server, verdict  # benchmarks/s3_snapshot.py, beside this script
 from timing import Timing  # benchmarks/timing.py, beside this script
 
 from sparkpoint import api
@@ -53,7 +56,6 @@ from sparkpoint.snapshot.object_store import is_state_data
 from sparkpoint.spark.s3a import s3a_conf
 from sparkpoint.spark.session import create_session
 from sparkpoint.storage.home import SCRATCH_ENV, Home
-from sparkpoint.upgrade import pipeline as start  # where the start calls build_new_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 SHARE_TARGET = 0.01
@@ -102,35 +104,15 @@ def _session(master: str, url: str) -> Any:
     return create_session(master, {**s3a_conf(url, conf), **conf}, "cluster-rewrites-bench")
 
 
-def _timed_builds(run: Callable[[], Any]) -> float:
-    """The seconds ``run`` spent building the new checkpoint (the state's move)."""
-    built: list[float] = []
-    original = start.build_new_checkpoint
-
-    def timed(*a: Any, **k: Any) -> Any:
-        began = time.perf_counter()
-        try:
-            return original(*a, **k)
-        finally:
-            built.append(time.perf_counter() - began)
-
-    start.build_new_checkpoint = timed  # type: ignore[assignment]
-    try:
-        run()
-    finally:
-        start.build_new_checkpoint = original  # type: ignore[assignment]
-    return sum(built)
-
-
 def _rewrites(spark: Any, home: Home, inp: str, label: str, repeats: int,
               moves: Step, prunes: Step) -> None:
     for repeat in range(repeats):
         job = f"keys-3-{label}-{repeat}"
-        with _measured(moves):
-            seconds = _timed_builds(lambda job=job: api.run(
-                home, JOB, job, from_snapshot="k1", params={"input": inp},
-                conf={"spark.sql.shuffle.partitions": "3"}, until_caught_up=True, spark=spark))
-        moves.seconds[-1] = seconds  # the move itself, not the query run after it
+        with _measured(moves), timed_builds() as built:
+            api.run(home, JOB, job, from_snapshot="k1", params={"input": inp},
+                    conf={"spark.sql.shuffle.partitions": "3"}, until_caught_up=True,
+                    spark=spark)
+        moves.seconds[-1] = sum(built)  # the move itself, not the query run after it
         with _measured(prunes):
             api.snapshot_prune(home, "k1", f"k1-{label}-{repeat}", operator=OPERATOR,
                                where="key < 'k00100000' OR key LIKE '%7'", spark=spark)
@@ -180,13 +162,13 @@ def report(figures: Figures, keys: int) -> list[str]:
         share = moved / max(1, figures.state_bytes)
         lines.append(f"{what}: {moved} bytes through sparkpoint's store client in the driver's "
                      f"process = {share:.4f} of the state (target <= {SHARE_TARGET:g}) "
-                     f"{'PASS' if share <= SHARE_TARGET else 'FAIL'}")
+                     f"{verdict(share <= SHARE_TARGET)}")
         cluster_time = Timing(tuple(on_cluster.seconds))
         local_time = Timing(tuple(on_local.seconds))
         ratio = cluster_time.median / local_time.median
         lines.append(f"{what}: cluster {cluster_time.describe(1)} s vs local[2] "
                      f"{local_time.describe(1)} s, medians {ratio:.2f} (target <= "
-                     f"{TIME_TARGET:g}) {'PASS' if ratio <= TIME_TARGET else 'FAIL'}")
+                     f"{TIME_TARGET:g}) {verdict(ratio <= TIME_TARGET)}")
     return lines
 
 

@@ -27,7 +27,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +39,7 @@ from s3_snapshot import (  # benchmarks/s3_snapshot.py, beside this script
     boto3_upload,
     moto_server,
     s3_client,
+    verdict,
     write_values,
 )
 from timing import Timing  # benchmarks/timing.py, beside this script
@@ -113,6 +114,27 @@ def counted_transfers() -> Iterator[Counted]:
         s3_io.S3FileIO.create_exclusive = s3_create  # type: ignore[method-assign]
 
 
+@contextmanager
+def timed_builds() -> Iterator[list[float]]:
+    """The seconds each start from a snapshot spends building its new checkpoint (restore,
+    repartition, migration) while inside, one entry per start."""
+    built: list[float] = []
+    original = start.build_new_checkpoint
+
+    def timed(*a: Any, **k: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return original(*a, **k)
+        finally:
+            built.append(time.perf_counter() - began)
+
+    start.build_new_checkpoint = timed  # type: ignore[assignment]
+    try:
+        yield built
+    finally:
+        start.build_new_checkpoint = original  # type: ignore[assignment]
+
+
 @dataclass(frozen=True)
 class Figures:
     state_bytes: int
@@ -167,25 +189,10 @@ def measure(args: argparse.Namespace, work: Path) -> Figures:
         shutil.rmtree(local, ignore_errors=True)
 
         shutil.rmtree(work / "machine", ignore_errors=True)
-        built: list[float] = []
-        original = start.build_new_checkpoint
-
-        def timed_build(*a: Any, _original: Callable[..., Any] = original,
-                        _built: list[float] = built, **k: Any) -> Any:
-            began = time.perf_counter()
-            try:
-                return _original(*a, **k)
-            finally:
-                _built.append(time.perf_counter() - began)
-
-        start.build_new_checkpoint = timed_build  # type: ignore[assignment]
-        try:
-            with counted_transfers() as counted:
-                api.run(store_home, job_file, f"started{repeat}", from_snapshot="s",
-                        params={"input": str(work / "events")}, conf=conf,
-                        until_caught_up=True, spark=spark)
-        finally:
-            start.build_new_checkpoint = original  # type: ignore[assignment]
+        with timed_builds() as built, counted_transfers() as counted:
+            api.run(store_home, job_file, f"started{repeat}", from_snapshot="s",
+                    params={"input": str(work / "events")}, conf=conf,
+                    until_caught_up=True, spark=spark)
         start_bytes.append(counted.bytes)
         builds.extend(built)
     spark.stop()
@@ -200,13 +207,13 @@ def report(figures: Figures) -> list[str]:
         share = sorted(moved)[len(moved) // 2] / max(1, figures.state_bytes)
         lines.append(f"{what}: {sorted(moved)[len(moved) // 2]} bytes through sparkpoint's "
                      f"process of {figures.state_bytes} state bytes = {share:.4f} (target <= "
-                     f"{SHARE_TARGET:g}) {'PASS' if share <= SHARE_TARGET else 'FAIL'}")
+                     f"{SHARE_TARGET:g}) {verdict(share <= SHARE_TARGET)}")
     for what, timing in (("snapshot create", figures.create),
                          ("start: building the checkpoint", figures.build)):
         ratio = timing.median / figures.boto3.median
         lines.append(f"{what}: median {timing.median:.3f} s vs boto3 download + upload of the "
                      f"state files {figures.boto3.median:.3f} s = {ratio:.2f} (target <= "
-                     f"{TIME_TARGET:g}) {'PASS' if ratio <= TIME_TARGET else 'FAIL'}")
+                     f"{TIME_TARGET:g}) {verdict(ratio <= TIME_TARGET)}")
     return lines
 
 

@@ -47,6 +47,7 @@ class RehearsalScratch:
         """The scratch job's own home (never a user's: it is in no ``jobs list``)."""
         if isinstance(self.root, StorePath):
             url = join(self.root.url, "home")
+            # Not Home.resolve: that would take $SPARKPOINT_SNAPSHOTS as this home's store.
             return Home(local_copy_dir(url), None, url)
         return Home(self.root / "home")
 
