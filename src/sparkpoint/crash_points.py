@@ -61,7 +61,8 @@ CRASH_POINTS: dict[str, str] = {
     "restore.repartitioned": "state repartitioned in staging (a home in a store: in the new "
                              "checkpoint there), not checked by Spark",
     "restore.provider_moved": "state moved to the state store provider the job asks for, in "
-                              "staging, not checked by Spark",
+                              "staging (a home in a store: in the new checkpoint there, "
+                              "written by Spark tasks), not checked by Spark",
     "restore.old_state_placed": "a migration in a store: the intent, the new checkpoint's "
                                 "metadata and the state as assembled (inside it) in the "
                                 "store, nothing migrated",

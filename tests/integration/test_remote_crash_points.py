@@ -122,16 +122,36 @@ def test_start_from_a_snapshot_on_s3_cut_off_at_each_point_is_rolled_back_and_re
     assert spark.conf.get("fs.s3a.endpoint", None) is None
 
 
-# A start into another partition count of HDFS-provider or RocksDB state in a store: Spark
-# tasks write the new state files into the home before the checkpoint is published. (A start
-# cut off once published is rolled back the same way whatever it built: walked above.)
-REPARTITION_POINTS = ["restore.hdfs_partition_moved", "restore.repartitioned"]
+# A start into another partition count of HDFS-provider or RocksDB state in a store, or into
+# the other state store provider: Spark tasks write the new state files into the home before
+# the checkpoint is published. Cut off once they wrote (a repartition: before the old
+# partitions' files are dropped from the new checkpoint). (Cut off later, at
+# restore.repartitioned, the checkpoint is just as unpublished and rolled back the same way,
+# as test_restore_crash.py walks on local disk; once published, whatever it built: walked
+# above.)
+MOVES = {
+    # name: (the snapshot's provider, the start's --conf, its crash point, what it says)
+    "hdfs-into-3": ("hdfs", {"spark.sql.shuffle.partitions": "3"},
+                    "restore.hdfs_partition_moved", "(HDFS state, keys rehashed"),
+    "rocksdb-into-3": ("rocksdb", {"spark.sql.shuffle.partitions": "3"},
+                       "restore.hdfs_partition_moved", "(RocksDB state, keys rehashed"),
+    "hdfs-to-rocksdb": ("hdfs", {"spark.sql.shuffle.partitions": "2",
+                                 "spark.sql.streaming.stateStore.providerClass":
+                                 "org.apache.spark.sql.execution.streaming.state."
+                                 "RocksDBStateStoreProvider"},
+                        "restore.provider_moved", "provider to RocksDB ("),
+    "rocksdb-to-hdfs": ("rocksdb", {"spark.sql.shuffle.partitions": "2",
+                                    "spark.sql.streaming.stateStore.providerClass":
+                                    "org.apache.spark.sql.execution.streaming.state."
+                                    "HDFSBackedStateStoreProvider"},
+                        "restore.provider_moved", "provider to HDFS-backed ("),
+}
 
 
-@pytest.mark.parametrize("provider", ["hdfs", "rocksdb"])
-def test_start_into_another_partition_count_on_s3_cut_off_after_its_tasks_wrote_is_rolled_back(
+@pytest.mark.parametrize("move", list(MOVES))
+def test_a_start_that_moves_state_on_s3_cut_off_after_its_tasks_wrote_is_rolled_back(
     spark: Any, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    provider: str,
+    move: str,
 ) -> None:
     """The move's tasks write into the new job's checkpoint in the store before it is
     published: the intent and the checkpoint's ``metadata`` are there first, so a start cut
@@ -139,6 +159,7 @@ def test_start_into_another_partition_count_on_s3_cut_off_after_its_tasks_wrote_
     from sparkpoint.checkpoint.layout import PROVIDER_CONF
     from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
 
+    provider, conf, point, says = MOVES[move]
     home = _s3_home(s3_server, tmp_path, monkeypatch)
     inp = tmp_path / "in"
     events = write_clicks(inp, range(0, 3))
@@ -151,29 +172,32 @@ def test_start_into_another_partition_count_on_s3_cut_off_after_its_tasks_wrote_
     expected = expected_hourly_counts(events)
     first = output_rows(spark, tmp_path / "v1")
 
-    for point in REPARTITION_POINTS:
-        job = "into-3-after-" + point.split(".", 1)[1].replace("_", "-")
-        out = tmp_path / job
-        machine = tmp_path / f"machine-{job}"
-        _crash(home, point, machine, "run", str(JOB), "--job", job, "--from-snapshot", "s1",
-               "--param", f"input={inp}", "--param", f"output={out}",
-               "--param", "files_per_batch=1", "--conf", "spark.sql.shuffle.partitions=3",
-               "--conf", f"spark.jars={_s3a_jars()}", "--until-caught-up")
-        in_home = file_io(home.location).walk_sizes(home.checkpoint_location(job))
-        # The new partitions' files are in the home: written by the tasks, not uploaded.
-        assert [rel for rel in in_home if rel.startswith("state/0/2/")], sorted(in_home)
-        assert "metadata" in in_home, sorted(in_home)
-        shutil.rmtree(machine)
+    job = "moved"
+    out = tmp_path / job
+    machine = tmp_path / f"machine-{job}"
+    confs = [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
+    _crash(home, point, machine, "run", str(JOB), "--job", job, "--from-snapshot", "s1",
+           "--param", f"input={inp}", "--param", f"output={out}",
+           "--param", "files_per_batch=1", *confs,
+           "--conf", f"spark.jars={_s3a_jars()}", "--until-caught-up")
+    in_home = file_io(home.location).walk_sizes(home.checkpoint_location(job))
+    # The new partitions' files are in the home: written by the tasks, not uploaded.
+    newest = "state/0/2/" if move.endswith("into-3") else "state/0/1/"
+    written = [rel for rel in in_home if rel.startswith(newest)]
+    assert written, sorted(in_home)
+    if move.endswith("-to-rocksdb"):
+        assert any(rel.endswith(".zip") for rel in written), written
+    if move.endswith("-to-hdfs"):
+        assert [rel for rel in written if rel.endswith(".snapshot")] == written, written
+    assert "metadata" in in_home, sorted(in_home)
+    shutil.rmtree(machine)
 
-        said: list[str] = []
-        api.run(home, JOB, job, params={**params, "output": str(out)}, from_snapshot="s1",
-                conf={"spark.sql.shuffle.partitions": "3"}, until_caught_up=True,
-                spark=spark, echo=said.append)
-        assert any("interrupted" in line for line in said), (point, said)
-        assert any("read and write the store" in line and
-                   ("RocksDB state" in line) == (provider == "rocksdb")
-                   for line in said), (point, said)
-        assert first + output_rows(spark, out) == expected, point
+    said: list[str] = []
+    api.run(home, JOB, job, params={**params, "output": str(out)}, from_snapshot="s1",
+            conf=conf, until_caught_up=True, spark=spark, echo=said.append)
+    assert any("interrupted" in line for line in said), said
+    assert any("read and write the store" in line and says in line for line in said), said
+    assert first + output_rows(spark, out) == expected
     assert Counter(api.snapshot_verify(home, "s1")) == Counter()
 
 

@@ -110,12 +110,18 @@ def move_state_provider(checkpoint: Path, batch: int, source: StateProvider,
         for operator in ckpt.operators(batch):
             for store in operator.stores():
                 moved += _move_store(spark, operator, store, version, source, template)
+    record_provider(checkpoint, batch, target)
+    return moved
+
+
+def record_provider(checkpoint: Path, batch: int, target: StateProvider) -> None:
+    """``target`` in the last two offsets entries of ``checkpoint`` (built here): Spark opens
+    the state with the provider recorded there."""
     for offsets_batch in (batch - 1, batch):
         path = checkpoint / "offsets" / str(offsets_batch)
         if path.is_file():
             entry = OffsetLogEntry.parse(path.read_bytes(), str(path))
             write_atomic(path, entry.with_conf({PROVIDER_CONF: target.class_name}).to_bytes())
-    return moved
 
 
 def _move_store(spark: SparkSession, operator: OperatorDir, store: StoreLayout, version: int,
@@ -138,7 +144,15 @@ def _move_partitions(partition: int, op_dir: Path, store: StoreLayout, version: 
                      template: RocksDbTemplate | None) -> int:
     """A task: one partition's version moved to the other provider's files; its key count."""
     check_here(op_dir)
-    partition_dir = store.partition_dir(op_dir, partition)
+    return convert_partition(store.partition_dir(op_dir, partition), version, encoding,
+                             from_rocksdb, template)
+
+
+def convert_partition(partition_dir: Path, version: int, encoding: KeyEncoding,
+                      from_rocksdb: bool, template: RocksDbTemplate | None) -> int:
+    """``version`` of the partition in ``partition_dir`` rewritten in the other provider's
+    files (RocksDB's from the HDFS provider's with ``template``, or the reverse, RocksDB's
+    removed); its key count."""
     if from_rocksdb:
         rows = dict(ROCKSDB.read_pairs(partition_dir, version, encoding))
         state_files_removed(partition_dir)

@@ -80,6 +80,7 @@ from sparkpoint.upgrade.hdfs_repartition import repartition_hdfs_state
 from sparkpoint.upgrade.hdfs_store_repartition import repartition_hdfs_in_store
 from sparkpoint.upgrade.interrupted import clear_intent, record_intent, staging_prefix
 from sparkpoint.upgrade.provider_move import asked_provider, move_problems, move_state_provider
+from sparkpoint.upgrade.provider_move_in_store import move_provider_in_store
 from sparkpoint.upgrade.resume_point import ReadResumePoint, ResumePoint
 from sparkpoint.upgrade.rocksdb_repartition import repartition_rocksdb_state
 from sparkpoint.upgrade.rocksdb_store_repartition import (
@@ -227,14 +228,16 @@ def resolve(
             directory, in_store = store.local_dir_without_state(name)
             resolution.snapshots[name] = UsedSnapshot(manifest, directory, in_store)
         elif _repartitions_in_store(target, manifest, shape, planned.conf, plan) \
-                or _migrates_in_store(target, manifest, shape, planned.conf, plan):
+                or _migrates_in_store(target, manifest, shape, planned.conf, plan) \
+                or _moves_provider_in_store(target, manifest, shape, planned.conf, plan):
             directory, in_store = store.local_dir_without_state(name, every_state_file=True)
             resolution.snapshots[name] = UsedSnapshot(manifest, directory, in_store)
         else:
             resolution.snapshots[name] = UsedSnapshot(manifest, store.local_dir(name))
     resolution.state_in_tasks = bool(resolution.snapshots) and all(
-        used.in_store and _repartitions_in_store(target, used.manifest, shape, planned.conf,
-                                                 plan)
+        used.in_store and (
+            _repartitions_in_store(target, used.manifest, shape, planned.conf, plan)
+            or _moves_provider_in_store(target, used.manifest, shape, planned.conf, plan))
         for used in resolution.snapshots.values())
     providers = {s.manifest.state_store_provider for s in resolution.snapshots.values()}
     if len(providers) > 1:
@@ -289,6 +292,20 @@ def _migrates_in_store(target: Location | None, manifest: Manifest, shape: JobSh
         and conf.get(CHECKPOINT_FORMAT_CONF) is None \
         and conf.get(PROVIDER_CONF) in (None, manifest.state_store_provider) \
         and any(row.reshaped or row.seed_query is not None for row in plan.operators)
+
+
+def _moves_provider_in_store(target: Location | None, manifest: Manifest, shape: JobShape,
+                             conf: Mapping[str, str], plan: UpgradePlan) -> bool:
+    """The start moves the state to the other provider and changes nothing else of it, into a
+    checkpoint in a store: Spark tasks convert each partition's files, reading the
+    snapshot's from the store and writing the new ones there
+    (upgrade/provider_move_in_store.py)."""
+    return isinstance(target, StorePath) \
+        and manifest.state_store_provider in (HDFS_BACKED.class_name, ROCKSDB.class_name) \
+        and conf.get(PROVIDER_CONF) not in (None, manifest.state_store_provider) \
+        and shape.partitions in (None, manifest.shuffle_partitions) \
+        and conf.get(CHECKPOINT_FORMAT_CONF) is None \
+        and not any(row.reshaped or row.seed_query is not None for row in plan.operators)
 
 
 def _plan_provider_move(resolution: Resolution, store: SnapshotStore,
@@ -522,6 +539,28 @@ def _repartition_in_store(planned: PlannedJob, resolution: Resolution, staging: 
     return AssembleResult(result.batch_id, wanted, left)
 
 
+def _move_provider_in_store(planned: PlannedJob, resolution: Resolution, staging: Path,
+                            target: StorePath, result: AssembleResult,
+                            echo: Echo) -> AssembleResult:
+    """The state moved to the other provider by Spark tasks that read the snapshot's files
+    in the store and write the new ones into ``target``; this process moves none of its
+    keys or values. The intent and the checkpoint's ``metadata`` go into the home first: a
+    start cut off once a task wrote is recognised, and rolled back, by the next."""
+    assert result.batch_id is not None
+    record_intent(target, staging)
+    target.io.put_files([(staging / "metadata", join(target.url, "metadata"))])
+    source, into = _task_stores(planned, result, target.url)
+    provider, new_provider = resolution.provider, resolution.new_provider
+    left, keys, moved = move_provider_in_store(
+        planned.spark, staging, result.batch_id, result.in_store, _store_entries(resolution),
+        provider, new_provider, source, into)
+    echo(f"moved the state from the {provider.label} provider to {new_provider.label} "
+         f"({keys} keys, as Spark tasks that read and write the store: they read "
+         f"{moved.read_bytes} bytes and wrote {moved.files} files of {moved.written_bytes} "
+         f"bytes into {target.url})")
+    return AssembleResult(result.batch_id, result.partitions, left)
+
+
 # Where, inside the checkpoint being built in a store, a migration reads the old state from
 # (removed before the checkpoint is published; a start cut off before is rolled back whole).
 _OLD_STATE = ".sparkpoint-old-state"
@@ -599,17 +638,18 @@ def build_new_checkpoint(
         raise NameTakenError(f"{target}: a checkpoint already exists; choose a new job name")
     provider, new_provider = resolution.provider, resolution.new_provider
     state_format = _asked_state_format(planned.conf, new_provider)
-    if new_provider is not provider and state_format is None:
-        # The state is moved in format v1 (the HDFS provider has no other); a move to
-        # RocksDB comes from the HDFS provider's v1.
+    snapshots_v2 = any(used.checkpoint.commit(used.manifest.batch_id).state_unique_ids
+                       for used in resolution.snapshots.values())
+    if new_provider is not provider and state_format is None and snapshots_v2:
+        # The state is moved in format v1 (the HDFS provider has no other; a move to
+        # RocksDB comes from the HDFS provider's v1): a RocksDB snapshot in v2 renamed first.
         state_format = 1
     reshaped = any(row.reshaped for row in plan.operators)
     seeded = any(row.seed_query is not None for row in plan.operators)
     # Migrations read and write state under format v1 names; a start in format v2 (asked,
     # or the snapshots') is given v2 names after them.
-    back_to_v2 = (reshaped or seeded) and (state_format == 2 or (state_format is None and any(
-        used.checkpoint.commit(used.manifest.batch_id).state_unique_ids
-        for used in resolution.snapshots.values())))
+    back_to_v2 = (reshaped or seeded) and (state_format == 2 or (state_format is None
+                                                                 and snapshots_v2))
     if back_to_v2:
         state_format = 1
     if publish and isinstance(target, Path):
@@ -665,6 +705,13 @@ def build_new_checkpoint(
             and not back_to_v2 and provider in (HDFS_BACKED, ROCKSDB) \
             and result.batch_id is not None \
             and writes_in_store(staging, result.batch_id, plan.operators, provider)
+        # A move to the other provider in the store (the snapshot in format v1: one in v2
+        # was fetched here to be renamed to v1).
+        provider_in_store = resolution.state_in_tasks and publish \
+            and isinstance(target, StorePath) and new_provider is not provider and not moved \
+            and not (reshaped or seeded or back_to_v2) and bool(result.in_store)
+        if provider_in_store:
+            in_tasks = True
         in_store_migration = None
         if migrating_in_store:
             assert isinstance(target, StorePath) and result.batch_id is not None
@@ -695,7 +742,14 @@ def build_new_checkpoint(
                 result = AssembleResult(batch, wanted)
             if publish:
                 crash_point("restore.repartitioned")
-        if new_provider is not provider and result.batch_id is not None:
+        if provider_in_store and result.batch_id is not None:
+            assert isinstance(target, StorePath)
+            started_in_target = True
+            result = _move_provider_in_store(planned, resolution, staging, target, result,
+                                             echo)
+            if publish:
+                crash_point("restore.provider_moved")
+        elif new_provider is not provider and result.batch_id is not None:
             keys = move_state_provider(staging, result.batch_id, provider, new_provider,
                                        planned.spark)
             echo(f"moved the state from the {provider.label} provider to {new_provider.label} "
