@@ -176,6 +176,11 @@ def test_a_start_that_moves_state_on_s3_cut_off_after_its_tasks_wrote_is_rolled_
     out = tmp_path / job
     machine = tmp_path / f"machine-{job}"
     confs = [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
+    if move == "hdfs-to-rocksdb":
+        _damaged_file_refused_by_a_task(s3_server, home, job, [
+            "run", str(JOB), "--job", job, "--from-snapshot", "s1", "--param", f"input={inp}",
+            "--param", f"output={out}", "--param", "files_per_batch=1", *confs,
+            "--conf", f"spark.jars={_s3a_jars()}", "--until-caught-up"])
     _crash(home, point, machine, "run", str(JOB), "--job", job, "--from-snapshot", "s1",
            "--param", f"input={inp}", "--param", f"output={out}",
            "--param", "files_per_batch=1", *confs,
@@ -199,6 +204,32 @@ def test_a_start_that_moves_state_on_s3_cut_off_after_its_tasks_wrote_is_rolled_
     assert any("read and write the store" in line and says in line for line in said), said
     assert first + output_rows(spark, out) == expected
     assert Counter(api.snapshot_verify(home, "s1")) == Counter()
+
+
+def _damaged_file_refused_by_a_task(server: S3Server, home: Home, job: str,
+                                    start: list[str]) -> None:
+    """A state file of snapshot s1 changed in the store, same size: the start's task that
+    fetches it finds it is not the manifest's and the start stops with the same typed line
+    as a fetch by sparkpoint's own process (SNAPSHOT_DAMAGED, exit 3), leaving nothing in
+    the home; the file put back, the snapshot verifies again."""
+    bucket = str(home.url).removeprefix("s3://").split("/", 1)[0]
+    client = server.client()
+    manifest = api.snapshot_show(home, "s1")
+    victim = max((entry for entry in manifest.files if entry.etag and
+                  entry.path.endswith(".delta")), key=lambda entry: entry.bytes)
+    key = f"home/snapshots/.files/etag/{victim.etag}-{victim.bytes}"
+    original = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    client.put_object(Bucket=bucket, Key=key, Body=bytes([original[0] ^ 0xFF]) + original[1:])
+    refused = sparkpoint(home, *start)
+    client.put_object(Bucket=bucket, Key=key, Body=original)
+    lines = [line for line in refused.err.splitlines() if line.startswith("error:")]
+    assert refused.code == 3 and len(lines) == 1, refused.err[-3000:]
+    assert lines[0].startswith("error: [SNAPSHOT_DAMAGED] s3://") \
+        and lines[0].count("SNAPSHOT_DAMAGED") == 1 \
+        and f": {victim.path.removeprefix('checkpoint/')}: expected {victim.bytes} bytes" \
+        in lines[0] and "Traceback" not in refused.err, refused.err[-3000:]
+    assert not file_io(home.location).walk_sizes(home.checkpoint_location(job))
+    assert api.snapshot_verify(home, "s1") == []
 
 
 def _job_conf() -> dict[str, str]:

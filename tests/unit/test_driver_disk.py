@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkpoint.errors import EXIT_PRECONDITION, DriverDiskUnreachableError
+from sparkpoint.errors import EXIT_PRECONDITION, DriverDiskUnreachableError, SnapshotDamagedError
 from sparkpoint.spark.driver_disk import NOT_ON_THIS_DISK, check_here, failed_for_want_of_disk
 from sparkpoint.storage.file_cache import SCRATCH_ENV
 from sparkpoint.upgrade.hdfs_repartition import run_tasks
@@ -50,3 +50,33 @@ def test_other_task_failures_are_not_taken_for_a_missing_disk(tmp_path: Path) ->
     built = tmp_path / "sparkpoint-build-x1y2" / ".j.tmp"
     error = failed_for_want_of_disk(built, f"FileNotFoundError: {built} {NOT_ON_THIS_DISK}")
     assert error is not None and "set TMPDIR to a directory" in error.message
+
+
+def test_a_task_that_fetched_a_damaged_snapshot_file_gives_the_refusal_a_fetch_here_gives(
+    tmp_path: Path,
+) -> None:
+    """A task of a move in the store checks each file it fetched against the manifest
+    (snapshot/placement.check_fetched); its refusal reaches the user as the same typed line
+    as a damaged file fetched by this process, not as a failed move."""
+    from pyspark.errors import PySparkException
+
+    from sparkpoint.snapshot.manifest import FileEntry
+    from sparkpoint.snapshot.placement import check_fetched
+
+    fetched = tmp_path / "1.delta"
+    fetched.write_bytes(b"changed")
+    entry = FileEntry(path="checkpoint/state/0/0/1.delta", bytes=7, etag="e1", sha256="AAAA")
+
+    def job() -> None:
+        try:
+            check_fetched(fetched, "s3://b/snapshots/.files/x", entry, "state/0/0/1.delta")
+        except SnapshotDamagedError as exc:
+            raise PySparkException(
+                "Job aborted due to stage failure: ...\nTraceback (most recent call last):\n"
+                f"  ...\nsparkpoint.errors.SnapshotDamagedError: {exc}\n") from exc
+
+    with pytest.raises(SnapshotDamagedError) as raised:
+        run_tasks(tmp_path, job)
+    message = raised.value.message
+    assert message.startswith("s3://b/snapshots/.files/x: state/0/0/1.delta: ")
+    assert message.endswith("delete the snapshot and create it again")

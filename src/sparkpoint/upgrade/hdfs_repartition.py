@@ -30,7 +30,7 @@ from sparkpoint.checkpoint.logs import OffsetLogEntry
 from sparkpoint.checkpoint.murmur3 import partition_of
 from sparkpoint.checkpoint.unsafe_row import read_fields
 from sparkpoint.crash_points import crash_point
-from sparkpoint.errors import CheckpointFormatError
+from sparkpoint.errors import CheckpointFormatError, SnapshotDamagedError
 from sparkpoint.progress import phase, track
 from sparkpoint.spark.driver_disk import check_here, failed_for_want_of_disk
 from sparkpoint.storage.local import remove_checksum_sibling, write_atomic
@@ -202,6 +202,8 @@ def task_slices(context: Any, partitions: int) -> int:
     return max(1, min(partitions, 4 * int(context.defaultParallelism)))
 
 
+# How a Python task's refusal of a damaged snapshot file ends Spark's report of it.
+_TASK_FOUND_DAMAGED = re.compile(r"SnapshotDamagedError: (?:\[SNAPSHOT_DAMAGED\] )?(.+)$")
 # How java/sparkpoint/spark/StateVersionWriter.java's refusals start in Spark's report.
 _JVM_REFUSAL = "StateVersionWriter$StateWriteError: "
 
@@ -222,6 +224,12 @@ def run_tasks(op_dir: Path, job: Callable[[], T]) -> T:
         # refusal of sparkpoint's JVM tasks (StateWriteError) is a whole sentence.
         lines = [line.strip().rpartition(_JVM_REFUSAL)[2] for line in text.splitlines()
                  if "Error:" in line]
+        damaged = [found.group(1) for line in lines
+                   if (found := _TASK_FOUND_DAMAGED.search(line)) is not None]
+        if damaged:
+            # A snapshot file a task fetched from the store is not the manifest's
+            # (snapshot/placement.check_fetched): the same refusal as a fetch here gives.
+            raise SnapshotDamagedError(damaged[-1]) from exc
         raise CheckpointFormatError(
             f"{op_dir}: moving the state's keys in Spark tasks failed: "
             f"{lines[-1] if lines else text.strip()[:500]}; nothing was published") from exc
