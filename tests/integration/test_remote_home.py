@@ -11,6 +11,7 @@ import json
 import re
 import shutil
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from sparkpoint.storage.home import Home
 from sparkpoint.storage.stores import file_io
 from sparkpoint.testing import Click, expected_hourly_counts, output_rows, write_clicks
 from tests.conftest import EXAMPLES, SHUFFLE_PARTITIONS, s3a_jars
-from tests.support.cli import sparkpoint
+from tests.support.cli import sparkpoint, wait_for
 from tests.support.cli import sparkpoint as run_cli
 from tests.support.s3 import S3Server
 
@@ -293,9 +294,11 @@ def test_past_snapshots_and_rehearsal_on_an_s3_home_from_fresh_machines(
     assert at.json()["batch_id"] == 1
 
     # The rehearsal works in the store (its executors could be on other hosts): cut off
-    # after its first batch, it leaves its scratch there, which the next rehearsal on this
-    # machine removes (its process is gone); kept with --keep, the scratch holds the
-    # rehearsal's checkpoint and output, written through s3a.
+    # after its first batch, it leaves its scratch there, which the next rehearsals on this
+    # machine remove (its process is gone). Two rehearse at once, each in a scratch of its
+    # own that the other's cleanup leaves alone (its process is alive): both compare equal;
+    # kept with --keep, one's scratch holds its checkpoint and output, written through s3a,
+    # and the other's is gone.
     rehearse = ("rehearse", str(JOB), "--against", "v1", "--from-snapshot", "s1",
                 "--param", f"input={inp}", "--param", f"output={tmp_path / 'unused'}",
                 "--conf", f"spark.jars={_s3a_jars()}", "--fail-on-diff", "--json")
@@ -305,10 +308,22 @@ def test_past_snapshots_and_rehearsal_on_an_s3_home_from_fresh_machines(
     assert cut.code == CRASH_EXIT_CODE, cut.err[-3000:]
     left = file_io(scratch).list_names(scratch)
     assert len(left) == 1, left
-    rehearsed = on("c", *rehearse, "--keep")
-    assert rehearsed.code == 0, rehearsed.err[-3000:]
-    assert rehearsed.json()["equal"], rehearsed.out
-    assert f"removed {scratch}/{left[0]}, left by an interrupted rehearsal" in rehearsed.err
+    def apart(machine: str, *args: str) -> Any:  # a process of its own, as two users run
+        return sparkpoint(home, *args, env={"SPARKPOINT_SCRATCH": str(tmp_path / machine)},
+                          process=True)
+
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(apart, "c", *rehearse, "--keep")
+        # The second starts (and cleans up) once the first's scratch is in the store.
+        wait_for(lambda: first.done() or set(file_io(scratch).list_names(scratch)) - set(left),
+                 240, "the first rehearsal's scratch")
+        second = pool.submit(apart, "d", *rehearse)
+        rehearsed, other = first.result(), second.result()
+    for done in (rehearsed, other):
+        assert done.code == 0, done.err[-3000:]
+        assert done.json()["equal"], done.out
+    removal = f"removed {scratch}/{left[0]}, left by an interrupted rehearsal"
+    assert removal in rehearsed.err + other.err
     kept = re.search(r"scratch kept: (\S+)", rehearsed.err)
     assert kept and kept.group(1).startswith(scratch + "/"), rehearsed.err
     written = file_io(scratch).walk_sizes(kept.group(1))
