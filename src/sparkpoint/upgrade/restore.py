@@ -510,6 +510,14 @@ def _task_store(planned: PlannedJob, location: str) -> TaskStore:
         dict(planned.spark.sparkContext.getConf().getAll())))
 
 
+def _begin_in_target(target: StorePath, staging: Path) -> None:
+    """Before Spark tasks write into ``target``: the start's intent, then the checkpoint's
+    ``metadata``, so that a start cut off once a task wrote is recognised, and rolled back,
+    by the next."""
+    record_intent(target, staging)
+    target.io.put_files([(staging / "metadata", join(target.url, "metadata"))])
+
+
 def _repartition_in_store(planned: PlannedJob, resolution: Resolution, staging: Path,
                           target: StorePath, result: AssembleResult, wanted: int,
                           echo: Echo, rocksdb: RocksDBStoreMove | None) -> AssembleResult:
@@ -519,8 +527,7 @@ def _repartition_in_store(planned: PlannedJob, resolution: Resolution, staging: 
     checkpoint's ``metadata`` go into the home first: a start cut off once a task wrote is
     recognised, and rolled back, by the next."""
     assert result.batch_id is not None
-    record_intent(target, staging)
-    target.io.put_files([(staging / "metadata", join(target.url, "metadata"))])
+    _begin_in_target(target, staging)
     source, into = _task_stores(planned, result, target.url)
     partitions = result.partitions or 0
     kind = "RocksDB" if rocksdb is not None else "HDFS"
@@ -547,8 +554,7 @@ def _move_provider_in_store(planned: PlannedJob, resolution: Resolution, staging
     keys or values. The intent and the checkpoint's ``metadata`` go into the home first: a
     start cut off once a task wrote is recognised, and rolled back, by the next."""
     assert result.batch_id is not None
-    record_intent(target, staging)
-    target.io.put_files([(staging / "metadata", join(target.url, "metadata"))])
+    _begin_in_target(target, staging)
     source, into = _task_stores(planned, result, target.url)
     provider, new_provider = resolution.provider, resolution.new_provider
     left, keys, moved = move_provider_in_store(
@@ -573,8 +579,7 @@ def _place_old_state(planned: PlannedJob, resolution: Resolution, staging: Path,
     for a migration of resumed state, the checkpoint as assembled placed inside the target
     (its files built here uploaded, the snapshot's state files copied by the store or by
     Spark tasks), where Spark's state reader reads it from any executor."""
-    record_intent(target, staging)
-    target.io.put_files([(staging / "metadata", join(target.url, "metadata"))])
+    _begin_in_target(target, staging)
     read_from = join(target.url, _OLD_STATE)
     migrated = tuple(f"state/{row.operator_id}/" for row in resolution.plan.operators
                      if row.action == "resume" and row.reshaped)
