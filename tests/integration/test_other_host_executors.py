@@ -108,50 +108,52 @@ def test_work_on_an_hdfs_home_runs_in_the_store_and_what_reads_the_drivers_disk_
     _prune_on_cluster(spark, home, url, "key >= 'k01000'", lambda key: key >= "k01000", 4,
                       tmp_path)
 
-    # The state moved to RocksDB in the store: the tasks convert each partition's files.
+    # The state moved to RocksDB and into 3 partitions in the store: the repartition's
+    # tasks write each new partition as a RocksDB version.
     _provider_moved(spark, home, url, inp, tmp_path, Counter(keys + more))
 
-    # A start that moves the state's provider and its partition count at once still stages
-    # it on the driver's disk: refused with one line that says so, nothing changed.
-    moving = ("run", str(JOB), "--job", "keys-rocksdb-3", "--from-snapshot", "k1",
-              "--master", url, "--conf", "spark.sql.shuffle.partitions=3",
+    # A start that moves the state's provider and migrates it at once still stages it on
+    # the driver's disk: refused with one line that says so, nothing changed.
+    moving = ("run", str(GROWN), "--job", "keys-grown-rocksdb", "--from-snapshot", "k1",
+              "--master", url, "--conf", "spark.sql.shuffle.partitions=4",
               "--conf", f"{PROVIDER_CONF}={ROCKSDB_PROVIDER}", "--param", f"input={inp}",
               "--until-caught-up")
     refused = sparkpoint(home, *moving, timeout=600)
     assert refused.code == 4, refused.err[-3000:]
     _one_error_line(refused.err, "DRIVER_DISK_UNREACHABLE", "set TMPDIR to a directory")
-    assert "keys-rocksdb-3" not in {view.record.name for view in api.jobs_list(home)}
+    assert "keys-grown-rocksdb" not in {view.record.name for view in api.jobs_list(home)}
     assert api.snapshot_verify(home, "k1") == []
 
 
 def _provider_moved(spark: Any, home: Home, url: str, inp: str, tmp_path: Path,
                     expected: Counter[str], *options: str) -> None:
-    """``keys-rocksdb`` started from snapshot k1 (HDFS-provider state) with the RocksDB
-    provider asked for, on the cluster: it says the tasks moved the state in the store, the
-    driver fetched no state file, Spark opens the state with RocksDB (the offsets log says
-    so), its state at the start is the snapshot's (Spark's reader on both) and once caught
-    up each key's count is the input's."""
+    """``keys-rocksdb-3`` started from snapshot k1 (HDFS-provider state, 4 partitions) with
+    the RocksDB provider and 3 partitions asked for, on the cluster: it says the tasks
+    repartitioned the state in the store and wrote RocksDB versions, the driver fetched no
+    state file, Spark opens the state with RocksDB (the offsets log says so), its state at
+    the start is the snapshot's, each key in the partition Spark's hash gives it for 3
+    (Spark's reader on both), and once caught up each key's count is the input's."""
     from sparkpoint import api
 
-    moved = sparkpoint(home, "run", str(JOB), "--job", "keys-rocksdb", "--from-snapshot", "k1",
-                       "--master", url, "--conf", "spark.sql.shuffle.partitions=4",
+    moved = sparkpoint(home, "run", str(JOB), "--job", "keys-rocksdb-3", "--from-snapshot",
+                       "k1", "--master", url, "--conf", "spark.sql.shuffle.partitions=3",
                        "--conf", f"{PROVIDER_CONF}={ROCKSDB_PROVIDER}",
                        "--conf", "spark.executor.memory=512m", "--param", f"input={inp}",
                        "--until-caught-up", *options, timeout=600,
                        env={"SPARKPOINT_SCRATCH": str(tmp_path / "driver-provider")})
     assert moved.code == 0, moved.err[-3000:]
-    assert "moved the state from the HDFS-backed provider to RocksDB (" in moved.err + moved.out
-    assert "as Spark tasks that read and write the store" in moved.err + moved.out
+    assert "(HDFS state, keys rehashed as Spark places them, written as RocksDB versions, " \
+        "in Spark tasks that read and write the store)" in moved.err + moved.out
     _fetched_no_state(tmp_path / "driver-provider", _KEYS_AND_VALUES + r"|\d+\.zip")
-    checkpoint = spark_url(join(home.job_url("keys-rocksdb"), "checkpoint"))
+    checkpoint = spark_url(join(home.job_url("keys-rocksdb-3"), "checkpoint"))
     batch = api.snapshot_show(home, "k1").batch_id
-    logs = join(home.job_url("keys-rocksdb"), "checkpoint", "offsets")
+    logs = join(home.job_url("keys-rocksdb-3"), "checkpoint", "offsets")
     offsets = file_io(logs).read_bytes(join(logs, str(batch + 1)))
     assert ROCKSDB_PROVIDER.encode() in offsets
     snapshot = Counter(_state_rows(spark, open_snapshot_store(home).checkpoint_path("k1"),
                                    batch, 4))
-    assert Counter(_state_rows(spark, checkpoint, batch, 4)) == snapshot and snapshot
-    assert _job_keys(spark, home, "keys-rocksdb") == Counter(expected.items())
+    assert Counter(_state_rows(spark, checkpoint, batch, 3)) == snapshot and snapshot
+    assert _job_keys(spark, home, "keys-rocksdb-3") == Counter(expected.items())
 
 
 def _prune_on_cluster(spark: Any, home: Home, url: str, where: str, selects: Any,

@@ -140,6 +140,11 @@ MOVES = {
                                  "org.apache.spark.sql.execution.streaming.state."
                                  "RocksDBStateStoreProvider"},
                         "restore.provider_moved", "provider to RocksDB ("),
+    "hdfs-to-rocksdb-into-3": ("hdfs", {"spark.sql.shuffle.partitions": "3",
+                                        "spark.sql.streaming.stateStore.providerClass":
+                                        "org.apache.spark.sql.execution.streaming.state."
+                                        "RocksDBStateStoreProvider"},
+                               "restore.hdfs_partition_moved", "written as RocksDB versions"),
     "rocksdb-to-hdfs": ("rocksdb", {"spark.sql.shuffle.partitions": "2",
                                     "spark.sql.streaming.stateStore.providerClass":
                                     "org.apache.spark.sql.execution.streaming.state."
@@ -190,8 +195,9 @@ def test_a_start_that_moves_state_on_s3_cut_off_after_its_tasks_wrote_is_rolled_
     newest = "state/0/2/" if move.endswith("into-3") else "state/0/1/"
     written = [rel for rel in in_home if rel.startswith(newest)]
     assert written, sorted(in_home)
-    if move.endswith("-to-rocksdb"):
+    if "-to-rocksdb" in move:
         assert any(rel.endswith(".zip") for rel in written), written
+        assert not [rel for rel in written if rel.endswith((".snapshot", ".delta"))], written
     if move.endswith("-to-hdfs"):
         assert [rel for rel in written if rel.endswith(".snapshot")] == written, written
     assert "metadata" in in_home, sorted(in_home)

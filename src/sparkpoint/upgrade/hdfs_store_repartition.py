@@ -9,6 +9,8 @@ load the version (``hdfs_state.files_for_version``), places every key where Spar
 new partition, that partition's records as one slice of record bytes; Spark's shuffle
 brings each new partition's slices to one task, which writes its snapshot file in a
 temporary directory of its executor and uploads it to the target checkpoint in the store.
+A start that also moves the state to RocksDB has each task convert its new partition there,
+as provider_move.py does on a shared disk, and upload the RocksDB version instead.
 The driver moves no state bytes: it passes URLs and names, and gets back names and sizes.
 
 The caller records the start's intent and uploads the checkpoint's ``metadata`` before this
@@ -30,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 from sparkpoint.checkpoint import hdfs_state
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.murmur3 import partition_of
+from sparkpoint.checkpoint.providers import ROCKSDB
+from sparkpoint.checkpoint.rocksdb_keys import KeyEncoding
 from sparkpoint.checkpoint.unsafe_row import read_fields
 from sparkpoint.crash_points import crash_point
 from sparkpoint.progress import phase
@@ -44,9 +48,12 @@ from sparkpoint.upgrade.hdfs_repartition import (
     run_tasks,
     store_key_fields,
 )
+from sparkpoint.upgrade.provider_move import convert_partition, record_provider
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from sparkpoint.spark.rocksdb_template import RocksDbTemplate
 
 _STATE_FILE = re.compile(r"^\d+\.(delta|snapshot)$")
 
@@ -60,6 +67,7 @@ class _Store:
     subdir: str | None  # a join's store keeps its files in a subdirectory of the partition
     key_fields: list[dict[str, Any]]
     hashed_fields: int
+    encoding: KeyEncoding  # how RocksDB stores its keys, for a move to RocksDB
 
     def partition_dir(self, partition: int) -> str:
         base = f"{self.operator_dir}/{partition}"
@@ -91,14 +99,16 @@ class StoreMove:
 def repartition_hdfs_in_store(
     spark: SparkSession, staging: Path, batch: int, old_count: int, wanted: int,
     in_store: Mapping[str, str], entries: Mapping[str, FileEntry], source: TaskStore,
-    target: TaskStore,
+    target: TaskStore, into_rocksdb: RocksDbTemplate | None = None,
 ) -> tuple[dict[str, str], StoreMove]:
     """Move state version ``batch + 1`` of every operator of the checkpoint built in
     ``staging`` from ``old_count`` to ``wanted`` partitions, its data files read from the
     store (``in_store``; ``entries``: the manifest's entry of each URL) through ``source``
     and written into the checkpoint at ``target``. ``staging`` is left with the metadata of
     the new count and without state data files; returns the files of ``in_store`` still to
-    be copied (those of no moved operator), and what was moved."""
+    be copied (those of no moved operator), and what was moved. ``into_rocksdb``: the new
+    partitions written as RocksDB versions (with the settings of Spark's provider), the
+    RocksDB provider recorded in the offsets log here."""
     version = batch + 1
     stores: list[_Store] = []
     reads: list[_OldPartition] = []
@@ -111,7 +121,8 @@ def repartition_hdfs_in_store(
             key_fields = store_key_fields(operator, layout)
             hashed = partition_key_fields(operator.operator_name, layout.name,
                                           prefixes.get(layout.name, 0), key_fields)
-            store = _Store(op_dir, layout.subdir, key_fields, len(hashed))
+            store = _Store(op_dir, layout.subdir, key_fields, len(hashed),
+                           operator.key_encoding(layout))
             reads.extend(_old_partition(len(stores), store, partition, staging, in_store,
                                         entries, version) for partition in range(old_count))
             stores.append(store)
@@ -120,7 +131,7 @@ def repartition_hdfs_in_store(
     place = functools.partial(_place, stores=stores, version=version, wanted=wanted,
                               source=source)
     write = functools.partial(_write, stores=stores, version=version, wanted=wanted,
-                              target=target)
+                              target=target, into_rocksdb=into_rocksdb)
     context = spark.sparkContext
     with phase("repartition: moving the state in the store (Spark tasks)"):
         written = run_tasks(staging, lambda: context.parallelize(reads, len(reads))
@@ -132,6 +143,8 @@ def repartition_hdfs_in_store(
     crash_point("restore.hdfs_partition_moved")
     drop_state_files(staging, moved_dirs, old_count, wanted, _STATE_FILE)
     record_partition_count(staging, batch, wanted)
+    if into_rocksdb is not None:
+        record_provider(staging, batch, ROCKSDB)
     left = {rel: url for rel, url in in_store.items()
             if not any(rel.startswith(f"{op_dir}/") for op_dir in moved_dirs)}
     read = sum(entry.bytes for part in reads for _url, entry in part.in_store.values()
@@ -216,20 +229,30 @@ def _slices(directory: Path, where: str, store: _Store, version: int,
 
 
 def _write(index: int, slices: Iterator[tuple[int, bytes]], stores: list[_Store],
-           version: int, wanted: int, target: TaskStore) -> Iterator[tuple[str, int]]:
+           version: int, wanted: int, target: TaskStore,
+           into_rocksdb: RocksDbTemplate | None) -> Iterator[tuple[str, int]]:
     """A task: new partition ``index``'s snapshot file (of store ``index // wanted``), from
-    its slices, uploaded into the target checkpoint; yields its path there and its size.
+    its slices, uploaded into the target checkpoint (or, ``into_rocksdb``, the RocksDB
+    version converted from it); yields the path there and the size of each file written.
     Every new partition gets one, an empty one too (Spark loads each partition's version)."""
     store, partition = divmod(index, wanted)
     data = hdfs_state.snapshot_of_records(records for _key, records in slices)
-    rel = f"{stores[store].partition_dir(partition)}/{version}.snapshot"
+    where = stores[store].partition_dir(partition)
     with tempfile.TemporaryDirectory(prefix="sparkpoint-move-") as scratch:
-        path = Path(scratch) / f"{version}.snapshot"
-        path.write_bytes(data)
+        directory = Path(scratch)
+        written = directory / f"{version}.snapshot"
+        written.write_bytes(data)
+        if into_rocksdb is not None:
+            convert_partition(directory, version, stores[store].encoding, False, into_rocksdb)
+            written.unlink(missing_ok=True)  # (the RocksDB writer replaces the files)
+        files = sorted(path for path in directory.rglob("*") if path.is_file())
+        rels = [f"{where}/{path.relative_to(directory).as_posix()}" for path in files]
         with target.opened() as io:
             # A retried task writes the same bytes again: an upload replaces the file.
-            io.put_files([(path, join(target.location, rel))])
-    yield rel, len(data)
+            io.put_files([(path, join(target.location, rel))
+                          for path, rel in zip(files, rels, strict=True)])
+        sizes = [path.stat().st_size for path in files]
+    yield from zip(rels, sizes, strict=True)
 
 
 def drop_state_files(staging: Path, operator_dirs: list[str], old_count: int, wanted: int,

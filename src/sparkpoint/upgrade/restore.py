@@ -58,6 +58,7 @@ from sparkpoint.spark.inspect import (
     write_empty_rocksdb_version,
 )
 from sparkpoint.spark.plan import PlannedOperator
+from sparkpoint.spark.rocksdb_template import rocksdb_template
 from sparkpoint.spark.s3a import aws_environment
 from sparkpoint.spark.sink import file_sink_path, sink_format
 from sparkpoint.spark.version import installed_pyspark_version
@@ -270,16 +271,25 @@ def resolve(
 def _repartitions_in_store(target: Location | None, manifest: Manifest, shape: JobShape,
                            conf: Mapping[str, str], plan: UpgradePlan) -> bool:
     """The start moves HDFS-provider or RocksDB state into another partition count and
-    nothing else (no move of provider or format, no migration), into a checkpoint in a
-    store: Spark tasks do it there, reading the snapshot's files from the store
-    (hdfs_store_repartition.py, rocksdb_store_repartition.py; RocksDB state whose stores
-    those tasks do not move is still staged here, see build_new_checkpoint)."""
+    nothing else (no move of format, no migration, no move of provider but HDFS-backed to
+    RocksDB), into a checkpoint in a store: Spark tasks do it there, reading the snapshot's
+    files from the store (hdfs_store_repartition.py, rocksdb_store_repartition.py; RocksDB
+    state whose stores those tasks do not move is still staged here, see
+    build_new_checkpoint)."""
     return isinstance(target, StorePath) \
         and manifest.state_store_provider in (HDFS_BACKED.class_name, ROCKSDB.class_name) \
         and shape.partitions not in (None, manifest.shuffle_partitions) \
         and conf.get(CHECKPOINT_FORMAT_CONF) is None \
-        and conf.get(PROVIDER_CONF) in (None, manifest.state_store_provider) \
+        and (conf.get(PROVIDER_CONF) in (None, manifest.state_store_provider)
+             or _to_rocksdb(manifest, conf)) \
         and not any(row.reshaped or row.seed_query is not None for row in plan.operators)
+
+
+def _to_rocksdb(manifest: Manifest, conf: Mapping[str, str]) -> bool:
+    """HDFS-provider state moved to RocksDB: the repartition's tasks in the store write the
+    new partitions as RocksDB versions (hdfs_store_repartition.py)."""
+    return manifest.state_store_provider == HDFS_BACKED.class_name \
+        and conf.get(PROVIDER_CONF) == ROCKSDB.class_name
 
 
 def _migrates_in_store(target: Location | None, manifest: Manifest, shape: JobShape,
@@ -531,16 +541,22 @@ def _repartition_in_store(planned: PlannedJob, resolution: Resolution, staging: 
     source, into = _task_stores(planned, result, target.url)
     partitions = result.partitions or 0
     kind = "RocksDB" if rocksdb is not None else "HDFS"
+    into_rocksdb = resolution.new_provider is not resolution.provider
+    also = f", written as {ROCKSDB.label} versions" if into_rocksdb else ""
     echo(f"repartitioning state from {partitions} to {wanted} partitions ({kind} state, keys "
-         "rehashed as Spark places them, in Spark tasks that read and write the store)")
+         f"rehashed as Spark places them{also}, in Spark tasks that read and write the "
+         "store)")
     if rocksdb is not None:
         left, moved = repartition_rocksdb_in_store(
             planned.spark, rocksdb, staging, result.batch_id, partitions, wanted,
             result.in_store, source, into)
     else:
+        with tempfile.TemporaryDirectory(prefix="sparkpoint-empty-rocksdb-") as scratch:
+            template = rocksdb_template(planned.spark, Path(scratch)) if into_rocksdb \
+                else None
         left, moved = repartition_hdfs_in_store(
             planned.spark, staging, result.batch_id, partitions, wanted, result.in_store,
-            _store_entries(resolution), source, into)
+            _store_entries(resolution), source, into, template)
     echo(f"the tasks read {moved.read_bytes} bytes of state from the store and wrote "
          f"{moved.files} files of {moved.written_bytes} bytes into {target.url}")
     return AssembleResult(result.batch_id, wanted, left)
@@ -691,7 +707,8 @@ def build_new_checkpoint(
             and wanted != result.partitions
         rewritten = moved or new_provider is not provider or reshaped or seeded
         in_tasks = resolution.state_in_tasks and publish and isinstance(target, StorePath) \
-            and moved and provider in (HDFS_BACKED, ROCKSDB) and new_provider is provider \
+            and moved and provider in (HDFS_BACKED, ROCKSDB) \
+            and (new_provider is provider or (provider, new_provider) == (HDFS_BACKED, ROCKSDB)) \
             and not (reshaped or seeded or back_to_v2) and bool(result.in_store)
         rocksdb_move = None
         if in_tasks and provider is ROCKSDB:
@@ -734,12 +751,15 @@ def build_new_checkpoint(
             # The state is read here (a repartition), or it is not published into the store.
             fetch_into_place({staging / rel: url for rel, url in result.in_store.items()})
             result = AssembleResult(result.batch_id, result.partitions)
+        # The repartition's tasks in the store wrote the new provider's files.
+        provider_moved = False
         if moved and wanted is not None and result.batch_id is not None:
             if in_tasks:
                 assert isinstance(target, StorePath)
                 started_in_target = True
                 result = _repartition_in_store(planned, resolution, staging, target, result,
                                                wanted, echo, rocksdb_move)
+                provider_moved = new_provider is not provider
             else:
                 move = _REPARTITIONS[provider.class_name]
                 batch = move(planned, staging, result.batch_id or 0, result.partitions or 0,
@@ -752,6 +772,9 @@ def build_new_checkpoint(
             started_in_target = True
             result = _move_provider_in_store(planned, resolution, staging, target, result,
                                              echo)
+            if publish:
+                crash_point("restore.provider_moved")
+        elif provider_moved:
             if publish:
                 crash_point("restore.provider_moved")
         elif new_provider is not provider and result.batch_id is not None:
