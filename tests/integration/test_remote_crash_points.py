@@ -145,6 +145,11 @@ MOVES = {
                                         "org.apache.spark.sql.execution.streaming.state."
                                         "RocksDBStateStoreProvider"},
                                "restore.hdfs_partition_moved", "written as RocksDB versions"),
+    "rocksdb-to-hdfs-into-3": ("rocksdb", {"spark.sql.shuffle.partitions": "3",
+                                        "spark.sql.streaming.stateStore.providerClass":
+                                        "org.apache.spark.sql.execution.streaming.state."
+                                        "HDFSBackedStateStoreProvider"},
+                               "restore.hdfs_partition_moved", "written as HDFS-backed versions"),
     "rocksdb-to-hdfs": ("rocksdb", {"spark.sql.shuffle.partitions": "2",
                                     "spark.sql.streaming.stateStore.providerClass":
                                     "org.apache.spark.sql.execution.streaming.state."
@@ -198,7 +203,7 @@ def test_a_start_that_moves_state_on_s3_cut_off_after_its_tasks_wrote_is_rolled_
     if "-to-rocksdb" in move:
         assert any(rel.endswith(".zip") for rel in written), written
         assert not [rel for rel in written if rel.endswith((".snapshot", ".delta"))], written
-    if move.endswith("-to-hdfs"):
+    if "-to-hdfs" in move:
         assert [rel for rel in written if rel.endswith(".snapshot")] == written, written
     assert "metadata" in in_home, sorted(in_home)
     shutil.rmtree(machine)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from sparkpoint.checkpoint import rocksdb_writer
+from sparkpoint.checkpoint.providers import HDFS_BACKED, ROCKSDB
 from sparkpoint.checkpoint.version_files import is_state_data
 from sparkpoint.errors import SnapshotDamagedError
 from sparkpoint.snapshot.manifest import FileEntry
@@ -101,6 +102,42 @@ def test_the_tasks_place_every_pair_where_spark_hashes_it(tmp_path: Path) -> Non
                                     wanted)
             assert placed is not None and set(placed.tolist()) <= {new}, (number, new)
             after.update(pairs)
+        assert after == before and before, number
+
+
+def test_the_tasks_of_a_move_to_the_hdfs_provider_write_its_snapshot_files(
+    tmp_path: Path,
+) -> None:
+    """A start that also moves the state to the HDFS-backed provider: each new partition's
+    task uploads one snapshot file of the version and no RocksDB file, and the (key, value)
+    rows of the new partitions, read as the HDFS-backed provider reads them, are the old
+    partitions' rows as RocksDB gives them."""
+    staging, store, in_store, entries = _in_store(tmp_path)
+    source = task_store(str(store), {})
+    move = moving.plan_rocksdb_in_store(None, staging, BATCH, 2, in_store, entries,  # type: ignore[arg-type]
+                                        source)
+    assert move is not None
+    wanted, version = 3, BATCH + 1
+    shuffled: dict[int, list[tuple[int, bytes]]] = {}
+    for part in move.reads:
+        for index, data in moving._place(part, move.stores, version, wanted, source,
+                                         _Counter()):  # type: ignore[arg-type]
+            shuffled.setdefault(index, []).append((index, data))
+    target = tmp_path / "target"
+    written: list[tuple[str, int]] = []
+    for index in range(len(move.stores) * wanted):
+        written += moving._write(index, iter(shuffled.get(index, [])), move.stores, version,
+                                 wanted, task_store(str(target), {}), into_hdfs=True)
+    assert {rel.rsplit("/", 1)[1] for rel, _size in written} == {f"{version}.snapshot"}
+    assert len(written) == len(move.stores) * wanted
+    for number, moved in enumerate(move.stores):
+        before: Counter[tuple[bytes, bytes]] = Counter()
+        for old in range(2):
+            before.update(ROCKSDB.read_pairs(store / moved.partition_dir(old), version,
+                                             moved.encoding))
+        after: Counter[tuple[bytes, bytes]] = Counter()
+        for new in range(wanted):
+            after.update(HDFS_BACKED.read_pairs(target / moved.partition_dir(new), version))
         assert after == before and before, number
 
 

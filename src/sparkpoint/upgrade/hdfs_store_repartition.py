@@ -230,7 +230,7 @@ def _slices(directory: Path, where: str, store: _Store, version: int,
 
 def _write(index: int, slices: Iterator[tuple[int, bytes]], stores: list[_Store],
            version: int, wanted: int, target: TaskStore,
-           into_rocksdb: RocksDbTemplate | None) -> Iterator[tuple[str, int]]:
+           into_rocksdb: RocksDbTemplate | None = None) -> Iterator[tuple[str, int]]:
     """A task: new partition ``index``'s snapshot file (of store ``index // wanted``), from
     its slices, uploaded into the target checkpoint (or, ``into_rocksdb``, the RocksDB
     version converted from it); yields the path there and the size of each file written.

@@ -271,8 +271,9 @@ def resolve(
 def _repartitions_in_store(target: Location | None, manifest: Manifest, shape: JobShape,
                            conf: Mapping[str, str], plan: UpgradePlan) -> bool:
     """The start moves HDFS-provider or RocksDB state into another partition count and
-    nothing else (no move of format, no migration, no move of provider but HDFS-backed to
-    RocksDB), into a checkpoint in a store: Spark tasks do it there, reading the snapshot's
+    nothing else of it (no move of format, no migration; a move to the other provider is
+    made by the same tasks, which write the new partitions in its files), into a
+    checkpoint in a store: Spark tasks do it there, reading the snapshot's
     files from the store (hdfs_store_repartition.py, rocksdb_store_repartition.py; RocksDB
     state whose stores those tasks do not move is still staged here, see
     build_new_checkpoint)."""
@@ -280,16 +281,9 @@ def _repartitions_in_store(target: Location | None, manifest: Manifest, shape: J
         and manifest.state_store_provider in (HDFS_BACKED.class_name, ROCKSDB.class_name) \
         and shape.partitions not in (None, manifest.shuffle_partitions) \
         and conf.get(CHECKPOINT_FORMAT_CONF) is None \
-        and (conf.get(PROVIDER_CONF) in (None, manifest.state_store_provider)
-             or _to_rocksdb(manifest, conf)) \
+        and conf.get(PROVIDER_CONF) in (None, HDFS_BACKED.class_name, ROCKSDB.class_name) \
         and not any(row.reshaped or row.seed_query is not None for row in plan.operators)
 
-
-def _to_rocksdb(manifest: Manifest, conf: Mapping[str, str]) -> bool:
-    """HDFS-provider state moved to RocksDB: the repartition's tasks in the store write the
-    new partitions as RocksDB versions (hdfs_store_repartition.py)."""
-    return manifest.state_store_provider == HDFS_BACKED.class_name \
-        and conf.get(PROVIDER_CONF) == ROCKSDB.class_name
 
 
 def _migrates_in_store(target: Location | None, manifest: Manifest, shape: JobShape,
@@ -541,19 +535,18 @@ def _repartition_in_store(planned: PlannedJob, resolution: Resolution, staging: 
     source, into = _task_stores(planned, result, target.url)
     partitions = result.partitions or 0
     kind = "RocksDB" if rocksdb is not None else "HDFS"
-    into_rocksdb = resolution.new_provider is not resolution.provider
-    also = f", written as {ROCKSDB.label} versions" if into_rocksdb else ""
+    other = resolution.new_provider is not resolution.provider
+    also = f", written as {resolution.new_provider.label} versions" if other else ""
     echo(f"repartitioning state from {partitions} to {wanted} partitions ({kind} state, keys "
          f"rehashed as Spark places them{also}, in Spark tasks that read and write the "
          "store)")
     if rocksdb is not None:
         left, moved = repartition_rocksdb_in_store(
             planned.spark, rocksdb, staging, result.batch_id, partitions, wanted,
-            result.in_store, source, into)
+            result.in_store, source, into, into_hdfs=other)
     else:
         with tempfile.TemporaryDirectory(prefix="sparkpoint-empty-rocksdb-") as scratch:
-            template = rocksdb_template(planned.spark, Path(scratch)) if into_rocksdb \
-                else None
+            template = rocksdb_template(planned.spark, Path(scratch)) if other else None
         left, moved = repartition_hdfs_in_store(
             planned.spark, staging, result.batch_id, partitions, wanted, result.in_store,
             _store_entries(resolution), source, into, template)
@@ -708,7 +701,7 @@ def build_new_checkpoint(
         rewritten = moved or new_provider is not provider or reshaped or seeded
         in_tasks = resolution.state_in_tasks and publish and isinstance(target, StorePath) \
             and moved and provider in (HDFS_BACKED, ROCKSDB) \
-            and (new_provider is provider or (provider, new_provider) == (HDFS_BACKED, ROCKSDB)) \
+            and new_provider in (HDFS_BACKED, ROCKSDB) \
             and not (reshaped or seeded or back_to_v2) and bool(result.in_store)
         rocksdb_move = None
         if in_tasks and provider is ROCKSDB:

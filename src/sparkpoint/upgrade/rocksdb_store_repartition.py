@@ -10,8 +10,10 @@ temporary directory, places every key where Spark's ``HashPartitioning`` puts it
 new count (``key_partitions``, as rocksdb_repartition.py does) and emits, per new
 partition, that partition's pairs as one Arrow IPC slice; Spark's shuffle brings each new
 partition's slices to one task, which sorts them, writes the new version with
-``write_sorted`` and uploads its zip and SST to the target checkpoint in the store. Every
-new partition gets a version, an empty one too. The driver fetches partition 0's zip of
+``write_sorted`` and uploads its zip and SST to the target checkpoint in the store (or, for a
+start that also moves the state to the HDFS-backed provider, the snapshot file converted
+from it, as provider_move.py does on a shared disk). Every new partition gets a version, an
+empty one too. The driver fetches partition 0's zip of
 each store (its metadata and OPTIONS, which every new version is written with: no key or
 value) and moves no state bytes otherwise.
 
@@ -35,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 from sparkpoint.checkpoint import rocksdb_writer
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.murmur3_columns import columns_hashed
+from sparkpoint.checkpoint.providers import HDFS_BACKED
+from sparkpoint.checkpoint.rocksdb_keys import KeyEncoding
 from sparkpoint.checkpoint.rocksdb_state import read_zip_metadata
 from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import CheckpointFormatError
@@ -54,6 +58,7 @@ from sparkpoint.upgrade.hdfs_store_repartition import (
     drop_state_files,
     identity_partition,
 )
+from sparkpoint.upgrade.provider_move import convert_partition, record_provider
 from sparkpoint.upgrade.rocksdb_repartition import key_partitions, sorted_pairs
 from sparkpoint.upgrade.validate import ENCODING_CONF
 
@@ -76,6 +81,7 @@ class _Store:
     hashed_fields: int
     metadata: dict[str, Any]
     options: str
+    encoding: KeyEncoding  # how the keys are stored, for a move to the HDFS-backed provider
 
     def partition_dir(self, partition: int) -> str:
         base = f"{self.operator_dir}/{partition}"
@@ -124,7 +130,7 @@ def plan_rocksdb_in_store(spark: SparkSession, staging: Path, batch: int, old_co
     reads: list[_OldPartition] = []
     operator_dirs: list[str] = []
     zips: list[tuple[str, str]] = []  # (URL, partition directory) of each store's partition 0
-    pending: list[tuple[str, str | None, list[dict[str, Any]], int]] = []
+    pending: list[tuple[str, str | None, list[dict[str, Any]], int, KeyEncoding]] = []
     for operator in ckpt.operators(batch):
         if operator.partitions != old_count:
             return None
@@ -158,7 +164,8 @@ def plan_rocksdb_in_store(spark: SparkSession, staging: Path, batch: int, old_co
                                            ssts))
                 if partition == 0:
                     zips.append((zip_url, where))
-            pending.append((op_dir, layout.subdir, key_fields, hashed))
+            pending.append((op_dir, layout.subdir, key_fields, hashed,
+                            operator.key_encoding(layout)))
     if not pending:
         return None
     if rocksdb_writer.writer_version()[:2] != spark_rocksdb_version(spark)[:2]:
@@ -168,29 +175,31 @@ def plan_rocksdb_in_store(spark: SparkSession, staging: Path, batch: int, old_co
         with source.opened() as io:
             io.get_files([(url, path) for (url, _where), path in zip(zips, local_zips,
                                                                       strict=True)])
-        for (op_dir, subdir, key_fields, hashed), (url, where), path in zip(
+        for (op_dir, subdir, key_fields, hashed, encoding), (url, where), path in zip(
                 pending, zips, local_zips, strict=True):
             check_fetched(path, url, entries.get(url), f"{where}/{wanted_zip}")
             metadata = read_zip_metadata(path)
             if metadata.get("columnFamilyMapping") or "numKeys" not in metadata:
                 return None
             stores.append(_Store(op_dir, subdir, key_fields, hashed, metadata,
-                                 rocksdb_writer.zip_options_text(path)))
+                                 rocksdb_writer.zip_options_text(path), encoding))
     return RocksDBStoreMove(stores, reads, operator_dirs)
 
 
 def repartition_rocksdb_in_store(
     spark: SparkSession, move: RocksDBStoreMove, staging: Path, batch: int, old_count: int,
     wanted: int, in_store: Mapping[str, str], source: TaskStore, target: TaskStore,
+    into_hdfs: bool = False,
 ) -> tuple[dict[str, str], StoreMove]:
     """Make ``move``: the new partitions' versions written into the checkpoint at
     ``target`` by Spark tasks; ``staging`` is left with the metadata of the new count and
     without state data files. Returns the files of ``in_store`` still to be copied (those
-    of no moved operator) and what was moved."""
+    of no moved operator) and what was moved. ``into_hdfs``: the new partitions written as
+    HDFS-backed snapshot files, that provider recorded in the offsets log here."""
     version = batch + 1
     stores = move.stores
     write = functools.partial(_write, stores=stores, version=version, wanted=wanted,
-                              target=target)
+                              target=target, into_hdfs=into_hdfs)
     context = spark.sparkContext
     reads = move.reads
     read = context.accumulator(0)  # the bytes the tasks fetched (a zip names its SSTs)
@@ -206,6 +215,8 @@ def repartition_rocksdb_in_store(
     crash_point("restore.hdfs_partition_moved")
     drop_state_files(staging, move.operator_dirs, old_count, wanted, _STATE_FILE)
     record_partition_count(staging, batch, wanted)
+    if into_hdfs:
+        record_provider(staging, batch, HDFS_BACKED)
     left = {rel: url for rel, url in in_store.items()
             if not any(rel.startswith(f"{op_dir}/") for op_dir in move.operator_dirs)}
     return left, StoreMove(len(written), sum(size for _rel, size in written), read.value)
@@ -259,9 +270,11 @@ def _place(part: _OldPartition, stores: list[_Store], version: int, wanted: int,
 
 
 def _write(index: int, slices: Iterator[tuple[int, bytes]], stores: list[_Store],
-           version: int, wanted: int, target: TaskStore) -> Iterator[tuple[str, int]]:
+           version: int, wanted: int, target: TaskStore,
+           into_hdfs: bool = False) -> Iterator[tuple[str, int]]:
     """A task: new partition ``index``'s version (of store ``index // wanted``), from its
-    slices, written in a temporary directory and uploaded into the target checkpoint;
+    slices, written in a temporary directory (``into_hdfs``: converted into the HDFS-backed
+    provider's snapshot file there) and uploaded into the target checkpoint;
     yields each uploaded file's path there and its size. Every new partition gets one, an
     empty one too (Spark loads each partition's version)."""
     import pyarrow as pa
@@ -274,6 +287,8 @@ def _write(index: int, slices: Iterator[tuple[int, bytes]], stores: list[_Store]
         directory = Path(scratch) / "partition"
         rocksdb_writer.write_sorted(directory, version, keys, values, stores[store].options,
                                     stores[store].metadata)
+        if into_hdfs:
+            convert_partition(directory, version, stores[store].encoding, True, None)
         files = sorted(path for path in directory.rglob("*") if path.is_file())
         rels = [f"{where}/{path.relative_to(directory).as_posix()}" for path in files]
         sizes = [path.stat().st_size for path in files]
