@@ -273,17 +273,15 @@ def _repartitions_in_store(target: Location | None, manifest: Manifest, shape: J
     """The start moves HDFS-provider or RocksDB state into another partition count and
     nothing else of it (no move of format, no migration; a move to the other provider is
     made by the same tasks, which write the new partitions in its files), into a
-    checkpoint in a store: Spark tasks do it there, reading the snapshot's
-    files from the store (hdfs_store_repartition.py, rocksdb_store_repartition.py; RocksDB
-    state whose stores those tasks do not move is still staged here, see
-    build_new_checkpoint)."""
+    checkpoint in a store: Spark tasks do it there, reading the snapshot's files from the
+    store (hdfs_store_repartition.py, rocksdb_store_repartition.py; RocksDB state whose
+    stores those tasks do not move is still staged here, see build_new_checkpoint)."""
     return isinstance(target, StorePath) \
         and manifest.state_store_provider in (HDFS_BACKED.class_name, ROCKSDB.class_name) \
         and shape.partitions not in (None, manifest.shuffle_partitions) \
         and conf.get(CHECKPOINT_FORMAT_CONF) is None \
         and conf.get(PROVIDER_CONF) in (None, HDFS_BACKED.class_name, ROCKSDB.class_name) \
         and not any(row.reshaped or row.seed_query is not None for row in plan.operators)
-
 
 
 def _migrates_in_store(target: Location | None, manifest: Manifest, shape: JobShape,
