@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import tempfile
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +31,17 @@ def read_pairs(partition_dir: Path, version: int, keys: KeyEncoding | None = Non
     """Every (key, value) of the store at ``version``, as ``UnsafeRow`` bytes, the keys
     decoded by ``keys`` (default: no prefix encoding). ``unique_id``: the version's id in
     checkpoint format v2, from the commit log."""
+    yield from decoded_pairs(read_raw_pairs(partition_dir, version, unique_id), keys,
+                             partition_dir)
+
+
+def decoded_pairs(raw: Iterable[tuple[bytes, bytes]], keys: KeyEncoding | None,
+                  where: Path) -> Iterator[tuple[bytes, bytes]]:
+    """Pairs as RocksDB holds them (encoded) as ``UnsafeRow`` bytes, the keys decoded by
+    ``keys`` (default: no prefix encoding); ``where`` names the store in errors."""
     encoding = keys or KeyEncoding()
-    for raw_key, raw_value in read_raw_pairs(partition_dir, version, unique_id):
-        yield (encoding.decode(raw_key, partition_dir),
-               strip_version(raw_value, "value", partition_dir))
+    for raw_key, raw_value in raw:
+        yield encoding.decode(raw_key, where), strip_version(raw_value, "value", where)
 
 
 def read_raw_pairs(partition_dir: Path, version: int,

@@ -11,11 +11,11 @@ new count (``key_partitions``, as rocksdb_repartition.py does) and emits, per ne
 partition, that partition's pairs as one Arrow IPC slice; Spark's shuffle brings each new
 partition's slices to one task, which sorts them, writes the new version with
 ``write_sorted`` and uploads its zip and SST to the target checkpoint in the store (or, for a
-start that also moves the state to the HDFS-backed provider, the snapshot file converted
-from it, as provider_move.py does on a shared disk). Every new partition gets a version, an
-empty one too. The driver fetches partition 0's zip of
-each store (its metadata and OPTIONS, which every new version is written with: no key or
-value) and moves no state bytes otherwise.
+start that also moves the state to the HDFS-backed provider, that provider's snapshot file
+of the decoded pairs, as provider_move.py writes it on a shared disk). Every new partition
+gets a version, an empty one too. The driver fetches partition 0's zip of each store (its
+metadata and OPTIONS, which every new version is written with: no key or value) and moves
+no state bytes otherwise.
 
 It applies where the local move does (rocksdb_repartition.py): checkpoint format v1, keys
 in UnsafeRow, rocksdict's RocksDB the session's, plain stores (version ``batch + 1`` one
@@ -34,11 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkpoint.checkpoint import rocksdb_writer
+from sparkpoint.checkpoint import hdfs_state, rocksdb_writer
 from sparkpoint.checkpoint.layout import Checkpoint
 from sparkpoint.checkpoint.murmur3_columns import columns_hashed
 from sparkpoint.checkpoint.providers import HDFS_BACKED
 from sparkpoint.checkpoint.rocksdb_keys import KeyEncoding
+from sparkpoint.checkpoint.rocksdb_reader import decoded_pairs
 from sparkpoint.checkpoint.rocksdb_state import read_zip_metadata
 from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import CheckpointFormatError
@@ -58,7 +59,7 @@ from sparkpoint.upgrade.hdfs_store_repartition import (
     drop_state_files,
     identity_partition,
 )
-from sparkpoint.upgrade.provider_move import convert_partition, record_provider
+from sparkpoint.upgrade.provider_move import record_provider
 from sparkpoint.upgrade.rocksdb_repartition import key_partitions, sorted_pairs
 from sparkpoint.upgrade.validate import ENCODING_CONF
 
@@ -273,8 +274,8 @@ def _write(index: int, slices: Iterator[tuple[int, bytes]], stores: list[_Store]
            version: int, wanted: int, target: TaskStore,
            into_hdfs: bool = False) -> Iterator[tuple[str, int]]:
     """A task: new partition ``index``'s version (of store ``index // wanted``), from its
-    slices, written in a temporary directory (``into_hdfs``: converted into the HDFS-backed
-    provider's snapshot file there) and uploaded into the target checkpoint;
+    slices, written in a temporary directory (``into_hdfs``: as the HDFS-backed provider's
+    snapshot file) and uploaded into the target checkpoint;
     yields each uploaded file's path there and its size. Every new partition gets one, an
     empty one too (Spark loads each partition's version)."""
     import pyarrow as pa
@@ -285,10 +286,15 @@ def _write(index: int, slices: Iterator[tuple[int, bytes]], stores: list[_Store]
     keys, values = sorted_pairs(parts)
     with tempfile.TemporaryDirectory(prefix="sparkpoint-move-") as scratch:
         directory = Path(scratch) / "partition"
-        rocksdb_writer.write_sorted(directory, version, keys, values, stores[store].options,
-                                    stores[store].metadata)
         if into_hdfs:
-            convert_partition(directory, version, stores[store].encoding, True, None)
+            # Straight from the pairs: no RocksDB version written only to be read back.
+            directory.mkdir()
+            hdfs_state.write_snapshot(directory, version, dict(decoded_pairs(
+                zip(keys.to_pylist(), values.to_pylist(), strict=True),
+                stores[store].encoding, Path(where))))
+        else:
+            rocksdb_writer.write_sorted(directory, version, keys, values,
+                                        stores[store].options, stores[store].metadata)
         files = sorted(path for path in directory.rglob("*") if path.is_file())
         rels = [f"{where}/{path.relative_to(directory).as_posix()}" for path in files]
         sizes = [path.stat().st_size for path in files]
