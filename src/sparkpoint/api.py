@@ -311,6 +311,7 @@ def snapshot_prune(
     adds its s3a settings; a caller's session is used through a copy with them)."""
     from sparkpoint.runtime.runner import new_log_file
     from sparkpoint.spark.job_session import session_for_job
+    from sparkpoint.spark.local_fs import FILE_MANAGER_CONF
     from sparkpoint.spark.s3a import s3a_conf
     from sparkpoint.spark.session import apply_query_conf, create_session
 
@@ -326,7 +327,7 @@ def snapshot_prune(
     session = session_for_job(spark) if spark is not None else create_session(
         master, settings, "sparkpoint:prune", log_file=new_log_file(home.logs_dir, "prune"))
     apply_query_conf(session, {key: value for key, value in settings.items()
-                               if key.startswith("spark.hadoop.")})
+                               if key.startswith("spark.hadoop.") or key == FILE_MANAGER_CONF})
     return prune_snapshot(home, store, session, snapshot, new_snapshot, operator, where, echo)
 
 

@@ -450,9 +450,9 @@ def held_run(home: Home, options: RunOptions, spark: SparkSession | None = None,
         lease = held_lease(home, job)
         # A checkpoint on S3 needs Spark's s3a settings and connector (the user's win); under
         # a lease, Spark's own checkpoint writes are fenced by it (spark/lease_fence.py).
-        session_conf = {**s3a_conf(home.location, options.conf), **options.conf,
-                        **(fenced_conf(options.conf) if lease is not None
-                           and can_fence(spark) else {})}
+        wanted = {**s3a_conf(home.location, options.conf), **options.conf}
+        session_conf = {**wanted, **(fenced_conf(wanted) if lease is not None
+                                     and can_fence(spark) else {})}
         planned = plan_job(job, options.job_file, options.params, session_conf,
                            options.master, spark, ui=options.ui, echo=echo,
                            log_dir=home.logs_dir, build=options.build)

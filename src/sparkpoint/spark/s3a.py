@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from sparkpoint.spark.local_fs import FILE_MANAGER_CONF, FILE_SYSTEM_MANAGER
 from sparkpoint.storage.fileio import scheme_of
 
 # hadoop-aws matching the Hadoop client inside pyspark 4.3.0 (hadoop-client-api-3.5.0), and
@@ -54,6 +55,12 @@ def s3a_conf(location: str, conf: Mapping[str, str]) -> dict[str, str]:
     # checkpoint file (jobs stop, a drain) failed instead of stopping. The classic stream's
     # interrupt is an InterruptedIOException, which Spark takes for the stop it is.
     settings[_PREFIX + "input.stream.type"] = "classic"
+    # Spark's default checkpoint file manager reads through a FileContext, whose s3a binding
+    # closes its own S3A client when the JVM finalizes it: a stream a short-lived manager
+    # opened then fails ("Client manager is closed"; seen inside Spark's state reader). The
+    # FileSystem-based manager reads through Hadoop's cached client, which stays open
+    # (tests/integration/test_s3a_file_context.py).
+    settings[FILE_MANAGER_CONF] = FILE_SYSTEM_MANAGER
     if not _connector_given(conf):
         settings[PACKAGES_CONF] = S3A_PACKAGES
     return {key: value for key, value in settings.items() if key not in conf}
