@@ -29,8 +29,6 @@ import pytest
 from sparkpoint.checkpoint.layout import PROVIDER_CONF
 from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
 from sparkpoint.snapshot.store import open_snapshot_store
-from sparkpoint.spark.local_fs import FILE_MANAGER_CONF, FILE_SYSTEM_MANAGER
-from sparkpoint.spark.s3a import s3a_conf
 from sparkpoint.storage.fileio import join, spark_url
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.stores import file_io
@@ -38,6 +36,7 @@ from tests.conftest import S3A_JARS, s3a_jars
 from tests.integration.test_standalone_cluster import _state_keys
 from tests.support import spark_cluster
 from tests.support.cli import Result, sparkpoint
+from tests.support.s3a_reads import read_bucket_with
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 JOB = Path(__file__).resolve().parent.parent / "data" / "jobs" / "key_counts.py"
@@ -219,12 +218,7 @@ def _reach_bucket(spark: Any, home: Home, request: pytest.FixtureRequest) -> Non
     FileContext closes its S3A client under a stream still read: one CI run failed so in
     Spark's state reader; tests/integration/test_s3a_file_context.py). The manager is the
     session's default again for the tests after this one."""
-    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
-    for key, value in s3a_conf(str(home.url), {}).items():
-        if key.startswith("spark.hadoop."):
-            hadoop.set(key.removeprefix("spark.hadoop."), value)
-    spark.conf.set(FILE_MANAGER_CONF, FILE_SYSTEM_MANAGER)
-    request.addfinalizer(lambda: spark.conf.unset(FILE_MANAGER_CONF))
+    request.addfinalizer(read_bucket_with(spark, str(home.url)))
 
 
 def _s3a_options() -> list[str]:

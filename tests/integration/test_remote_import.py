@@ -46,6 +46,7 @@ from tests.integration.test_adopt_plain_spark import (
 )
 from tests.support.cli import sparkpoint
 from tests.support.s3 import S3Server
+from tests.support.s3a_reads import read_bucket_with
 
 pytestmark = pytest.mark.spark
 
@@ -134,9 +135,7 @@ def test_plain_checkpoint_on_s3a_imported_where_it_is_and_continued(
         "windows of 10 minutes sliding every 5 minutes"
     # Counted by Spark's state reader: the keys still open in the state.
     reader = spark.newSession()
-    for key, value in plain_s3a_conf(s3_server).items():
-        if key.startswith("spark.hadoop."):
-            reader.conf.set(key.removeprefix("spark.hadoop."), value)
+    read_bucket_with(reader, url, plain_s3a_conf(s3_server))
     assert operator.rows == reader.read.format("statestore").option("batchId", last) \
         .load(url).count() > 0
     assert api.snapshot_verify(home, "adopted") == []

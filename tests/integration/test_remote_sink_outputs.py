@@ -31,11 +31,11 @@ from sparkpoint.errors import OutputHasHistoryError, SinkAheadError
 from sparkpoint.sinks.history import pending_seeding
 from sparkpoint.sinks.rewind import finished as finished_rewinds
 from sparkpoint.sinks.rewind import pending as pending_rewinds
-from sparkpoint.spark.s3a import s3a_conf
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import expected_hourly_counts, output_rows, write_clicks
 from tests.conftest import EXAMPLES
 from tests.support.cli import sparkpoint
+from tests.support.s3a_reads import read_bucket_with
 
 JOB = EXAMPLES / "clicks_job.py"
 # Small, so that the runs below cross compactions of the sink log.
@@ -49,10 +49,7 @@ def _remote_dir(store: str, request: pytest.FixtureRequest, spark: Any) -> str:
     if store == "hdfs":
         return str(request.getfixturevalue("hdfs_server").new_dir())
     bucket = request.getfixturevalue("s3_server").new_bucket()
-    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
-    for key, value in s3a_conf(f"s3://{bucket}", {}).items():
-        if key.startswith(HADOOP_PREFIX):
-            hadoop.set(key.removeprefix(HADOOP_PREFIX), value)
+    request.addfinalizer(read_bucket_with(spark, f"s3://{bucket}"))
     return f"s3a://{bucket}"
 
 

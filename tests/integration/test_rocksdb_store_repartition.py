@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from sparkpoint.snapshot.store import open_snapshot_store
-from sparkpoint.spark.s3a import s3a_conf
 from sparkpoint.storage.fileio import join, spark_url
 from sparkpoint.storage.home import Home
 from tests.support.s3 import S3Server
+from tests.support.s3a_reads import read_bucket_with
 
 pytestmark = pytest.mark.spark
 JOB = Path(__file__).resolve().parent.parent / "data" / "jobs" / "key_counts.py"
@@ -70,20 +70,14 @@ def test_rocksdb_start_into_another_partition_count_moves_the_state_in_the_store
     fetched = [p for p in scratch.rglob("*") if p.is_file()]
     assert fetched and not [p for p in fetched if STATE_FILE.search(p.name)], fetched
 
-    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
-    settings = {key.removeprefix("spark.hadoop."): value
-                for key, value in s3a_conf(str(home.url), {}).items()
-                if key.startswith("spark.hadoop.")}
+    undo = read_bucket_with(spark, str(home.url))
     try:
-        for key, value in settings.items():
-            hadoop.set(key, value)
         snapshot = state_rows(spark, str(open_snapshot_store(home).checkpoint_path("k1")),
                               manifest.batch_id, 4)
         started = state_rows(spark, spark_url(join(home.job_url("keys-3"), "checkpoint")),
                              manifest.batch_id, 3)
     finally:
-        for key in settings:
-            hadoop.unset(key)
+        undo()
     assert started == snapshot == Counter(Counter(keys).items())
 
 

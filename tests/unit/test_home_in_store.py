@@ -20,6 +20,7 @@ from sparkpoint.checkpoint.logs import OffsetLogEntry, compact_json
 from sparkpoint.checkpoint.retained import iso_utc
 from sparkpoint.checkpoint.state_files import readable_partition
 from sparkpoint.runtime.registry import JobRecord, JobRegistry
+from sparkpoint.spark.local_fs import FILE_MANAGER_CONF, FILE_SYSTEM_MANAGER
 from sparkpoint.spark.s3a import S3A_PACKAGES, s3a_conf
 from sparkpoint.storage.file_cache import cache_root
 from sparkpoint.storage.home import Home
@@ -150,6 +151,7 @@ def test_s3a_settings_come_from_the_aws_environment_and_the_users_win(
         "spark.hadoop.fs.s3a.endpoint.region": "eu-west-1",
         "spark.hadoop.fs.s3a.optimized.copy.from.local.enabled": "false",
         "spark.hadoop.fs.s3a.input.stream.type": "classic",
+        FILE_MANAGER_CONF: FILE_SYSTEM_MANAGER,
         "spark.jars.packages": S3A_PACKAGES,
     }
     given = s3a_conf("s3://b/home", {"spark.jars": "/jars/hadoop-aws-3.5.0.jar,/jars/b.jar"})
