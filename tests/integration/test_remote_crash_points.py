@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import shutil
 from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,6 @@ import pytest
 
 from sparkpoint import api
 from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE, CRASH_POINTS
-from sparkpoint.spark.s3a import s3a_conf
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.stores import file_io
 from sparkpoint.testing import expected_hourly_counts, output_rows, write_clicks
@@ -39,6 +40,7 @@ from tests.integration.test_startpoints import JOB as PASSTHROUGH_JOB
 from tests.integration.test_startpoints import _rows
 from tests.support.cli import Result, sparkpoint
 from tests.support.s3 import S3Server
+from tests.support.s3a_reads import read_bucket_with
 
 JOB = EXAMPLES / "clicks_job.py"
 pytestmark = pytest.mark.spark
@@ -158,31 +160,66 @@ MOVES = {
 }
 
 
+@dataclass(frozen=True)
+class _Origin:
+    """A home on S3 whose job v1 (state in one provider) has snapshot s1, the input written
+    since, and what the job wrote: the start of every move from that provider."""
+
+    home: Home
+    inp: Path
+    params: dict[str, str]
+    first: Counter[Any]
+    expected: Counter[Any]
+
+
+@pytest.fixture(scope="module")
+def origins(spark: Any, s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[Callable[[str], _Origin]]:
+    """The origin of the moves from each provider, made once per module: the moves start
+    jobs of their own from the same snapshot, which they only read (as the suite's time
+    asks)."""
+    from sparkpoint.checkpoint.layout import PROVIDER_CONF
+    from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
+
+    made: dict[str, _Origin] = {}
+    with pytest.MonkeyPatch.context() as patch:
+
+        def origin(provider: str) -> _Origin:
+            if provider not in made:
+                root = tmp_path_factory.mktemp(f"moves-from-{provider}")
+                patch.setenv("SPARKPOINT_SCRATCH", str(root / "machine_a"))
+                home = Home.resolve(f"s3://{s3_server.new_bucket()}/home")
+                inp = root / "in"
+                events = write_clicks(inp, range(0, 3))
+                params = {"input": str(inp), "output": str(root / "v1"),
+                          "files_per_batch": "1"}
+                api.run(home, JOB, "v1", params=params, until_caught_up=True, spark=spark,
+                        conf={"spark.sql.shuffle.partitions": "2", PROVIDER_CONF: {
+                            "hdfs": HDFS_PROVIDER, "rocksdb": ROCKSDB_PROVIDER}[provider]})
+                api.snapshot_create(home, "v1", "s1")
+                events += write_clicks(inp, range(3, 5))
+                made[provider] = _Origin(home, inp, params, output_rows(spark, root / "v1"),
+                                         expected_hourly_counts(events))
+            return made[provider]
+
+        yield origin
+
+
 @pytest.mark.parametrize("move", list(MOVES))
 def test_a_start_that_moves_state_on_s3_cut_off_after_its_tasks_wrote_is_rolled_back(
     spark: Any, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    move: str,
+    move: str, origins: Callable[[str], _Origin],
 ) -> None:
     """The move's tasks write into the new job's checkpoint in the store before it is
     published: the intent and the checkpoint's ``metadata`` are there first, so a start cut
     off after they wrote is recognised and rolled back by the next, which builds it again."""
-    from sparkpoint.checkpoint.layout import PROVIDER_CONF
-    from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
-
     provider, conf, point, says = MOVES[move]
-    home = _s3_home(s3_server, tmp_path, monkeypatch)
-    inp = tmp_path / "in"
-    events = write_clicks(inp, range(0, 3))
-    params = {"input": str(inp), "output": str(tmp_path / "v1"), "files_per_batch": "1"}
-    api.run(home, JOB, "v1", params=params, until_caught_up=True, spark=spark,
-            conf={"spark.sql.shuffle.partitions": "2", PROVIDER_CONF: {
-                "hdfs": HDFS_PROVIDER, "rocksdb": ROCKSDB_PROVIDER}[provider]})
-    api.snapshot_create(home, "v1", "s1")
-    events += write_clicks(inp, range(3, 5))
-    expected = expected_hourly_counts(events)
-    first = output_rows(spark, tmp_path / "v1")
+    origin = origins(provider)
+    monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine_a"))
+    home = Home.resolve(origin.home.location)  # its scratch: this test's
+    inp, params = origin.inp, origin.params
 
-    job = "moved"
+    job = f"moved-{move}"
     out = tmp_path / job
     machine = tmp_path / f"machine-{job}"
     confs = [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
@@ -213,7 +250,7 @@ def test_a_start_that_moves_state_on_s3_cut_off_after_its_tasks_wrote_is_rolled_
             conf=conf, until_caught_up=True, spark=spark, echo=said.append)
     assert any("interrupted" in line for line in said), said
     assert any("read and write the store" in line and says in line for line in said), said
-    assert first + output_rows(spark, out) == expected
+    assert origin.first + output_rows(spark, out) == origin.expected
     assert Counter(api.snapshot_verify(home, "s1")) == Counter()
 
 
@@ -342,9 +379,7 @@ def test_a_migrating_start_on_s3_cut_off_after_it_wrote_into_the_store_is_rolled
     # Spark's state reader reaches the bucket with the home's s3a settings, in a session of
     # its own (the shared one stays without them).
     reader = spark.newSession()
-    for key, value in s3a_conf(str(home.url), {}).items():
-        if key.startswith("spark.hadoop."):
-            reader.conf.set(key.removeprefix("spark.hadoop."), value)
+    read_bucket_with(reader, str(home.url))
 
     for point in MIGRATION_POINTS:
         job = "grown-after-" + point.split(".", 1)[1].replace("_", "-")
