@@ -6,7 +6,8 @@ Spark's executors write the rehearsal's state and output, and on a cluster whose
 share no disk with the driver (Kubernetes, YARN) the store is what they reach. Either way a
 rehearsal removes its scratch when it ends, unless kept (``--keep``: a ``KEPT`` marker), and
 the next rehearsal removes what one cut off left: a local one's once its process is gone, a
-store's once its process is gone from this machine, or after 12 hours from any machine.
+store's once its recorded maker is provably gone (storage/store_scratch.py: not merely a pid
+free in this pid namespace), or after 12 hours from any machine.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from sparkpoint.storage.fileio import join
 from sparkpoint.storage.home import Home, local_copy_dir
 from sparkpoint.storage.location import Location, StorePath, remove_tree
 from sparkpoint.storage.processes import abandoned, claim
-from sparkpoint.storage.store_scratch import clean_abandoned, scratch_name
+from sparkpoint.storage.store_scratch import clean_abandoned, new_scratch
 from sparkpoint.storage.stores import file_io
 
 Echo = Callable[[str], None]
@@ -82,7 +83,7 @@ def open_scratch(home: Home, echo: Echo) -> RehearsalScratch:
     for url in clean_abandoned(io, root, STORE_SCRATCH_EXPIRY,
                                kept=lambda url: io.is_file(join(url, KEPT_MARKER))):
         echo(f"removed {url}, left by an interrupted rehearsal")
-    return RehearsalScratch(StorePath(io, join(root, scratch_name())))
+    return RehearsalScratch(StorePath(io, new_scratch(io, root)))
 
 
 def _remove_abandoned(scratch_dir: Path, echo: Echo) -> None:

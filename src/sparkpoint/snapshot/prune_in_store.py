@@ -47,7 +47,7 @@ from sparkpoint.spark.state_prune import check_condition, matching_keys
 from sparkpoint.spark.state_reshape import STATE_VERSION_WRITER, VersionFiles, write_in_jvm
 from sparkpoint.storage.fileio import join, scheme_of, spark_url
 from sparkpoint.storage.location import StorePath, remove_tree
-from sparkpoint.storage.store_scratch import clean_abandoned, scratch_name
+from sparkpoint.storage.store_scratch import clean_abandoned, new_scratch
 from sparkpoint.storage.task_store import task_store
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ def prune_in_store(store: ObjectSnapshotStore, spark: SparkSession,
     # Those of prunes cut off: no create from them can still publish after a registration's
     # lifetime.
     clean_abandoned(store.io, root, LEASE_EXPIRY)
-    scratch = StorePath(store.io, join(root, scratch_name()))
+    scratch = StorePath(store.io, new_scratch(store.io, root))
     local, in_store = local_checkpoint(store, manifest.name)
     checkpoint = Checkpoint(local)
     entries = {url: entry for entry in manifest.files
@@ -136,9 +136,10 @@ def prune_in_store(store: ObjectSnapshotStore, spark: SparkSession,
         if rewritten:
             say(f"rewriting operator '{op.name}' without the keys where {where} (Spark "
                 "tasks that read and write the store)")
+            template = rocksdb_template(spark) \
+                if manifest.state_store_provider == ROCKSDB.class_name else None
+            # Where the version of a partition left with no key is written, to upload.
             with tempfile.TemporaryDirectory(prefix="sparkpoint-prune-") as scratch_here:
-                template = rocksdb_template(spark, Path(scratch_here)) \
-                    if manifest.state_store_provider == ROCKSDB.class_name else None
                 kept = _write_kept(spark, old_url, batch, op, where, rewritten,
                                    [join(spark_url(new.url), op_dir, str(p))
                                     for p in range(operator.partitions)], template)

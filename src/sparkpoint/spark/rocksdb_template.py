@@ -7,12 +7,13 @@ lands in, for either provider."""
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkpoint.checkpoint import hdfs_state, rocksdb_writer
-from sparkpoint.checkpoint.providers import ROCKSDB
+from sparkpoint.checkpoint.providers import ROCKSDB, StateProvider
 from sparkpoint.checkpoint.rocksdb_state import read_zip_metadata
 from sparkpoint.errors import CheckpointFormatError
 from sparkpoint.spark.inspect import write_empty_rocksdb_version
@@ -31,7 +32,9 @@ class RocksDbTemplate:
     metadata: dict[str, Any]
 
 
-def rocksdb_template(spark: SparkSession, scratch: Path) -> RocksDbTemplate:
+def rocksdb_template(spark: SparkSession) -> RocksDbTemplate:
+    """The template of the session's RocksDB settings, from an empty version Spark's provider
+    commits in the driver's JVM into a temporary directory of its own (removed after)."""
     found = rocksdb_writer.writer_version()
     session = spark_rocksdb_version(spark)
     if found != session:
@@ -39,11 +42,17 @@ def rocksdb_template(spark: SparkSession, scratch: Path) -> RocksDbTemplate:
             f"moving state into RocksDB: expected rocksdict's RocksDB to be Spark's "
             f"({'.'.join(map(str, session))}), found {'.'.join(map(str, found))}; install the "
             "rocksdict release built on Spark's RocksDB or keep the HDFS-backed provider")
-    zip_path = write_empty_rocksdb_version(spark, ROCKSDB.class_name, scratch)
-    partition_dir = zip_path.parent
-    metadata = read_zip_metadata(zip_path)
-    return RocksDbTemplate(rocksdb_writer.options_text(partition_dir, 1),
-                            {k: v for k, v in metadata.items() if k != "sstFiles"})
+    with tempfile.TemporaryDirectory(prefix="sparkpoint-empty-rocksdb-") as scratch:
+        zip_path = write_empty_rocksdb_version(spark, ROCKSDB.class_name, Path(scratch))
+        metadata = read_zip_metadata(zip_path)
+        options = rocksdb_writer.options_text(zip_path.parent, 1)
+    return RocksDbTemplate(options, {k: v for k, v in metadata.items() if k != "sstFiles"})
+
+
+def template_for(spark: SparkSession, provider: StateProvider) -> RocksDbTemplate | None:
+    """What versions written for ``provider`` take from Spark's: the RocksDB template, or
+    None for the HDFS-backed provider (its files hold no settings)."""
+    return rocksdb_template(spark) if provider is ROCKSDB else None
 
 
 def write_empty_version(directory: Path, version: int, template: RocksDbTemplate | None) -> None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import functools
 import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,7 +39,7 @@ from sparkpoint.checkpoint.providers import HDFS_BACKED, ROCKSDB, StateProvider
 from sparkpoint.checkpoint.rocksdb_keys import KeyEncoding, encode_value
 from sparkpoint.progress import phase
 from sparkpoint.spark.driver_disk import check_here
-from sparkpoint.spark.rocksdb_template import RocksDbTemplate, rocksdb_template
+from sparkpoint.spark.rocksdb_template import RocksDbTemplate, template_for
 from sparkpoint.storage.local import write_atomic
 from sparkpoint.upgrade.hdfs_repartition import run_tasks, task_slices
 
@@ -102,14 +101,11 @@ def move_state_provider(checkpoint: Path, batch: int, source: StateProvider,
     entries; returns the keys moved."""
     ckpt = Checkpoint(checkpoint)
     version = batch + 1
-    template = None
-    with tempfile.TemporaryDirectory(prefix="sparkpoint-empty-rocksdb-") as scratch:
-        if target is ROCKSDB:
-            template = rocksdb_template(spark, Path(scratch))
-        moved = 0
-        for operator in ckpt.operators(batch):
-            for store in operator.stores():
-                moved += _move_store(spark, operator, store, version, source, template)
+    template = template_for(spark, target)
+    moved = 0
+    for operator in ckpt.operators(batch):
+        for store in operator.stores():
+            moved += _move_store(spark, operator, store, version, source, template)
     record_provider(checkpoint, batch, target)
     return moved
 

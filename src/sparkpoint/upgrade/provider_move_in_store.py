@@ -31,7 +31,7 @@ from sparkpoint.checkpoint.rocksdb_keys import KeyEncoding
 from sparkpoint.progress import phase
 from sparkpoint.snapshot.manifest import FileEntry
 from sparkpoint.snapshot.placement import check_fetched
-from sparkpoint.spark.rocksdb_template import RocksDbTemplate, rocksdb_template
+from sparkpoint.spark.rocksdb_template import RocksDbTemplate, template_for
 from sparkpoint.storage.fileio import join
 from sparkpoint.storage.task_store import TaskStore
 from sparkpoint.upgrade.hdfs_repartition import run_tasks, task_slices
@@ -82,10 +82,7 @@ def move_provider_in_store(
             for partition in range(operator.partitions):
                 where = layout.partition_dir(operator.local_path, partition)
                 parts.append(_partition(staging, where, encoding, in_store, entries))
-    template = None
-    with tempfile.TemporaryDirectory(prefix="sparkpoint-empty-rocksdb-") as scratch:
-        if target_provider is ROCKSDB:
-            template = rocksdb_template(spark, Path(scratch))
+    template = template_for(spark, target_provider)
     move = functools.partial(_move, version=version, from_rocksdb=source_provider is ROCKSDB,
                              template=template, source=source, target=target)
     context = spark.sparkContext

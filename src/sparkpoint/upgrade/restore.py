@@ -58,7 +58,7 @@ from sparkpoint.spark.inspect import (
     write_empty_rocksdb_version,
 )
 from sparkpoint.spark.plan import PlannedOperator
-from sparkpoint.spark.rocksdb_template import rocksdb_template
+from sparkpoint.spark.rocksdb_template import template_for
 from sparkpoint.spark.s3a import aws_environment
 from sparkpoint.spark.sink import file_sink_path, sink_format
 from sparkpoint.spark.version import installed_pyspark_version
@@ -543,11 +543,10 @@ def _repartition_in_store(planned: PlannedJob, resolution: Resolution, staging: 
             planned.spark, rocksdb, staging, result.batch_id, partitions, wanted,
             result.in_store, source, into, into_hdfs=other)
     else:
-        with tempfile.TemporaryDirectory(prefix="sparkpoint-empty-rocksdb-") as scratch:
-            template = rocksdb_template(planned.spark, Path(scratch)) if other else None
         left, moved = repartition_hdfs_in_store(
             planned.spark, staging, result.batch_id, partitions, wanted, result.in_store,
-            _store_entries(resolution), source, into, template)
+            _store_entries(resolution), source, into,
+            template_for(planned.spark, resolution.new_provider))
     echo(f"the tasks read {moved.read_bytes} bytes of state from the store and wrote "
          f"{moved.files} files of {moved.written_bytes} bytes into {target.url}")
     return AssembleResult(result.batch_id, wanted, left)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +41,7 @@ from sparkpoint.snapshot.manifest import OperatorEntry
 from sparkpoint.spark.driver_disk import check_here
 from sparkpoint.spark.rocksdb_template import (
     RocksDbTemplate,
-    rocksdb_template,
+    template_for,
     write_empty_version,
 )
 from sparkpoint.spark.state_reshape import (
@@ -182,15 +181,14 @@ def _rewrite_each(spark: SparkSession, checkpoint: Path, batch: int, rows: list[
     operators = {op.operator_id: op for op in Checkpoint(checkpoint).operators(batch)}
     planned = {op.name: op for op in shape.operators}
     keys = 0
-    with tempfile.TemporaryDirectory(prefix="sparkpoint-empty-rocksdb-") as scratch:
-        template = rocksdb_template(spark, Path(scratch)) if provider is ROCKSDB else None
-        for row in rows:
-            operator = operators.get(row.operator_id) if row.operator_id is not None else None
-            if operator is None:
-                raise CheckpointFormatError(
-                    f"{checkpoint}: expected operator {row.operator_id} ({row.name}) to "
-                    "write, found none")
-            keys += rewrite(row, operator, planned[row.name], template)
+    template = template_for(spark, provider)
+    for row in rows:
+        operator = operators.get(row.operator_id) if row.operator_id is not None else None
+        if operator is None:
+            raise CheckpointFormatError(
+                f"{checkpoint}: expected operator {row.operator_id} ({row.name}) to "
+                "write, found none")
+        keys += rewrite(row, operator, planned[row.name], template)
     return keys
 
 
