@@ -183,8 +183,8 @@ public final class StateVersionWriter {
       while (input.hasNext()) {
         InternalRow row = input.next();
         Rows rows = byPartition.computeIfAbsent(row.getInt(0), p -> new Rows());
-        rows.keys.add(copied(keyRow.apply(row.getStruct(1, keys.length())), prefix));
-        rows.values.add(copied(valueRow.apply(row.getStruct(2, values.length())), prefix));
+        rows.keys.add(copied(unsafe(row.getStruct(1, keys.length()), keyRow), prefix));
+        rows.values.add(copied(unsafe(row.getStruct(2, values.length()), valueRow), prefix));
       }
       List<long[]> written = new ArrayList<>();
       if (byPartition.isEmpty()) {
@@ -329,6 +329,13 @@ public final class StateVersionWriter {
       } finally {
         RocksDbVersionFiles.deleteTree(scratch);
       }
+    }
+
+    /** The struct as an {@code UnsafeRow}: a shuffled row's nested struct already is one
+     * (the same bytes a projection of it would give: its field offsets are relative to its
+     * own start), else projected. */
+    private static UnsafeRow unsafe(InternalRow struct, UnsafeProjection projection) {
+      return struct instanceof UnsafeRow row ? row : projection.apply(struct);
     }
 
     /** The row's bytes in an array of their own, after {@code prefix} bytes of
