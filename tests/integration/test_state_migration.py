@@ -120,14 +120,24 @@ def _totals(before: list[Click], after: list[Click]) -> dict[tuple[dt.datetime, 
     return totals
 
 
+@pytest.mark.parametrize("where", ["local", "s3"])
 @pytest.mark.parametrize("store", list(STORES))
 def test_ids_widened_to_bigint_keep_the_state_of_both_operators(
-    store: str, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store: str, where: str, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> None:
     """The new version reads the ids as bigint, dedupes on the id alone and sums the
     scores: every migration of both operators in one start (widened keys and values, a
-    dedupe's key projected, an aggregate added), on each provider and format."""
-    home, inp = Home(tmp_path / "home"), tmp_path / "in"
+    dedupe's key projected, an aggregate added), on each provider and format, with the home
+    on local disk and on S3 (moto's server, Spark through s3a: RocksDB v1 and the HDFS-backed
+    provider are migrated by tasks that read and write the store, format v2 is staged on
+    the driver to be renamed)."""
+    if where == "s3":
+        monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine"))
+        home = Home.resolve(f"s3://{request.getfixturevalue('s3_server').new_bucket()}/home")
+    else:
+        home = Home(tmp_path / "home")
+    inp = tmp_path / "in"
     before = write_events(inp, range(0, 4))
     conf = {**STORES[store], "spark.sql.shuffle.partitions": "3"}
     provider = conf[PROVIDER_CONF]
@@ -165,7 +175,7 @@ def test_ids_widened_to_bigint_keep_the_state_of_both_operators(
             f"(CAST(NULL AS BIGINT)) in each of the {open_hours} keys"]),
     }
 
-    if store == "rocksdb-v2":
+    if store == "rocksdb-v2" and where == "local":
         # Cut off once the state is rewritten: nothing published, the next start rebuilds.
         monkeypatch.setenv(CRASH_ENV, "restore.state_migrated")
         crashed = sparkpoint(home, "run", str(JOB), "--job", "v2", "--from-snapshot", "ints",
@@ -181,6 +191,8 @@ def test_ids_widened_to_bigint_keep_the_state_of_both_operators(
     api.run(home, JOB, "v2", params=params, conf=conf, from_snapshot="ints",
             until_caught_up=True, spark=spark, echo=said.append)
     assert any("migrated the state" in line for line in said), said
+    in_store = where == "s3" and store != "rocksdb-v2"
+    assert any("that read and write the store" in line for line in said) == in_store, said
     checkpoint = Checkpoint(home.checkpoint_dir("v2"))
     latest = checkpoint.require_latest_committed_batch()
     assert checkpoint.provider(latest) == provider
