@@ -228,12 +228,14 @@ def sink_files_up_to(output: Path, batch: int) -> list[str]:
             for text in entries[b].read_text().splitlines()[1:] if text.strip()]
 
 
-def lease_intervals(
-    machines: list[MachineProcess],
-) -> dict[str, list[tuple[float, float, str, int, float | None, str]]]:
+Holding = tuple[float, float, str, int, float | None, str, tuple[Any, ...]]
+
+
+def lease_intervals(machines: list[MachineProcess]) -> dict[str, list[Holding]]:
     """Each holding of each job's lease, from the processes' logs: (taken, let go, host,
-    generation, for a holder that died holding it the expiry it wrote, and how it ended), in
-    the order taken, on this machine's monotonic clock."""
+    generation, for a holder that died holding it the expiry it wrote, how it ended, and the
+    holder's host, boot and pid namespace), in the order taken, on this machine's monotonic
+    clock."""
     taken: dict[str, dict[str, Any]] = {}
     let_go: dict[str, dict[str, Any]] = {}
     for machine in machines:
@@ -242,7 +244,7 @@ def lease_intervals(
             (taken if line["event"] == "acquired" else let_go)[line["token"]] = line
     assert set(taken) == set(let_go), \
         f"leases taken and never let go, or the reverse: {set(taken) ^ set(let_go)}"
-    holdings: dict[str, list[tuple[float, float, str, int, float | None, str]]] = {}
+    holdings: dict[str, list[Holding]] = {}
     for token, line in taken.items():
         died = let_go[token].get("outcome") == "died"
         # Monotonic times: the machines' processes share this machine's monotonic clock,
@@ -250,7 +252,8 @@ def lease_intervals(
         holdings.setdefault(line["job"], []).append(
             (line["monotonic"], let_go[token]["held_until_monotonic"], line["host"],
              line["generation"], line["expires_monotonic"] if died else None,
-             let_go[token]["outcome"]))
+             let_go[token]["outcome"],
+             (line["host"], line.get("boot_id"), line.get("pid_namespace"))))
     return {job: sorted(intervals) for job, intervals in holdings.items()}
 
 
@@ -384,8 +387,13 @@ def test_four_machines_changing_one_job_at_random_leave_it_whole(
                 # A job deleted with its lease, then made anew, starts from generation 1.
                 assert before[3] < after[3] or before[5] == "deleted", \
                     f"{job}: generations out of order: {before}, {after}"
-                # A holder that died holding the lease holds the job until its lease expires.
-                assert before[4] is None or before[4] <= after[0], \
+                # A holder that died holding the lease holds the job until its lease expires,
+                # except for a taker that sees its pid namespace (the same host, boot and
+                # namespace: the kernel gives a freed namespace's number to a new one, so a
+                # container restarted may find itself in the namespace its dead run had, by
+                # number), and so can prove it gone.
+                assert before[4] is None or before[4] <= after[0] or \
+                    (None not in before[6] and before[6] == after[6]), \
                     f"{job}: taken before the lease of a dead holder expired: {before}, {after}"
         died = sum(1 for holding in holdings[JOB] if holding[4] is not None)
         print(f"holdings that ended with their holder's death: {died}")

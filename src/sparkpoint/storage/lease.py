@@ -48,9 +48,10 @@ pid is free or reused (``ProcessIdentity.gone``). A holder that cannot be seen f
 (another machine, another pid namespace) is never judged by its pid.
 
 Audit: with ``SPARKPOINT_LEASE_LOG=<file>`` a process appends one JSON line to the file for each
-lease it takes and lets go (job, generation, token, host, pid, wall and monotonic times), so a
-test can check from every process's log that no two holders' intervals overlapped (on one
-machine by the monotonic times, which a process with its wall clock set apart shares). Taken is
+lease it takes and lets go (job, generation, token, host, pid, boot and pid namespace, wall and
+monotonic times), so a test can check from every process's log that no two holders' intervals
+overlapped (on one machine by the monotonic times, which a process with its wall clock set
+apart shares), and which taker could see a dead holder's pid namespace. Taken is
 stamped after the conditional create won, let go at the holder's own deadline if that came
 before the release: the interval is never shorter than the time the holder believed it held.
 
@@ -151,6 +152,7 @@ def _log(event: str, job: str, record: LeaseRecord, **extra: Any) -> None:
         return
     line = {"event": event, "job": job, "generation": record.generation,
             "token": record.token, "host": record.host, "pid": record.pid,
+            "boot_id": record.holder.boot_id, "pid_namespace": record.holder.pid_namespace,
             "wall": time.time(), "monotonic": time.monotonic(), **extra}
     with open(path, "a", encoding="utf-8") as handle:
         handle.write(json.dumps(line, sort_keys=True) + "\n")
