@@ -29,7 +29,7 @@ from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE
 from sparkpoint.errors import CheckpointFormatError
 from sparkpoint.storage.home import Home
 from sparkpoint.testing import USERS, Click, clicks_for_slice, output_rows
-from tests.conftest import REPO
+from tests.conftest import REPO, s3a_jars
 from tests.support.cli import sparkpoint
 from tests.support.s3 import S3Server
 from tests.support.spark_example_runs import AFTER, BEFORE, EXAMPLES, ok, run_plain, table
@@ -201,6 +201,70 @@ def test_ids_widened_to_bigint_keep_the_state_of_both_operators(
     assert output_rows(spark, tmp_path / "v1") + Counter(
         {row[:4]: n for row, n in new_rows.items()}) == expected(events)
     # The sum counts what the new version read: null in an hour it read nothing of.
+    totals = _totals(before, after)
+    assert {row[:2]: row[4] for row in new_rows} == {
+        row[:2]: totals.get(row[:2]) for row in new_rows}
+
+
+# (provider, the new partition count, where the first start is cut off)
+INTO_ANOTHER_COUNT = {"rocksdb": (5, "restore.repartitioned"),
+                      "hdfs": (2, "restore.hdfs_partition_moved")}
+
+
+@pytest.mark.parametrize("store", list(INTO_ANOTHER_COUNT))
+def test_ids_widened_into_another_partition_count_on_an_s3_home(
+    store: str, spark: Any, s3_server: S3Server, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The id job's migrations (keys and values widened, a dedupe's key projected, an
+    aggregate added) in a start that also changes the partition count (3 to 5 on RocksDB, 3
+    to 2 on the HDFS-backed provider), the home on S3: the migrations' tasks read the old
+    state in the store and write the new count, the repartition's tasks move nothing else
+    (every operator is migrated), no state on the driver's disk. Cut off once tasks wrote
+    into the home, the next start rolls it back and rebuilds; the output then continues as
+    one job over all the input."""
+    wanted, cut_at = INTO_ANOTHER_COUNT[store]
+    monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine"))
+    home = Home.resolve(f"s3://{s3_server.new_bucket()}/home")
+    inp = tmp_path / "in"
+    before = write_events(inp, range(0, 4))
+    conf = {**STORES[store], "spark.sql.shuffle.partitions": "3"}
+    api.run(home, JOB, "v1", params={"input": str(inp), "output": str(tmp_path / "v1"),
+                                     "id_type": "INT"},
+            conf=conf, until_caught_up=True, spark=spark)
+    api.snapshot_create(home, "v1", "ints")
+    after = write_events(inp, range(4, 8), [c for c in clicks_for_slice(3)
+                                            if c.ts.minute >= 12])
+    params = {"input": str(inp), "output": str(tmp_path / "v2"), "id_type": "BIGINT",
+              "dedupe_on": "event_id", "with_total": "yes"}
+    conf = {**conf, "spark.sql.shuffle.partitions": str(wanted)}
+
+    crashed = sparkpoint(home, "run", str(JOB), "--job", "v2", "--from-snapshot", "ints",
+                         *[a for k, v in params.items() for a in ("--param", f"{k}={v}")],
+                         *[a for k, v in conf.items() for a in ("--conf", f"{k}={v}")],
+                         "--conf", f"spark.jars={s3a_jars()}", "--until-caught-up",
+                         env={CRASH_ENV: cut_at,
+                              "SPARKPOINT_SCRATCH": str(tmp_path / "cut-off-machine")})
+    assert crashed.code == CRASH_EXIT_CODE, crashed.err[-3000:]
+    assert f"crash point {cut_at}" in crashed.err
+    assert "v2" not in [view.record.name for view in api.jobs_list(home)]
+
+    said: list[str] = []
+    api.run(home, JOB, "v2", params=params, conf=conf, from_snapshot="ints",
+            until_caught_up=True, spark=spark, echo=said.append)
+    assert any("interrupted" in line for line in said), said
+    assert any(f"from 3 to {wanted} partitions" in line and "read and write the store" in line
+               and "written into the new count by their migration" in line
+               for line in said), said
+    assert any("migrated the state" in line and "that read and write the store" in line
+               for line in said), said
+    checkpoint = Checkpoint(home.checkpoint_dir("v2"))
+    latest = checkpoint.require_latest_committed_batch()
+    assert checkpoint.state_partitions(latest) == wanted
+    assert checkpoint.provider(latest) == conf[PROVIDER_CONF]
+    new_rows = output_rows(spark, tmp_path / "v2")
+    assert output_rows(spark, tmp_path / "v1") + Counter(
+        {row[:4]: n for row, n in new_rows.items()}) == expected(before + after)
     totals = _totals(before, after)
     assert {row[:2]: row[4] for row in new_rows} == {
         row[:2]: totals.get(row[:2]) for row in new_rows}
@@ -590,6 +654,44 @@ def test_the_guides_join_buffers_a_new_impression_column(spark: Any, tmp_path: P
                    for i in before[0]}
     assert {r[:3] for r in new_rows} == {
         (r[0], r[1], None if (r[0], r[1]) in seen_before else r[1].hour) for r in new_rows}
+    assert any((r[0], r[1]) in seen_before for r in new_rows), \
+        "no impression buffered before the switch was matched after it"
+
+
+def test_the_guides_join_gains_a_column_into_another_partition_count_on_an_s3_home(
+    spark: Any, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The guide's join gains the impression's hour while its partition count goes from 3
+    to 4, the home on S3: the join's migration rewrites only the buffer whose values
+    changed, so the state is staged on the driver (not moved by tasks in the store, which
+    would leave the unchanged buffers in the old count) and every buffered row still
+    matches its click after the switch."""
+    from tests.support.spark_examples import expected_ad_matches, write_ads
+
+    monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine"))
+    home = Home.resolve(f"s3://{s3_server.new_bucket()}/home")
+    impressions, clicks = tmp_path / "impressions", tmp_path / "clicks"
+    before = write_ads(impressions, clicks, range(0, 3))
+    common = {"impressions": str(impressions), "clicks": str(clicks)}
+    api.run(home, AD_JOIN, "ads", params={**common, "output": str(tmp_path / "v1")},
+            conf={"spark.sql.shuffle.partitions": "3"}, until_caught_up=True, spark=spark)
+    api.snapshot_create(home, "ads", "before")
+    after = write_ads(impressions, clicks, range(3, 6))
+    said: list[str] = []
+    api.run(home, AD_JOIN, "ads-v2",
+            params={**common, "output": str(tmp_path / "v2"), "with_hour": "yes"},
+            conf={"spark.sql.shuffle.partitions": "4"}, from_snapshot="before",
+            until_caught_up=True, spark=spark, echo=said.append)
+    assert any("from 3 to 4 partitions" in line for line in said), said
+    assert not any("read and write the store" in line for line in said), said
+    checkpoint = Checkpoint(home.checkpoint_dir("ads-v2"))
+    assert checkpoint.state_partitions(checkpoint.require_latest_committed_batch()) == 4
+    new_rows = output_rows(spark, tmp_path / "v2")
+    assert output_rows(spark, tmp_path / "v1") + Counter(
+        {(r[0], r[1], r[3], r[4]): n for r, n in new_rows.items()}) \
+        == expected_ad_matches(before[0] + after[0], before[1] + after[1])
+    seen_before = {(i.ad_id, i.time.astimezone(dt.UTC).replace(tzinfo=None))
+                   for i in before[0]}
     assert any((r[0], r[1]) in seen_before for r in new_rows), \
         "no impression buffered before the switch was matched after it"
 

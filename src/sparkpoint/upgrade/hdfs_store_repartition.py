@@ -100,6 +100,7 @@ def repartition_hdfs_in_store(
     spark: SparkSession, staging: Path, batch: int, old_count: int, wanted: int,
     in_store: Mapping[str, str], entries: Mapping[str, FileEntry], source: TaskStore,
     target: TaskStore, into_rocksdb: RocksDbTemplate | None = None,
+    rewritten_later: frozenset[int] = frozenset(),
 ) -> tuple[dict[str, str], StoreMove]:
     """Move state version ``batch + 1`` of every operator of the checkpoint built in
     ``staging`` from ``old_count`` to ``wanted`` partitions, its data files read from the
@@ -108,7 +109,10 @@ def repartition_hdfs_in_store(
     the new count and without state data files; returns the files of ``in_store`` still to
     be copied (those of no moved operator), and what was moved. ``into_rocksdb``: the new
     partitions written as RocksDB versions (with the settings of Spark's provider), the
-    RocksDB provider recorded in the offsets log here."""
+    RocksDB provider recorded in the offsets log here. ``rewritten_later``: operators (by
+    id) whose new partitions the caller writes itself (a migration, from the old state):
+    none of their state is read or written, their files are dropped here and from what is
+    left to copy as every moved operator's are."""
     version = batch + 1
     stores: list[_Store] = []
     reads: list[_OldPartition] = []
@@ -116,6 +120,8 @@ def repartition_hdfs_in_store(
     for operator in Checkpoint(staging).operators():
         op_dir = operator.local_path.relative_to(staging).as_posix()
         moved_dirs.append(op_dir)
+        if operator.operator_id in rewritten_later:
+            continue
         prefixes = {s.name: s.num_cols_prefix_key for s in operator.metadata.stores}
         for layout in operator.stores():
             key_fields = store_key_fields(operator, layout)
@@ -126,20 +132,22 @@ def repartition_hdfs_in_store(
             reads.extend(_old_partition(len(stores), store, partition, staging, in_store,
                                         entries, version) for partition in range(old_count))
             stores.append(store)
-    if not reads:
+    if not moved_dirs:
         return dict(in_store), StoreMove(0, 0, 0)
     place = functools.partial(_place, stores=stores, version=version, wanted=wanted,
                               source=source)
     write = functools.partial(_write, stores=stores, version=version, wanted=wanted,
                               target=target, into_rocksdb=into_rocksdb)
     context = spark.sparkContext
-    with phase("repartition: moving the state in the store (Spark tasks)"):
-        written = run_tasks(staging, lambda: context.parallelize(reads, len(reads))
-                            .flatMap(place)
-                            # The key is the new partition (of every store in turn): Spark's
-                            # shuffle takes it as the partition index.
-                            .partitionBy(len(stores) * wanted, identity_partition)
-                            .mapPartitionsWithIndex(write).collect())
+    written: list[tuple[str, int]] = []
+    if reads:
+        with phase("repartition: moving the state in the store (Spark tasks)"):
+            written = run_tasks(staging, lambda: context.parallelize(reads, len(reads))
+                                .flatMap(place)
+                                # The key is the new partition (of every store in turn):
+                                # Spark's shuffle takes it as the partition index.
+                                .partitionBy(len(stores) * wanted, identity_partition)
+                                .mapPartitionsWithIndex(write).collect())
     crash_point("restore.hdfs_partition_moved")
     drop_state_files(staging, moved_dirs, old_count, wanted, _STATE_FILE)
     record_partition_count(staging, batch, wanted)

@@ -270,18 +270,22 @@ def resolve(
 
 def _repartitions_in_store(target: Location | None, manifest: Manifest, shape: JobShape,
                            conf: Mapping[str, str], plan: UpgradePlan) -> bool:
-    """The start moves HDFS-provider or RocksDB state into another partition count and
-    nothing else of it (no move of format, no migration; a move to the other provider is
-    made by the same tasks, which write the new partitions in its files), into a
-    checkpoint in a store: Spark tasks do it there, reading the snapshot's files from the
-    store (hdfs_store_repartition.py, rocksdb_store_repartition.py; RocksDB state whose
-    stores those tasks do not move is still staged here, see build_new_checkpoint)."""
+    """The start moves HDFS-provider or RocksDB state into another partition count, into
+    a checkpoint in a store, with no move of format: Spark tasks do it there, reading the
+    snapshot's files from the store (hdfs_store_repartition.py,
+    rocksdb_store_repartition.py; RocksDB state whose stores those tasks do not move is
+    still staged here, see build_new_checkpoint). A move to the other provider is made by
+    the same tasks, which write the new partitions in its files; operators migrated or
+    seeded (the provider kept) are written into the new count by their migration's tasks,
+    which read the old state in the store."""
+    migrates = any(row.reshaped or row.seed_query is not None for row in plan.operators)
     return isinstance(target, StorePath) \
         and manifest.state_store_provider in (HDFS_BACKED.class_name, ROCKSDB.class_name) \
         and shape.partitions not in (None, manifest.shuffle_partitions) \
         and conf.get(CHECKPOINT_FORMAT_CONF) is None \
-        and conf.get(PROVIDER_CONF) in (None, HDFS_BACKED.class_name, ROCKSDB.class_name) \
-        and not any(row.reshaped or row.seed_query is not None for row in plan.operators)
+        and conf.get(PROVIDER_CONF) in ((None, manifest.state_store_provider) if migrates
+                                        else (None, HDFS_BACKED.class_name,
+                                              ROCKSDB.class_name))
 
 
 def _migrates_in_store(target: Location | None, manifest: Manifest, shape: JobShape,
@@ -522,22 +526,27 @@ def _begin_in_target(target: StorePath, staging: Path) -> None:
 
 def _repartition_in_store(planned: PlannedJob, resolution: Resolution, staging: Path,
                           target: StorePath, result: AssembleResult, wanted: int,
-                          echo: Echo, rocksdb: RocksDBStoreMove | None) -> AssembleResult:
+                          echo: Echo, rocksdb: RocksDBStoreMove | None,
+                          rewritten_later: frozenset[int] = frozenset()) -> AssembleResult:
     """HDFS-provider or RocksDB state (``rocksdb``: its move, planned) moved to ``wanted``
     partitions by Spark tasks that read the snapshot's files in the store and write the new
     ones into ``target``; this process moves none of its keys or values. The intent and the
     checkpoint's ``metadata`` go into the home first: a start cut off once a task wrote is
-    recognised, and rolled back, by the next."""
+    recognised, and rolled back, by the next. ``rewritten_later``: operators a migration
+    writes into the new count afterwards (it placed their old state, and the intent)."""
     assert result.batch_id is not None
-    _begin_in_target(target, staging)
+    if not rewritten_later:
+        _begin_in_target(target, staging)
     source, into = _task_stores(planned, result, target.url)
     partitions = result.partitions or 0
     kind = "RocksDB" if rocksdb is not None else "HDFS"
     other = resolution.new_provider is not resolution.provider
     also = f", written as {resolution.new_provider.label} versions" if other else ""
+    later = "; the migrated operators' state is written into the new count by their " \
+        "migration" if rewritten_later else ""
     echo(f"repartitioning state from {partitions} to {wanted} partitions ({kind} state, keys "
          f"rehashed as Spark places them{also}, in Spark tasks that read and write the "
-         "store)")
+         f"store{later})")
     if rocksdb is not None:
         left, moved = repartition_rocksdb_in_store(
             planned.spark, rocksdb, staging, result.batch_id, partitions, wanted,
@@ -546,7 +555,7 @@ def _repartition_in_store(planned: PlannedJob, resolution: Resolution, staging: 
         left, moved = repartition_hdfs_in_store(
             planned.spark, staging, result.batch_id, partitions, wanted, result.in_store,
             _store_entries(resolution), source, into,
-            template_for(planned.spark, resolution.new_provider))
+            template_for(planned.spark, resolution.new_provider), rewritten_later)
     echo(f"the tasks read {moved.read_bytes} bytes of state from the store and wrote "
          f"{moved.files} files of {moved.written_bytes} bytes into {target.url}")
     return AssembleResult(result.batch_id, wanted, left)
@@ -696,10 +705,28 @@ def build_new_checkpoint(
         moved = wanted is not None and result.partitions is not None \
             and wanted != result.partitions
         rewritten = moved or new_provider is not provider or reshaped or seeded
+        # Migrations and seeds in the store (the old state read there, the new written
+        # there by Spark tasks), the provider kept: no disk shared with the executors, no
+        # state bytes through this process. With a partition change, the migrated
+        # operators' tasks write the new count, the repartition's tasks move the others;
+        # not a reshaped join's (its migration rewrites only the stores whose values
+        # changed, the others would be left in the old count: staged here, as before).
+        join_reshaped = any(row.kind == "stream_stream_join" and row.action == "resume"
+                            and row.reshaped for row in plan.operators)
+        can_migrate_in_store = (reshaped or seeded) and publish \
+            and not (moved and join_reshaped) \
+            and isinstance(target, StorePath) and new_provider is provider \
+            and not back_to_v2 and provider in (HDFS_BACKED, ROCKSDB) \
+            and result.batch_id is not None \
+            and writes_in_store(staging, result.batch_id, plan.operators, provider)
+        rewritten_later = frozenset(
+            row.operator_id for row in plan.operators if row.operator_id is not None and (
+                (row.action == "resume" and row.reshaped) or row.seed_query is not None))
         in_tasks = resolution.state_in_tasks and publish and isinstance(target, StorePath) \
             and moved and provider in (HDFS_BACKED, ROCKSDB) \
             and new_provider in (HDFS_BACKED, ROCKSDB) \
-            and not (reshaped or seeded or back_to_v2) and bool(result.in_store)
+            and (can_migrate_in_store or not (reshaped or seeded or back_to_v2)) \
+            and bool(result.in_store)
         rocksdb_move = None
         if in_tasks and provider is ROCKSDB:
             # Only stores the tasks can move (else staged here, as before).
@@ -707,16 +734,9 @@ def build_new_checkpoint(
             rocksdb_move = plan_rocksdb_in_store(
                 planned.spark, staging, result.batch_id, result.partitions or 0,
                 result.in_store, _store_entries(resolution),
-                _task_stores(planned, result, target.url)[0])
+                _task_stores(planned, result, target.url)[0], rewritten_later)
             in_tasks = rocksdb_move is not None
-        # Migrations and seeds in the store (the old state read there, the new written
-        # there by Spark tasks) when nothing else is rewritten: no disk shared with the
-        # executors, no state bytes through this process.
-        migrating_in_store = (reshaped or seeded) and publish \
-            and isinstance(target, StorePath) and not moved and new_provider is provider \
-            and not back_to_v2 and provider in (HDFS_BACKED, ROCKSDB) \
-            and result.batch_id is not None \
-            and writes_in_store(staging, result.batch_id, plan.operators, provider)
+        migrating_in_store = can_migrate_in_store and (not moved or in_tasks)
         # A move to the other provider in the store (the snapshot in format v1: one in v2
         # was fetched here to be renamed to v1).
         provider_in_store = resolution.state_in_tasks and publish \
@@ -748,7 +768,9 @@ def build_new_checkpoint(
                 assert isinstance(target, StorePath)
                 started_in_target = True
                 result = _repartition_in_store(planned, resolution, staging, target, result,
-                                               wanted, echo, rocksdb_move)
+                                               wanted, echo, rocksdb_move,
+                                               rewritten_later if migrating_in_store
+                                               else frozenset())
                 provider_moved = new_provider is not provider
             else:
                 move = _REPARTITIONS[provider.class_name]

@@ -112,10 +112,13 @@ class RocksDBStoreMove:
 
 def plan_rocksdb_in_store(spark: SparkSession, staging: Path, batch: int, old_count: int,
                           in_store: Mapping[str, str], entries: Mapping[str, FileEntry],
-                          source: TaskStore) -> RocksDBStoreMove | None:
+                          source: TaskStore, rewritten_later: frozenset[int] = frozenset(),
+                          ) -> RocksDBStoreMove | None:
     """The move of state version ``batch + 1`` of the checkpoint built in ``staging``
     (its state files in the store: ``in_store``) when the tasks can make it; None, having
-    changed nothing, when it must be staged here (see the module's docstring)."""
+    changed nothing, when it must be staged here (see the module's docstring).
+    ``rewritten_later``: operators (by id) whose new partitions the caller writes itself (a
+    migration, from the old state): moved with the others, none of their state read."""
     ckpt = Checkpoint(staging)
     version = batch + 1
     if ckpt.commit(batch).state_unique_ids:
@@ -137,6 +140,8 @@ def plan_rocksdb_in_store(spark: SparkSession, staging: Path, batch: int, old_co
             return None
         op_dir = operator.local_path.relative_to(staging).as_posix()
         operator_dirs.append(op_dir)
+        if operator.operator_id in rewritten_later:
+            continue
         prefixes = {s.name: s.num_cols_prefix_key for s in operator.metadata.stores}
         for layout in operator.stores():
             schema = operator.schema(layout)
@@ -168,7 +173,8 @@ def plan_rocksdb_in_store(spark: SparkSession, staging: Path, batch: int, old_co
             pending.append((op_dir, layout.subdir, key_fields, hashed,
                             operator.key_encoding(layout)))
     if not pending:
-        return None
+        # Nothing to read: a move of operators the caller rewrites, or none at all.
+        return RocksDBStoreMove([], [], operator_dirs) if operator_dirs else None
     if rocksdb_writer.writer_version()[:2] != spark_rocksdb_version(spark)[:2]:
         return None  # rocksdict's RocksDB is not the one Spark reads the files with
     with tempfile.TemporaryDirectory(prefix="sparkpoint-rocksdb-meta-") as scratch:
@@ -206,13 +212,15 @@ def repartition_rocksdb_in_store(
     read = context.accumulator(0)  # the bytes the tasks fetched (a zip names its SSTs)
     place = functools.partial(_place, stores=stores, version=version, wanted=wanted,
                               source=source, read=read)
-    with phase("repartition: moving the RocksDB state in the store (Spark tasks)"):
-        written = run_tasks(staging, lambda: context.parallelize(reads, len(reads))
-                            .flatMap(place)
-                            # The key is the new partition (of every store in turn): Spark's
-                            # shuffle takes it as the partition index.
-                            .partitionBy(len(stores) * wanted, identity_partition)
-                            .mapPartitionsWithIndex(write).collect())
+    written: list[tuple[str, int]] = []
+    if reads:
+        with phase("repartition: moving the RocksDB state in the store (Spark tasks)"):
+            written = run_tasks(staging, lambda: context.parallelize(reads, len(reads))
+                                .flatMap(place)
+                                # The key is the new partition (of every store in turn):
+                                # Spark's shuffle takes it as the partition index.
+                                .partitionBy(len(stores) * wanted, identity_partition)
+                                .mapPartitionsWithIndex(write).collect())
     crash_point("restore.hdfs_partition_moved")
     drop_state_files(staging, move.operator_dirs, old_count, wanted, _STATE_FILE)
     record_partition_count(staging, batch, wanted)
