@@ -112,17 +112,50 @@ def test_work_on_an_hdfs_home_runs_in_the_store_and_what_reads_the_drivers_disk_
     # tasks write each new partition as a RocksDB version.
     _provider_moved(spark, home, url, inp, tmp_path, Counter(keys + more))
 
-    # A start that moves the state's provider and migrates it at once still stages it on
-    # the driver's disk: refused with one line that says so, nothing changed.
-    moving = ("run", str(GROWN), "--job", "keys-grown-rocksdb", "--from-snapshot", "k1",
-              "--master", url, "--conf", "spark.sql.shuffle.partitions=4",
-              "--conf", f"{PROVIDER_CONF}={ROCKSDB_PROVIDER}", "--param", f"input={inp}",
-              "--until-caught-up")
-    refused = sparkpoint(home, *moving, timeout=600)
+    # The state moved to RocksDB, into 3 partitions and migrated at once (an aggregate
+    # added): the migration's tasks read k1's state in the store and write RocksDB
+    # versions of the 3 partitions there.
+    _grown_on_rocksdb_from_k1(spark, home, url, inp, tmp_path, keys, more)
+
+    # A dry run of a migration (``plan``) still rewrites the state in a copy on the driver's
+    # disk: refused with one line that says so, nothing changed.
+    planning = ("plan", str(GROWN), "--from-snapshot", "k1", "--master", url,
+                "--conf", "spark.sql.shuffle.partitions=4",
+                "--conf", f"{PROVIDER_CONF}={ROCKSDB_PROVIDER}", "--param", f"input={inp}")
+    before = {view.record.name for view in api.jobs_list(home)}
+    refused = sparkpoint(home, *planning, timeout=600)
     assert refused.code == 4, refused.err[-3000:]
     _one_error_line(refused.err, "DRIVER_DISK_UNREACHABLE", "set TMPDIR to a directory")
-    assert "keys-grown-rocksdb" not in {view.record.name for view in api.jobs_list(home)}
+    assert {view.record.name for view in api.jobs_list(home)} == before
     assert api.snapshot_verify(home, "k1") == []
+
+
+def _grown_on_rocksdb_from_k1(spark: Any, home: Home, url: str, inp: str, tmp_path: Path,
+                              keys: list[str], more: list[str]) -> None:
+    """GROWN started from snapshot k1 (HDFS-provider state, 4 partitions) on the cluster
+    with the RocksDB provider and 3 partitions: the migration's tasks read k1's state in
+    the store and write RocksDB versions of the new count there, the driver fetches no
+    state file; Spark opens the state with RocksDB (the offsets log says so), its state at
+    the start is k1's counts with the new aggregate null, and once caught up each count is
+    the input's."""
+    from sparkpoint import api
+
+    grown = _start_from_k1(home, url, GROWN, "keys-grown-rocksdb", 3, inp,
+                           tmp_path / "driver-grown-rocksdb",
+                           "--conf", f"{PROVIDER_CONF}={ROCKSDB_PROVIDER}")
+    said = grown.err + grown.out
+    assert "written into the new count by their migration" in said, said[-3000:]
+    assert f"migrated the state of the operators whose state changed ({len(set(keys))} keys, " \
+        "as Spark tasks that read and write the store)" in said
+    batch = api.snapshot_show(home, "k1").batch_id
+    logs = join(home.job_url("keys-grown-rocksdb"), "checkpoint", "offsets")
+    assert ROCKSDB_PROVIDER.encode() in file_io(logs).read_bytes(join(logs, str(batch + 1)))
+    checkpoint = spark_url(join(home.job_url("keys-grown-rocksdb"), "checkpoint"))
+    assert _grown_state(spark, checkpoint, batch) == Counter(
+        (key, count, None) for key, count in Counter(keys).items())
+    assert _grown_state(spark, checkpoint, None) == Counter(
+        (key, count, len(key) if key in more else None)
+        for key, count in Counter(keys + more).items())
 
 
 def _provider_moved(spark: Any, home: Home, url: str, inp: str, tmp_path: Path,

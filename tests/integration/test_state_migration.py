@@ -206,29 +206,38 @@ def test_ids_widened_to_bigint_keep_the_state_of_both_operators(
         row[:2]: totals.get(row[:2]) for row in new_rows}
 
 
-# (provider, the new partition count, where the first start is cut off)
-INTO_ANOTHER_COUNT = {"rocksdb": (5, "restore.repartitioned"),
-                      "hdfs": (2, "restore.hdfs_partition_moved")}
+# (the old provider, the new one, the new partition count, where the first start is cut
+# off, what the start says it did besides the migration)
+MOVED_TOO = {
+    "rocksdb-into-5": (ROCKSDB_PROVIDER, ROCKSDB_PROVIDER, 5, "restore.repartitioned",
+                       "from 3 to 5 partitions"),
+    "hdfs-into-2": (HDFS_PROVIDER, HDFS_PROVIDER, 2, "restore.hdfs_partition_moved",
+                    "from 3 to 2 partitions"),
+    "hdfs-to-rocksdb": (HDFS_PROVIDER, ROCKSDB_PROVIDER, 3, "restore.provider_moved",
+                        "from the HDFS-backed provider to RocksDB"),
+    "rocksdb-to-hdfs-into-4": (ROCKSDB_PROVIDER, HDFS_PROVIDER, 4, "restore.old_state_placed",
+                               "from 3 to 4 partitions"),
+}
 
 
-@pytest.mark.parametrize("store", list(INTO_ANOTHER_COUNT))
-def test_ids_widened_into_another_partition_count_on_an_s3_home(
-    store: str, spark: Any, s3_server: S3Server, tmp_path: Path,
+@pytest.mark.parametrize("case", list(MOVED_TOO))
+def test_ids_widened_into_another_partition_count_or_provider_on_an_s3_home(
+    case: str, spark: Any, s3_server: S3Server, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The id job's migrations (keys and values widened, a dedupe's key projected, an
-    aggregate added) in a start that also changes the partition count (3 to 5 on RocksDB, 3
-    to 2 on the HDFS-backed provider), the home on S3: the migrations' tasks read the old
-    state in the store and write the new count, the repartition's tasks move nothing else
-    (every operator is migrated), no state on the driver's disk. Cut off once tasks wrote
-    into the home, the next start rolls it back and rebuilds; the output then continues as
-    one job over all the input."""
-    wanted, cut_at = INTO_ANOTHER_COUNT[store]
+    aggregate added) in a start that also changes the partition count or the provider (or
+    both), the home on S3: the migrations' tasks read the old state in the store and write
+    the new count in the new provider's files, the repartition's or the provider move's
+    tasks move nothing else (every operator is migrated), no state on the driver's disk.
+    Cut off once tasks wrote into the home, the next start rolls it back and rebuilds; the
+    output then continues as one job over all the input."""
+    was, provider, wanted, cut_at, also = MOVED_TOO[case]
     monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine"))
     home = Home.resolve(f"s3://{s3_server.new_bucket()}/home")
     inp = tmp_path / "in"
     before = write_events(inp, range(0, 4))
-    conf = {**STORES[store], "spark.sql.shuffle.partitions": "3"}
+    conf = {PROVIDER_CONF: was, "spark.sql.shuffle.partitions": "3"}
     api.run(home, JOB, "v1", params={"input": str(inp), "output": str(tmp_path / "v1"),
                                      "id_type": "INT"},
             conf=conf, until_caught_up=True, spark=spark)
@@ -237,7 +246,7 @@ def test_ids_widened_into_another_partition_count_on_an_s3_home(
                                             if c.ts.minute >= 12])
     params = {"input": str(inp), "output": str(tmp_path / "v2"), "id_type": "BIGINT",
               "dedupe_on": "event_id", "with_total": "yes"}
-    conf = {**conf, "spark.sql.shuffle.partitions": str(wanted)}
+    conf = {PROVIDER_CONF: provider, "spark.sql.shuffle.partitions": str(wanted)}
 
     crashed = sparkpoint(home, "run", str(JOB), "--job", "v2", "--from-snapshot", "ints",
                          *[a for k, v in params.items() for a in ("--param", f"{k}={v}")],
@@ -253,15 +262,14 @@ def test_ids_widened_into_another_partition_count_on_an_s3_home(
     api.run(home, JOB, "v2", params=params, conf=conf, from_snapshot="ints",
             until_caught_up=True, spark=spark, echo=said.append)
     assert any("interrupted" in line for line in said), said
-    assert any(f"from 3 to {wanted} partitions" in line and "read and write the store" in line
-               and "written into the new count by their migration" in line
-               for line in said), said
+    assert any(also in line and "read and write the store" in line
+               and "by their migration" in line for line in said), said
     assert any("migrated the state" in line and "that read and write the store" in line
                for line in said), said
     checkpoint = Checkpoint(home.checkpoint_dir("v2"))
     latest = checkpoint.require_latest_committed_batch()
     assert checkpoint.state_partitions(latest) == wanted
-    assert checkpoint.provider(latest) == conf[PROVIDER_CONF]
+    assert checkpoint.provider(latest) == provider
     new_rows = output_rows(spark, tmp_path / "v2")
     assert output_rows(spark, tmp_path / "v1") + Counter(
         {row[:4]: n for row, n in new_rows.items()}) == expected(before + after)
@@ -547,34 +555,6 @@ def test_sessionization_gains_an_aggregate_and_keeps_its_sessions(
                                                      for row in new_rows}
     assert any(any(line in before for line in members[row[:3]]) for row in new_rows), \
         "no session of the new version began before the switch"
-
-
-def test_ids_widened_and_moved_to_rocksdb_on_an_s3_home(
-    spark: Any, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The same widening on a home in S3 (moto's server, Spark through s3a), the state also
-    moved from the HDFS-backed provider to RocksDB: the snapshot's state is fetched into the
-    start's staging copy, rewritten there as Spark tasks and uploaded."""
-    monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine"))
-    home = Home.resolve(f"s3://{s3_server.new_bucket()}/home")
-    inp = tmp_path / "in"
-    events = write_events(inp, range(0, 4))
-    api.run(home, JOB, "v1", params={"input": str(inp), "output": str(tmp_path / "v1"),
-                                     "id_type": "INT"},
-            conf={PROVIDER_CONF: HDFS_PROVIDER, "spark.sql.shuffle.partitions": "3"},
-            until_caught_up=True, spark=spark)
-    api.snapshot_create(home, "v1", "ints")
-    events += write_events(inp, range(4, 8), [c for c in clicks_for_slice(3)
-                                              if c.ts.minute >= 12])
-    said: list[str] = []
-    api.run(home, JOB, "v2", params={"input": str(inp), "output": str(tmp_path / "v2"),
-                                     "id_type": "BIGINT"},
-            conf={PROVIDER_CONF: ROCKSDB_PROVIDER, "spark.sql.shuffle.partitions": "3"},
-            from_snapshot="ints", until_caught_up=True, spark=spark, echo=said.append)
-    assert any("to RocksDB" in line for line in said), said
-    assert any("migrated the state" in line for line in said), said
-    assert output_rows(spark, tmp_path / "v1") + output_rows(spark, tmp_path / "v2") \
-        == expected(events)
 
 
 def test_a_grouping_column_removed_merges_the_groups_with_sparks_own_merges(

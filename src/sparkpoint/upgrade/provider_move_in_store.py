@@ -61,6 +61,7 @@ def move_provider_in_store(
     spark: SparkSession, staging: Path, batch: int, in_store: Mapping[str, str],
     entries: Mapping[str, FileEntry], source_provider: StateProvider,
     target_provider: StateProvider, source: TaskStore, target: TaskStore,
+    rewritten_later: frozenset[int] = frozenset(),
 ) -> tuple[dict[str, str], int, StoreMove]:
     """Move state version ``batch + 1`` of every store of the checkpoint built in ``staging``
     from ``source_provider``'s files to ``target_provider``'s: its data files read from the
@@ -68,7 +69,8 @@ def move_provider_in_store(
     the new ones written into the checkpoint at ``target``, the new provider recorded in
     the offsets log here. ``staging`` is left without state data files; returns the files
     of ``in_store`` still to be copied (none of a moved operator), the keys moved and what
-    was moved."""
+    was moved. ``rewritten_later``: operators whose new files a migration writes (none
+    read here; their files are dropped here and none left to copy)."""
     version = batch + 1
     parts: list[_Partition] = []
     operator_dirs: list[str] = []
@@ -77,6 +79,8 @@ def move_provider_in_store(
         op_dir = operator.local_path.relative_to(staging).as_posix()
         operator_dirs.append(op_dir)
         counts.add(operator.partitions)
+        if operator.operator_id in rewritten_later:
+            continue
         for layout in operator.stores():
             encoding = operator.key_encoding(layout)
             for partition in range(operator.partitions):

@@ -276,16 +276,13 @@ def _repartitions_in_store(target: Location | None, manifest: Manifest, shape: J
     rocksdb_store_repartition.py; RocksDB state whose stores those tasks do not move is
     still staged here, see build_new_checkpoint). A move to the other provider is made by
     the same tasks, which write the new partitions in its files; operators migrated or
-    seeded (the provider kept) are written into the new count by their migration's tasks,
-    which read the old state in the store."""
-    migrates = any(row.reshaped or row.seed_query is not None for row in plan.operators)
+    seeded are written into the new count (and provider) by their migration's tasks, which
+    read the old state in the store."""
     return isinstance(target, StorePath) \
         and manifest.state_store_provider in (HDFS_BACKED.class_name, ROCKSDB.class_name) \
         and shape.partitions not in (None, manifest.shuffle_partitions) \
         and conf.get(CHECKPOINT_FORMAT_CONF) is None \
-        and conf.get(PROVIDER_CONF) in ((None, manifest.state_store_provider) if migrates
-                                        else (None, HDFS_BACKED.class_name,
-                                              ROCKSDB.class_name))
+        and conf.get(PROVIDER_CONF) in (None, HDFS_BACKED.class_name, ROCKSDB.class_name)
 
 
 def _migrates_in_store(target: Location | None, manifest: Manifest, shape: JobShape,
@@ -302,16 +299,17 @@ def _migrates_in_store(target: Location | None, manifest: Manifest, shape: JobSh
 
 def _moves_provider_in_store(target: Location | None, manifest: Manifest, shape: JobShape,
                              conf: Mapping[str, str], plan: UpgradePlan) -> bool:
-    """The start moves the state to the other provider and changes nothing else of it, into a
+    """The start moves the state to the other provider and keeps its partition count, into a
     checkpoint in a store: Spark tasks convert each partition's files, reading the
     snapshot's from the store and writing the new ones there
-    (upgrade/provider_move_in_store.py)."""
+    (upgrade/provider_move_in_store.py); operators migrated or seeded are written in the new
+    provider's files by their migration's tasks, which read the old state in the store."""
     return isinstance(target, StorePath) \
         and manifest.state_store_provider in (HDFS_BACKED.class_name, ROCKSDB.class_name) \
-        and conf.get(PROVIDER_CONF) not in (None, manifest.state_store_provider) \
+        and conf.get(PROVIDER_CONF) in (HDFS_BACKED.class_name, ROCKSDB.class_name) \
+        and conf.get(PROVIDER_CONF) != manifest.state_store_provider \
         and shape.partitions in (None, manifest.shuffle_partitions) \
-        and conf.get(CHECKPOINT_FORMAT_CONF) is None \
-        and not any(row.reshaped or row.seed_query is not None for row in plan.operators)
+        and conf.get(CHECKPOINT_FORMAT_CONF) is None
 
 
 def _plan_provider_move(resolution: Resolution, store: SnapshotStore,
@@ -562,23 +560,28 @@ def _repartition_in_store(planned: PlannedJob, resolution: Resolution, staging: 
 
 
 def _move_provider_in_store(planned: PlannedJob, resolution: Resolution, staging: Path,
-                            target: StorePath, result: AssembleResult,
-                            echo: Echo) -> AssembleResult:
+                            target: StorePath, result: AssembleResult, echo: Echo,
+                            rewritten_later: frozenset[int] = frozenset()) -> AssembleResult:
     """The state moved to the other provider by Spark tasks that read the snapshot's files
     in the store and write the new ones into ``target``; this process moves none of its
     keys or values. The intent and the checkpoint's ``metadata`` go into the home first: a
-    start cut off once a task wrote is recognised, and rolled back, by the next."""
+    start cut off once a task wrote is recognised, and rolled back, by the next.
+    ``rewritten_later``: operators a migration writes in the new provider's files
+    afterwards (it placed their old state, and the intent)."""
     assert result.batch_id is not None
-    _begin_in_target(target, staging)
+    if not rewritten_later:
+        _begin_in_target(target, staging)
     source, into = _task_stores(planned, result, target.url)
     provider, new_provider = resolution.provider, resolution.new_provider
     left, keys, moved = move_provider_in_store(
         planned.spark, staging, result.batch_id, result.in_store, _store_entries(resolution),
-        provider, new_provider, source, into)
+        provider, new_provider, source, into, rewritten_later)
+    later = "; the migrated operators' state is written in its files by their migration" \
+        if rewritten_later else ""
     echo(f"moved the state from the {provider.label} provider to {new_provider.label} "
          f"({keys} keys, as Spark tasks that read and write the store: they read "
          f"{moved.read_bytes} bytes and wrote {moved.files} files of {moved.written_bytes} "
-         f"bytes into {target.url})")
+         f"bytes into {target.url}{later})")
     return AssembleResult(result.batch_id, result.partitions, left)
 
 
@@ -706,19 +709,22 @@ def build_new_checkpoint(
             and wanted != result.partitions
         rewritten = moved or new_provider is not provider or reshaped or seeded
         # Migrations and seeds in the store (the old state read there, the new written
-        # there by Spark tasks), the provider kept: no disk shared with the executors, no
-        # state bytes through this process. With a partition change, the migrated
-        # operators' tasks write the new count, the repartition's tasks move the others;
-        # not a reshaped join's (its migration rewrites only the stores whose values
-        # changed, the others would be left in the old count: staged here, as before).
+        # there by Spark tasks): no disk shared with the executors, no state bytes through
+        # this process. With a partition change or a provider move, the migrated
+        # operators' tasks write the new count in the new provider's files and the
+        # repartition's or the provider move's tasks move the others; not a reshaped
+        # join's (its migration rewrites only the stores whose values changed, the others
+        # would be left as they were: staged here, as before).
+        other_provider = new_provider is not provider
         join_reshaped = any(row.kind == "stream_stream_join" and row.action == "resume"
                             and row.reshaped for row in plan.operators)
         can_migrate_in_store = (reshaped or seeded) and publish \
-            and not (moved and join_reshaped) \
-            and isinstance(target, StorePath) and new_provider is provider \
+            and not ((moved or other_provider) and join_reshaped) \
+            and (not other_provider or bool(result.in_store)) \
+            and isinstance(target, StorePath) and new_provider in (HDFS_BACKED, ROCKSDB) \
             and not back_to_v2 and provider in (HDFS_BACKED, ROCKSDB) \
             and result.batch_id is not None \
-            and writes_in_store(staging, result.batch_id, plan.operators, provider)
+            and writes_in_store(staging, result.batch_id, plan.operators, new_provider)
         rewritten_later = frozenset(
             row.operator_id for row in plan.operators if row.operator_id is not None and (
                 (row.action == "resume" and row.reshaped) or row.seed_query is not None))
@@ -736,14 +742,16 @@ def build_new_checkpoint(
                 result.in_store, _store_entries(resolution),
                 _task_stores(planned, result, target.url)[0], rewritten_later)
             in_tasks = rocksdb_move is not None
-        migrating_in_store = can_migrate_in_store and (not moved or in_tasks)
         # A move to the other provider in the store (the snapshot in format v1: one in v2
         # was fetched here to be renamed to v1).
         provider_in_store = resolution.state_in_tasks and publish \
-            and isinstance(target, StorePath) and new_provider is not provider and not moved \
-            and not (reshaped or seeded or back_to_v2) and bool(result.in_store)
+            and isinstance(target, StorePath) and other_provider and not moved \
+            and (can_migrate_in_store or not (reshaped or seeded or back_to_v2)) \
+            and bool(result.in_store)
         if provider_in_store:
             in_tasks = True
+        migrating_in_store = can_migrate_in_store and (
+            in_tasks if moved or other_provider else True)
         in_store_migration = None
         if migrating_in_store:
             assert isinstance(target, StorePath) and result.batch_id is not None
@@ -783,7 +791,8 @@ def build_new_checkpoint(
             assert isinstance(target, StorePath)
             started_in_target = True
             result = _move_provider_in_store(planned, resolution, staging, target, result,
-                                             echo)
+                                             echo, rewritten_later if migrating_in_store
+                                             else frozenset())
             if publish:
                 crash_point("restore.provider_moved")
         elif provider_moved:
