@@ -117,17 +117,47 @@ def test_work_on_an_hdfs_home_runs_in_the_store_and_what_reads_the_drivers_disk_
     # versions of the 3 partitions there.
     _grown_on_rocksdb_from_k1(spark, home, url, inp, tmp_path, keys, more)
 
-    # A dry run of a migration (``plan``) still rewrites the state in a copy on the driver's
-    # disk: refused with one line that says so, nothing changed.
-    planning = ("plan", str(GROWN), "--from-snapshot", "k1", "--master", url,
-                "--conf", "spark.sql.shuffle.partitions=4",
-                "--conf", f"{PROVIDER_CONF}={ROCKSDB_PROVIDER}", "--param", f"input={inp}")
-    before = {view.record.name for view in api.jobs_list(home)}
-    refused = sparkpoint(home, *planning, timeout=600)
+    # Its dry run (``plan``) on the cluster builds the checkpoint in the store as the start
+    # does, under the home's .scratch/plan/, and removes it; the driver fetches no state.
+    driver_plan = tmp_path / "driver-plan"
+    planned = sparkpoint(home, "plan", str(GROWN), "--from-snapshot", "k1", "--master", url,
+                         "--conf", "spark.sql.shuffle.partitions=3",
+                         "--conf", f"{PROVIDER_CONF}={ROCKSDB_PROVIDER}",
+                         "--conf", "spark.executor.memory=512m", "--param", f"input={inp}",
+                         "--json", timeout=600, env={"SPARKPOINT_SCRATCH": str(driver_plan)})
+    assert planned.code == 0, planned.err[-3000:]
+    assert [row["action"] for row in planned.json()["operators"]] == ["migrate"]
+    _fetched_no_state(driver_plan, r"\d+\.zip|" + _KEYS_AND_VALUES)
+    assert home.url is not None
+    plans = join(home.url, ".scratch", "plan")
+    assert file_io(plans).list_names(plans) == []
+
+    # A start that moves RocksDB state to checkpoint format v2 runs on the cluster too; a
+    # start into another partition count of state in format v2 still stages it on the
+    # driver's disk: refused with one line that says so, nothing changed.
+    api.snapshot_create(home, "keys-rocksdb-3", "r1")
+    v2 = ("--conf", f"{PROVIDER_CONF}={ROCKSDB_PROVIDER}",
+          "--conf", "spark.sql.streaming.stateStore.checkpointFormatVersion=2",
+          "--conf", "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled=true",
+          "--param", f"input={inp}", "--until-caught-up")
+    moved = sparkpoint(home, "run", str(JOB), "--job", "keys-v2", "--from-snapshot", "r1",
+                       "--master", url, "--conf", "spark.sql.shuffle.partitions=3", *v2,
+                       timeout=600)
+    assert moved.code == 0, moved.err[-3000:]
+    # (Spark's state reader reads format v2 only when its session's format is 2.)
+    spark.conf.set("spark.sql.streaming.stateStore.checkpointFormatVersion", "2")
+    try:
+        assert _job_keys(spark, home, "keys-v2") == Counter(Counter(keys + more).items())
+    finally:
+        spark.conf.unset("spark.sql.streaming.stateStore.checkpointFormatVersion")
+    api.snapshot_create(home, "keys-v2", "r2")
+    refused = sparkpoint(home, "run", str(JOB), "--job", "keys-v2-into-2", "--from-snapshot",
+                         "r2", "--master", url, "--conf", "spark.sql.shuffle.partitions=2",
+                         *v2, timeout=600)
     assert refused.code == 4, refused.err[-3000:]
     _one_error_line(refused.err, "DRIVER_DISK_UNREACHABLE", "set TMPDIR to a directory")
-    assert {view.record.name for view in api.jobs_list(home)} == before
-    assert api.snapshot_verify(home, "k1") == []
+    assert "keys-v2-into-2" not in {view.record.name for view in api.jobs_list(home)}
+    assert api.snapshot_verify(home, "r2") == []
 
 
 def _grown_on_rocksdb_from_k1(spark: Any, home: Home, url: str, inp: str, tmp_path: Path,

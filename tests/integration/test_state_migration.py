@@ -28,6 +28,7 @@ from sparkpoint.checkpoint.rocksdb_state import HDFS_PROVIDER, ROCKSDB_PROVIDER
 from sparkpoint.crash_points import CRASH_ENV, CRASH_EXIT_CODE
 from sparkpoint.errors import CheckpointFormatError
 from sparkpoint.storage.home import Home
+from sparkpoint.storage.stores import file_io
 from sparkpoint.testing import USERS, Click, clicks_for_slice, output_rows
 from tests.conftest import REPO, s3a_jars
 from tests.support.cli import sparkpoint
@@ -276,6 +277,53 @@ def test_ids_widened_into_another_partition_count_or_provider_on_an_s3_home(
     totals = _totals(before, after)
     assert {row[:2]: row[4] for row in new_rows} == {
         row[:2]: totals.get(row[:2]) for row in new_rows}
+
+
+def test_a_plan_cut_off_in_the_store_is_removed_by_the_next_plan(
+    spark: Any, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`plan` of the bigint version into 5 partitions, the home on S3: it builds its dry
+    run's checkpoint under the home's .scratch/plan/ (the state repartitioned and migrated
+    there by Spark tasks). Cut off once the migration wrote there, it leaves that prefix;
+    the next plan removes it (its maker is gone), plans the same, and leaves nothing; no
+    job was created and the snapshot still verifies."""
+    monkeypatch.setenv("SPARKPOINT_SCRATCH", str(tmp_path / "machine"))
+    home = Home.resolve(f"s3://{s3_server.new_bucket()}/home")
+    inp = tmp_path / "in"
+    write_events(inp, range(0, 4))
+    conf = {**STORES["rocksdb"], "spark.sql.shuffle.partitions": "3"}
+    api.run(home, JOB, "v1", params={"input": str(inp), "output": str(tmp_path / "v1"),
+                                     "id_type": "INT"},
+            conf=conf, until_caught_up=True, spark=spark)
+    api.snapshot_create(home, "v1", "ints")
+    params = {"input": str(inp), "output": str(tmp_path / "v2"), "id_type": "BIGINT",
+              "with_total": "yes"}
+    conf = {**conf, "spark.sql.shuffle.partitions": "5"}
+    assert home.url is not None
+    plans = f"{home.url}/.scratch/plan"
+    io = file_io(plans)
+
+    crashed = sparkpoint(home, "plan", str(JOB), "--from-snapshot", "ints",
+                         *[a for k, v in params.items() for a in ("--param", f"{k}={v}")],
+                         *[a for k, v in conf.items() for a in ("--conf", f"{k}={v}")],
+                         "--conf", f"spark.jars={s3a_jars()}",
+                         env={CRASH_ENV: "restore.state_migrated"})
+    assert crashed.code == CRASH_EXIT_CODE, crashed.err[-3000:]
+    [left] = io.list_names(plans)
+    assert io.walk_sizes(f"{plans}/{left}/checkpoint/state"), "the migration wrote nothing"
+
+    said: list[str] = []
+    plan = api.plan(home, JOB, params=params, conf=conf, from_snapshot="ints", spark=spark,
+                    echo=said.append)
+    assert plan.ok, plan.problems
+    assert [row["action"] for row in plan.to_dict()["operators"]] == ["migrate", "migrate"]
+    assert any(f"removed {plans}/{left}, left by an interrupted plan" in line
+               for line in said), said
+    assert any("from 3 to 5 partitions" in line and "read and write the store" in line
+               for line in said), said
+    assert io.list_names(plans) == []
+    assert [view.record.name for view in api.jobs_list(home)] == ["v1"]
+    assert api.snapshot_verify(home, "ints") == []
 
 
 GROWN = EXAMPLES_JOBS / "spark_example_wordcount_grown.py"

@@ -20,6 +20,7 @@ rehearsal (``rehearse/run.py``) checks that it replays only what the old job rea
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import shutil
 import tempfile
@@ -35,7 +36,7 @@ from sparkpoint.snapshot.store import SnapshotStore
 from sparkpoint.sources.input_gaps import InputCheck, check
 from sparkpoint.spark.sink import kafka_output
 from sparkpoint.storage.home import Home
-from sparkpoint.storage.location import Location
+from sparkpoint.storage.location import Location, StorePath
 from sparkpoint.upgrade.assemble import AssembleResult, used_snapshots
 from sparkpoint.upgrade.batches import BatchChoice
 from sparkpoint.upgrade.inputs_held import start_sources
@@ -58,7 +59,8 @@ class Mode(enum.Enum):
 class StartPipeline:
     """One start from snapshots of the planned job ``planned`` (see the module's docs).
     ``job``: the new job's name (``run``); ``target``: where its checkpoint goes (``run``,
-    ``rehearse``); ``read``: the resume point as ``plan`` reads it (problems included)."""
+    ``rehearse``; ``plan`` of a home in a store: its scratch prefix there); ``read``: the
+    resume point as ``plan`` reads it (problems included)."""
 
     mode: Mode
     home: Home
@@ -163,7 +165,12 @@ class StartPipeline:
             return build_new_checkpoint(self.planned, resolution, self.target, echo,
                                         spark_location=spark_location)
         plan = resolution.plan
-        if plan.ok:
+        if plan.ok and isinstance(self.target, StorePath):
+            # A home in a store: built as the start would build it, in the plan's scratch
+            # prefix there (upgrade/plan_scratch.py, which removes it).
+            with contextlib.suppress(ValidationError):  # the problem is in the plan already
+                build_new_checkpoint(self.planned, resolution, self.target, echo)
+        elif plan.ok:
             scratch = Path(tempfile.mkdtemp(prefix="sparkpoint-plan-")) / "checkpoint"
             try:
                 build_new_checkpoint(self.planned, resolution, scratch, echo, publish=False)

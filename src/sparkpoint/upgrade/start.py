@@ -45,6 +45,7 @@ from sparkpoint.runtime.runner import (
 from sparkpoint.sinks.base import Sink
 from sparkpoint.sinks.rewind import plan_rewind
 from sparkpoint.snapshot.store import SnapshotStore, open_snapshot_store
+from sparkpoint.spark.s3a import s3a_conf
 from sparkpoint.storage.home import Home
 from sparkpoint.storage.location import Location
 from sparkpoint.upgrade.batches import BatchChoice, check_first_batch
@@ -60,6 +61,7 @@ from sparkpoint.upgrade.output_ownership import (
     writers_of,
 )
 from sparkpoint.upgrade.pipeline import Mode, StartPipeline
+from sparkpoint.upgrade.plan_scratch import plan_target
 from sparkpoint.upgrade.resume_point import (
     ResumePoint,
     ResumeSource,
@@ -308,8 +310,11 @@ def plan_start(home: Home, job_file: Path, params: Mapping[str, str], conf: Mapp
         check_first_batch(choice.first_batch, store.get(from_snapshot).batch_id)
     check_snapshots_intact(store, point.snapshots() if point else [from_snapshot or ""])
     try:
-        planned = plan_job("plan", job_file.absolute(), dict(params), dict(conf), master, spark,
-                           log_dir=home.logs_dir, command="plan")
+        # A home on S3: the dry run writes its checkpoint there, with the settings a run's
+        # Spark writes it with (the user's win).
+        session_conf = {**s3a_conf(home.location, conf), **conf}
+        planned = plan_job("plan", job_file.absolute(), dict(params), session_conf, master,
+                           spark, log_dir=home.logs_dir, command="plan")
     except JobFileError as exc:
         if read is None or not read.problems:
             raise
@@ -318,7 +323,9 @@ def plan_start(home: Home, job_file: Path, params: Mapping[str, str], conf: Mapp
         raise ValidationError(f"{len(problems)} problems:\n  " + "\n  ".join(problems),
                               problems=problems) from exc
     try:
-        return StartPipeline(Mode.PLAN, home, store, planned, point, from_snapshot, choice,
-                             read=read, accept_data_loss=accept_data_loss).dry_run(echo)
+        with plan_target(home, echo) as target:
+            return StartPipeline(Mode.PLAN, home, store, planned, point, from_snapshot, choice,
+                                 target=target, read=read,
+                                 accept_data_loss=accept_data_loss).dry_run(echo)
     finally:
         planned.release()
