@@ -24,7 +24,7 @@ import itertools
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,10 +51,8 @@ from sparkpoint.upgrade.hdfs_repartition import (
 from sparkpoint.upgrade.provider_move import convert_partition, record_provider
 
 if TYPE_CHECKING:
-    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    from sparkpoint.checkpoint.providers import StateProvider
     from sparkpoint.spark.rocksdb_template import RocksDbTemplate
 
 _STATE_FILE = re.compile(r"^\d+\.(delta|snapshot)$")
@@ -140,47 +138,26 @@ def repartition_hdfs_in_store(
                               source=source)
     write = functools.partial(_write, stores=stores, version=version, wanted=wanted,
                               target=target, into_rocksdb=into_rocksdb)
-    written = shuffled_into_partitions(
-        spark.sparkContext, staging, reads, place, write, len(stores) * wanted,
-        "repartition: moving the state in the store (Spark tasks)")
+    context = spark.sparkContext
+    written: list[tuple[str, int]] = []
+    if reads:
+        with phase("repartition: moving the state in the store (Spark tasks)"):
+            written = run_tasks(staging, lambda: context.parallelize(reads, len(reads))
+                                .flatMap(place)
+                                # The key is the new partition (of every store in turn):
+                                # Spark's shuffle takes it as the partition index.
+                                .partitionBy(len(stores) * wanted, identity_partition)
+                                .mapPartitionsWithIndex(write).collect())
     crash_point("restore.hdfs_partition_moved")
-    left = left_after_move(staging, batch, moved_dirs, old_count, wanted, _STATE_FILE,
-                           ROCKSDB if into_rocksdb is not None else None, in_store)
+    drop_state_files(staging, moved_dirs, old_count, wanted, _STATE_FILE)
+    record_partition_count(staging, batch, wanted)
+    if into_rocksdb is not None:
+        record_provider(staging, batch, ROCKSDB)
+    left = {rel: url for rel, url in in_store.items()
+            if not any(rel.startswith(f"{op_dir}/") for op_dir in moved_dirs)}
     read = sum(entry.bytes for part in reads for _url, entry in part.in_store.values()
                if entry is not None)
     return left, StoreMove(len(written), sum(size for _rel, size in written), read)
-
-
-def shuffled_into_partitions(context: SparkContext, staging: Path, reads: list[Any],
-                             place: Callable[[Any], Iterable[tuple[int, Any]]],
-                             write: Callable[[int, Iterable[tuple[int, Any]]],
-                                             Iterable[tuple[str, int]]],
-                             partitions: int, what: str) -> list[tuple[str, int]]:
-    """The Spark job of a move in the store: each old partition's task (``place``) gives
-    (new partition, record) pairs, Spark's shuffle takes the key as the partition index
-    (of every store in turn), each new partition's task (``write``) writes it into the
-    store; the files written (path in the checkpoint, size). No job when nothing is read."""
-    if not reads:
-        return []
-    with phase(what):
-        return run_tasks(staging, lambda: context.parallelize(reads, len(reads))
-                         .flatMap(place).partitionBy(partitions, identity_partition)
-                         .mapPartitionsWithIndex(write).collect())
-
-
-def left_after_move(staging: Path, batch: int, operator_dirs: list[str], old_count: int,
-                    wanted: int, state_file: re.Pattern[str], provider: StateProvider | None,
-                    in_store: Mapping[str, str]) -> dict[str, str]:
-    """Once the tasks wrote: ``staging`` left with the metadata of ``wanted`` partitions
-    (and ``provider``, when the tasks wrote another provider's files), without the state
-    files of ``operator_dirs``; returns the files of ``in_store`` still to be copied (those
-    of no moved operator)."""
-    drop_state_files(staging, operator_dirs, old_count, wanted, state_file)
-    record_partition_count(staging, batch, wanted)
-    if provider is not None:
-        record_provider(staging, batch, provider)
-    return {rel: url for rel, url in in_store.items()
-            if not any(rel.startswith(f"{op_dir}/") for op_dir in operator_dirs)}
 
 
 def identity_partition(partition: int) -> int:

@@ -43,6 +43,7 @@ from sparkpoint.checkpoint.rocksdb_reader import decoded_pairs
 from sparkpoint.checkpoint.rocksdb_state import read_zip_metadata
 from sparkpoint.crash_points import crash_point
 from sparkpoint.errors import CheckpointFormatError
+from sparkpoint.progress import phase
 from sparkpoint.snapshot.manifest import FileEntry
 from sparkpoint.snapshot.placement import check_fetched
 from sparkpoint.spark.version import spark_rocksdb_version
@@ -50,12 +51,15 @@ from sparkpoint.storage.fileio import join
 from sparkpoint.storage.task_store import TaskStore
 from sparkpoint.upgrade.hdfs_repartition import (
     partition_key_fields,
+    record_partition_count,
+    run_tasks,
 )
 from sparkpoint.upgrade.hdfs_store_repartition import (
     StoreMove,
-    left_after_move,
-    shuffled_into_partitions,
+    drop_state_files,
+    identity_partition,
 )
+from sparkpoint.upgrade.provider_move import record_provider
 from sparkpoint.upgrade.rocksdb_repartition import key_partitions, sorted_pairs
 from sparkpoint.upgrade.validate import ENCODING_CONF
 
@@ -204,15 +208,26 @@ def repartition_rocksdb_in_store(
     write = functools.partial(_write, stores=stores, version=version, wanted=wanted,
                               target=target, into_hdfs=into_hdfs)
     context = spark.sparkContext
+    reads = move.reads
     read = context.accumulator(0)  # the bytes the tasks fetched (a zip names its SSTs)
     place = functools.partial(_place, stores=stores, version=version, wanted=wanted,
                               source=source, read=read)
-    written = shuffled_into_partitions(
-        context, staging, move.reads, place, write, len(stores) * wanted,
-        "repartition: moving the RocksDB state in the store (Spark tasks)")
+    written: list[tuple[str, int]] = []
+    if reads:
+        with phase("repartition: moving the RocksDB state in the store (Spark tasks)"):
+            written = run_tasks(staging, lambda: context.parallelize(reads, len(reads))
+                                .flatMap(place)
+                                # The key is the new partition (of every store in turn):
+                                # Spark's shuffle takes it as the partition index.
+                                .partitionBy(len(stores) * wanted, identity_partition)
+                                .mapPartitionsWithIndex(write).collect())
     crash_point("restore.hdfs_partition_moved")
-    left = left_after_move(staging, batch, move.operator_dirs, old_count, wanted,
-                           _STATE_FILE, HDFS_BACKED if into_hdfs else None, in_store)
+    drop_state_files(staging, move.operator_dirs, old_count, wanted, _STATE_FILE)
+    record_partition_count(staging, batch, wanted)
+    if into_hdfs:
+        record_provider(staging, batch, HDFS_BACKED)
+    left = {rel: url for rel, url in in_store.items()
+            if not any(rel.startswith(f"{op_dir}/") for op_dir in move.operator_dirs)}
     return left, StoreMove(len(written), sum(size for _rel, size in written), read.value)
 
 
