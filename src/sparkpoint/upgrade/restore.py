@@ -725,9 +725,12 @@ def build_new_checkpoint(
             and not back_to_v2 and provider in (HDFS_BACKED, ROCKSDB) \
             and result.batch_id is not None \
             and writes_in_store(staging, result.batch_id, plan.operators, new_provider)
+        # The operators the migration's tasks write (none unless they run in the store):
+        # the repartition's or the provider move's tasks leave them alone.
         rewritten_later = frozenset(
             row.operator_id for row in plan.operators if row.operator_id is not None and (
-                (row.action == "resume" and row.reshaped) or row.seed_query is not None))
+                (row.action == "resume" and row.reshaped) or row.seed_query is not None)
+        ) if can_migrate_in_store else frozenset()
         in_tasks = resolution.state_in_tasks and publish and isinstance(target, StorePath) \
             and moved and provider in (HDFS_BACKED, ROCKSDB) \
             and new_provider in (HDFS_BACKED, ROCKSDB) \
@@ -776,9 +779,7 @@ def build_new_checkpoint(
                 assert isinstance(target, StorePath)
                 started_in_target = True
                 result = _repartition_in_store(planned, resolution, staging, target, result,
-                                               wanted, echo, rocksdb_move,
-                                               rewritten_later if migrating_in_store
-                                               else frozenset())
+                                               wanted, echo, rocksdb_move, rewritten_later)
                 provider_moved = new_provider is not provider
             else:
                 move = _REPARTITIONS[provider.class_name]
@@ -791,8 +792,7 @@ def build_new_checkpoint(
             assert isinstance(target, StorePath)
             started_in_target = True
             result = _move_provider_in_store(planned, resolution, staging, target, result,
-                                             echo, rewritten_later if migrating_in_store
-                                             else frozenset())
+                                             echo, rewritten_later)
             if publish:
                 crash_point("restore.provider_moved")
         elif provider_moved:
